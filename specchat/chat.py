@@ -1,0 +1,72 @@
+"""Chat history → prompt token ids, with the model's own chat template."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A templated prompt ready for the engine.
+
+    Attributes:
+        input_ids: the prompt token ids (chat template applied, generation prompt added).
+        num_dropped_messages: oldest history messages removed to fit the context window.
+    """
+
+    input_ids: list[int]
+    num_dropped_messages: int
+
+
+def build_chat_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    history: list[Message],
+    message: str,
+    *,
+    context_length: int,
+    max_new_tokens: int,
+) -> ChatPrompt:
+    """Apply the chat template to ``history + [user message]``, trimming the oldest turns.
+
+    Whole messages are dropped oldest first (a leading system message is kept) until the
+    prompt plus ``max_new_tokens`` fits ``context_length``. The current message is never cut:
+    if it alone leaves no room for a reply, that is an error. If it fits but the full budget
+    does not, the reply gets the room that is left.
+
+    Raises:
+        ValueError: the message is empty or whitespace only; the tokenizer has no chat
+            template; or the message alone does not fit the context window.
+    """
+    if not message or not message.strip():
+        raise ValueError("the message is empty: type something to send")
+    if tokenizer.chat_template is None:
+        raise ValueError("this model's tokenizer has no chat template; use plain-text prompts")
+    system = [m for m in history[:1] if m.get("role") == "system"]
+    turns = [m for m in history[len(system) :] if m.get("content")]
+    current = {"role": "user", "content": message}
+    dropped = 0
+    while True:
+        ids = _template(tokenizer, [*system, *turns, current])
+        if len(ids) + max_new_tokens <= context_length or not turns:
+            break
+        # drop the oldest message, and a following assistant reply with it, keeping user-first order
+        drop = 2 if len(turns) > 1 and turns[1].get("role") == "assistant" else 1
+        turns = turns[drop:]
+        dropped += drop
+    if len(ids) >= context_length:
+        raise ValueError(
+            f"the message is {len(ids)} tokens with the chat template; the context window holds "
+            f"{context_length}: shorten it"
+        )
+    return ChatPrompt(ids, dropped)
+
+
+def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(out, dict) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    return [int(t) for t in out]

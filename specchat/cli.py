@@ -1,0 +1,131 @@
+"""Command line: ``python -m specchat generate ...`` (headless, JSON lines with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specchat.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
+from specchat.events import DoneEvent, TokenEvent
+from specchat.metrics import SpeculationMetrics
+
+_ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line and exits with status 2."""
+
+    def error(self, message: str) -> None:  # noqa: D102
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _ranged(kind, lo, hi, what: str, *, lo_open: bool = False):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: {what}") from None
+        if value != value or (value <= lo if lo_open else value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{text} is out of range; allowed: {what}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m specchat", description="specchat: speculative decoding you can see.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    gen = sub.add_parser("generate", help="generate text from a prompt (headless)")
+    gen.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    gen.add_argument("--drafter", choices=["none", "sibling", "int4", "ngram"], default="none")
+    gen.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory (default: the target's sibling)")
+    gen.add_argument(
+        "--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+        default=4, help="γ: draft tokens per round (default 4)",
+    )
+    gen.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
+    gen.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    gen.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
+    gen.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
+    gen.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    gen.add_argument("--stop", nargs="+", default=[], metavar="TEXT", help="stop strings")
+    gen.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    gen.add_argument("--num-samples", type=_ranged(int, 1, 100000, "an integer >= 1"), default=1,
+                     help="independent samples, seeds S, S+1, …")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--prompt", required=True, help="the prompt text")
+    gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
+    gen.add_argument("--device", default=None, help="cpu, cuda, … (default: cuda if available)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "generate":
+        return _generate(args)
+    return 2
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from specchat.errors import SpecchatError
+    from specchat.service import ChatService
+
+    if not args.prompt.strip():
+        print("python -m specchat: error: --prompt is empty", file=sys.stderr)
+        return 2
+    try:
+        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
+        service.load()
+        service.prepare_drafter(args.drafter)
+        if args.chat:
+            ids, notice = service.encode_chat([], args.prompt, args.max_new_tokens)
+        else:
+            ids = service.encode_plain(args.prompt)
+        for i in range(args.num_samples):
+            config = GenerationConfig(
+                num_speculative_tokens=args.num_speculative_tokens,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                seed=args.seed + i,
+                max_new_tokens=args.max_new_tokens,
+                stop_strings=tuple(args.stop),
+            )
+            metrics = SpeculationMetrics()
+            color = sys.stdout.isatty() and not args.json
+            for event in service.generate(ids, drafter=args.drafter, config=config):
+                metrics.update(event)
+                if isinstance(event, TokenEvent) and not args.json:
+                    kind = event.kind.value if event.num_drafted else "target"
+                    sys.stdout.write(f"{_ANSI[kind]}{event.text}\033[0m" if color else event.text)
+                    sys.stdout.flush()
+            done = metrics.done
+            assert isinstance(done, DoneEvent)
+            if args.json:
+                print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
+            else:
+                s = metrics.summary()
+                alpha = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
+                print(
+                    f"\n[{args.drafter}] {s['num_tokens']} tokens, {s['tokens_per_s']:.2f} tokens/s, "
+                    f"α={alpha}, {s['mean_tokens_per_round']:.2f} tokens/round, stop={done.stop_reason.value}",
+                    file=sys.stderr,
+                )
+    except (SpecchatError, ValueError) as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _sample_json(done: DoneEvent, metrics: SpeculationMetrics, args: argparse.Namespace, seed: int) -> dict:
+    return {
+        "text": done.text,
+        "token_ids": list(done.token_ids),
+        "kinds": [k.value for k in done.kinds],
+        "stop_reason": done.stop_reason.value,
+        "seed": seed,
+        "drafter": args.drafter,
+        "num_prompt_tokens": done.num_prompt_tokens,
+        "stats": metrics.summary(),
+    }

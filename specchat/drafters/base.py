@@ -1,0 +1,53 @@
+"""The drafter protocol the engine talks to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from specchat.config import GenerationConfig
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Draft tokens proposed for one round.
+
+    Attributes:
+        token_ids: ``[n]`` int64 on the target's device, 0 <= n <= requested; every id is a
+            valid tokenizer id.
+        draft_probs: ``[n, V_target]`` float32, the distribution each token was drawn from
+            (after the same warpers as the target), or None when every token was chosen
+            deterministically (greedy or n-gram): q is then one-hot.
+        num_steps: drafter forward passes spent (0 for model-free drafters).
+    """
+
+    token_ids: torch.Tensor
+    draft_probs: torch.Tensor | None
+    num_steps: int
+
+
+class Drafter(Protocol):
+    """What the engine needs from a drafter.
+
+    Lifecycle per generation: ``begin(prompt)``; then per round ``propose`` and ``rollback``;
+    finally ``end``. The engine owns the committed sequence and passes it in; a stateful
+    drafter keeps only what ``rollback`` allows.
+    """
+
+    name: str
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        """Start a new generation for ``prompt_ids`` (may prefill a cache)."""
+
+    def propose(
+        self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
+    ) -> Draft:
+        """Propose up to ``max_tokens`` (>= 1) tokens to follow the committed ``ids``."""
+
+    def rollback(self, num_valid: int) -> None:
+        """Only ``ids[:num_valid]`` of the committed sequence is still valid state."""
+
+    def end(self) -> None:
+        """Release per-generation state (caches). Safe to call twice."""

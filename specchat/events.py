@@ -1,0 +1,132 @@
+"""Typed events streamed by the engine: one per committed token, one per round, one at the end.
+
+The event stream is the heart of specchat: every committed token says how it was produced
+(Leviathan et al. 2023, Algorithm 1):
+
+* ``accepted``  -- a draft token the target kept (``u < target_prob / draft_prob``);
+* ``resampled`` -- drawn from the residual ``norm(max(0, target_probs - draft_probs))`` after
+  the first rejection in a round;
+* ``bonus``     -- drawn from the target's extra position ``target_probs[γ]`` after all drafts
+  were accepted. A round that drafted nothing (target-only decoding, or an n-gram lookup that
+  found nothing) is Algorithm 1 with γ = 0 and commits exactly one bonus token.
+
+Each round commits 0…γ accepted tokens followed by exactly one resampled or bonus token,
+unless a stop (EOS, stop string, max_new_tokens) truncates it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class TokenKind(str, enum.Enum):
+    """How a committed token was produced. The string values are used in JSON and CSS."""
+
+    ACCEPTED = "accepted"
+    RESAMPLED = "resampled"
+    BONUS = "bonus"
+
+
+class StopReason(str, enum.Enum):
+    """Why generation ended."""
+
+    EOS = "eos"  # the target committed one of the model's EOS ids
+    STOP_STRING = "stop_string"  # the text reached one of the user's stop strings
+    MAX_NEW_TOKENS = "max_new_tokens"  # the token budget is spent
+    CONTEXT_FULL = "context_full"  # the model's context window is full
+    CANCELLED = "cancelled"  # the caller asked the engine to stop (Stop button, closed tab)
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One committed token.
+
+    Attributes:
+        token_id: the committed token id.
+        kind: accepted, resampled or bonus.
+        text: the text this token adds to the reply, safe to display now. It may be "" when
+            the token ends mid-character (the text arrives with a later token), for special
+            tokens, or while the text could still be the start of a stop string.
+        target_prob: p(token) after the warpers (temperature, top-k, top-p), in [0, 1].
+        draft_prob: q(token) for an accepted draft token, in [0, 1]; None for resampled and
+            bonus tokens (they are not drawn from the drafter).
+        rejected_token_id: for a resampled token, the draft token the target rejected.
+        rejected_target_prob / rejected_draft_prob: p and q of that rejected draft token.
+        round_index: 0-based index of the round that committed this token.
+        position: 0-based position of the token within its round (0…γ).
+        num_drafted: how many draft tokens that round proposed (0 for target-only rounds).
+    """
+
+    token_id: int
+    kind: TokenKind
+    text: str
+    target_prob: float
+    draft_prob: float | None
+    rejected_token_id: int | None
+    rejected_target_prob: float | None
+    rejected_draft_prob: float | None
+    round_index: int
+    position: int
+    num_drafted: int
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One draft → verify → commit round, emitted after its token events.
+
+    Attributes:
+        round_index: 0-based.
+        num_speculative_tokens: γ requested for this round (before shrinking for budget/context).
+        num_drafted: draft tokens actually proposed (0…γ).
+        num_accepted: leading run of accepted draft tokens (0…num_drafted).
+        num_committed: tokens committed this round (num_accepted + 1, fewer only when a stop
+            truncated the round).
+        accepted_mask: per draft position, whether it was accepted (length num_drafted); the
+            leading run of True values has length num_accepted.
+        draft_ms: wall time spent in the drafter this round, milliseconds.
+        draft_steps: drafter forward passes this round (0 for n-gram and target-only).
+        verify_ms: wall time of the single target forward pass plus verification, milliseconds.
+        elapsed_ms: wall time from the start of decoding (after prefill) to the end of this
+            round, milliseconds.
+    """
+
+    round_index: int
+    num_speculative_tokens: int
+    num_drafted: int
+    num_accepted: int
+    num_committed: int
+    accepted_mask: tuple[bool, ...]
+    draft_ms: float
+    draft_steps: int
+    verify_ms: float
+    elapsed_ms: float
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    """The last event of every generation.
+
+    Attributes:
+        stop_reason: why generation ended.
+        token_ids: every committed token id, in order (the stop token included when the stop
+            is an EOS id or completes a stop string).
+        kinds: one TokenKind per entry of token_ids.
+        text: the reply text, equal to the concatenation of every TokenEvent.text; a stop
+            string and anything after it are not part of it.
+        prefill_ms: wall time of the prompt forward passes (target and drafter), milliseconds.
+        decode_ms: wall time of all rounds, milliseconds.
+        num_prompt_tokens: prompt length in tokens.
+    """
+
+    stop_reason: StopReason
+    token_ids: tuple[int, ...]
+    kinds: tuple[TokenKind, ...]
+    text: str
+    prefill_ms: float
+    decode_ms: float
+    num_prompt_tokens: int
+    error: str | None = field(default=None)
+
+
+Event = TokenEvent | RoundEvent | DoneEvent

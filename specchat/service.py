@@ -1,0 +1,226 @@
+"""Loaded models + prompts → event streams: the one object the app and the CLI talk to.
+
+Holds the target, its tokenizer, the engine and every drafter loaded so far. Switching the
+drafter never reloads the target. Generation is serialised by a lock (one at a time).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specchat import loading
+from specchat.chat import Message, build_chat_prompt
+from specchat.config import GenerationConfig
+from specchat.drafters import Drafter, ModelDrafter, NgramDrafter
+from specchat.engine import SpeculativeEngine
+from specchat.errors import SpecchatError
+from specchat.events import Event
+from specchat.metrics import SpeculationMetrics
+from specchat.registry import ModelEntry, Registry, load_registry
+
+DRAFTER_KINDS = ("none", "ngram", "int4", "sibling")
+
+# End-of-turn markers of common chat templates; added to the EOS ids when the vocab has them.
+_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+BASELINE_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A message for the user that is not part of the reply (e.g. history was trimmed)."""
+
+    text: str
+
+
+class ChatService:
+    """Owns the loaded target, tokenizer and drafters.
+
+    Args:
+        target: a models.yaml name or a local Hugging Face-format directory; None = default.
+        dtype: "auto" | "float32" | "bfloat16" | "float16" (see ``loading.resolve_dtype``).
+        device: "cpu", "cuda", …; None picks CUDA when available.
+        registry: a loaded registry; None loads models.yaml.
+        drafter_model: overrides the sibling drafter (a registry name or local directory).
+
+    Raises:
+        RegistryError: unknown target name or bad models.yaml.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: str | None = None,
+        dtype: str = "auto",
+        device: str | None = None,
+        registry: Registry | None = None,
+        drafter_model: str | None = None,
+    ):
+        self.registry = registry or load_registry()
+        self.target_entry: ModelEntry = self.registry.resolve(target or self.registry.default_target)
+        self.target_name = self.target_entry.name
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = loading.resolve_dtype(dtype, self.device)
+        self.drafter_model = drafter_model
+        self.baseline_tokens_per_s: float | None = None
+        self.target_path: Path | None = None
+        self.engine: SpeculativeEngine | None = None
+        self._drafters: dict[str, Drafter | None] = {"none": None}
+        self._lock = threading.Lock()
+
+    # -- loading --------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the target and its tokenizer (first run converts and caches, with progress).
+
+        Raises:
+            ModelSourceError, ChecksumError: the model files are missing or damaged.
+        """
+        if self.engine is not None:
+            return
+        self.target_path = loading.ensure_local(self.target_entry)
+        self.tokenizer = loading.load_tokenizer(self.target_path)
+        model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device))
+        self.engine = SpeculativeEngine(
+            model,
+            self.tokenizer,
+            eos_token_ids=eos_token_ids(model, self.tokenizer),
+            context_length=self.target_entry.context_length,
+        )
+
+    @property
+    def context_length(self) -> int:
+        return self._engine().context_length
+
+    def drafter_kinds(self) -> list[str]:
+        """Drafter kinds available for this target, in display order."""
+        kinds = ["none", "ngram", "int4"]
+        if self.drafter_model or self.target_entry.drafters.get("sibling"):
+            kinds.append("sibling")
+        return kinds
+
+    def prepare_drafter(self, kind: str) -> Drafter | None:
+        """Load (once) and return the drafter of this kind; None for target-only.
+
+        Raises:
+            ValueError: unknown kind, or sibling without a sibling model.
+            TokenizerMismatchError: the sibling's tokenizer differs from the target's.
+            ModelSourceError, ChecksumError: its files are missing or damaged.
+        """
+        if kind in self._drafters:
+            return self._drafters[kind]
+        if kind not in self.drafter_kinds():
+            raise ValueError(
+                f"drafter {kind!r} is not available for {self.target_name}; "
+                f"choose one of {', '.join(self.drafter_kinds())}"
+            )
+        engine = self._engine()
+        vocab = engine.target_model.get_output_embeddings().weight.shape[0]
+        if kind == "ngram":
+            drafter: Drafter = NgramDrafter(self.device)
+        elif kind == "int4":
+            model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device), int4=True)
+            drafter = ModelDrafter(
+                model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name="int4", device=self.device
+            )
+        else:  # sibling
+            entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
+            path = loading.ensure_local(entry)
+            loading.check_same_tokenizer(
+                self.tokenizer, loading.load_tokenizer(path), target_name=self.target_name, drafter_name=entry.name
+            )
+            model = loading.load_model(path, dtype=self.dtype, device=str(self.device))
+            drafter = ModelDrafter(
+                model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name="sibling", device=self.device
+            )
+        self._drafters[kind] = drafter
+        return drafter
+
+    # -- prompts --------------------------------------------------------------------------
+    def encode_plain(self, text: str) -> list[int]:
+        """Plain-text prompt → ids (the tokenizer's own special tokens, e.g. BOS, included).
+
+        Raises:
+            ValueError: the prompt is empty.
+        """
+        if not text:
+            raise ValueError("the prompt is empty")
+        return list(self.tokenizer(text).input_ids)
+
+    def encode_chat(self, history: list[Message], message: str, max_new_tokens: int) -> tuple[list[int], str | None]:
+        """History + message → prompt ids with the chat template, and a notice if trimmed."""
+        prompt = build_chat_prompt(
+            self.tokenizer, history, message, context_length=self.context_length, max_new_tokens=max_new_tokens
+        )
+        notice = None
+        if prompt.num_dropped_messages:
+            notice = (
+                f"The conversation is longer than the {self.context_length}-token context window: "
+                f"the {prompt.num_dropped_messages} oldest message(s) were left out of this prompt."
+            )
+        return prompt.input_ids, notice
+
+    # -- generation -----------------------------------------------------------------------
+    def generate(
+        self,
+        input_ids: list[int],
+        *,
+        drafter: str,
+        config: GenerationConfig,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Stream events for a prompt of token ids (see ``SpeculativeEngine.generate``)."""
+        drafter_obj = self.prepare_drafter(drafter)
+        with self._lock:
+            yield from self._engine().generate(input_ids, drafter_obj, config, cancel)
+
+    def stream_chat(
+        self,
+        history: list[Message],
+        message: str,
+        *,
+        drafter: str,
+        config: GenerationConfig,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event | Notice]:
+        """Chat turn: plain-text history (``[{"role", "content"}]``) + message → events.
+
+        Raises:
+            ValueError: empty message, or a message that alone does not fit the context.
+        """
+        ids, notice = self.encode_chat(history, message, config.max_new_tokens)
+        if notice:
+            yield Notice(notice)
+        yield from self.generate(ids, drafter=drafter, config=config, cancel=cancel)
+
+    def measure_baseline(self, num_tokens: int = 24) -> float:
+        """Time target-only greedy decoding on this machine; sets ``baseline_tokens_per_s``."""
+        ids, _ = self.encode_chat([], BASELINE_PROMPT, num_tokens)
+        metrics = SpeculationMetrics()
+        config = GenerationConfig(max_new_tokens=num_tokens, temperature=0.0)
+        for event in self.generate(ids, drafter="none", config=config):
+            metrics.update(event)
+        self.baseline_tokens_per_s = metrics.tokens_per_s
+        return self.baseline_tokens_per_s
+
+    def _engine(self) -> SpeculativeEngine:
+        if self.engine is None:
+            raise SpecchatError("the target model is not loaded yet: call load() first")
+        return self.engine
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """EOS ids of the model: generation config, tokenizer, and end-of-turn chat markers."""
+    ids: set[int] = set()
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is not None:
+        ids.update([eos] if isinstance(eos, int) else eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in _END_OF_TURN_TOKENS if t in vocab)
+    return ids
