@@ -1,0 +1,48 @@
+"""CLI argument validation: bad values exit non-zero with one line that gives the range."""
+
+import subprocess
+import sys
+
+import pytest
+
+from specchat.cli import build_parser
+
+
+@pytest.mark.parametrize(
+    "flag, value, allowed",
+    [
+        ("--num-speculative-tokens", "0", "1..16"),
+        ("--num-speculative-tokens", "99", "1..16"),
+        ("--temperature", "-0.1", "0..5.0"),
+        ("--top-p", "0", "0 < P <= 1"),
+        ("--top-p", "1.5", "0 < P <= 1"),
+        ("--top-k", "-1", ">= 0"),
+        ("--max-new-tokens", "0", "1..8192"),
+        ("--temperature", "abc", "0..5.0"),
+        ("--top-p", "nan", "0 < P <= 1"),
+    ],
+)
+def test_out_of_range_values_are_rejected_with_the_range(flag, value, allowed, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["generate", "--prompt", "hi", flag, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert allowed in err and flag in err
+
+
+def test_unknown_drafter_lists_choices(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--prompt", "hi", "--drafter", "magic"])
+    err = capsys.readouterr().err
+    assert "none" in err and "ngram" in err and len(err.strip().splitlines()) == 1
+
+
+def test_defaults_parse():
+    args = build_parser().parse_args(["generate", "--prompt", "hi"])
+    assert args.drafter == "none" and args.num_speculative_tokens == 4 and args.temperature == 0.0
+
+
+def test_module_entry_point_runs_help():
+    out = subprocess.run([sys.executable, "-m", "specchat", "generate", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--num-speculative-tokens" in out.stdout

@@ -1,0 +1,78 @@
+"""Incremental detokenization, stop strings and chat prompts."""
+
+import pytest
+from tiny_models import byte_tokenizer
+
+from specchat.chat import build_chat_prompt
+from specchat.text import StreamingDetokenizer
+
+
+def stream(text, stops=(), last=True):
+    tok = byte_tokenizer()
+    ids = tok.encode(text)
+    detok = StreamingDetokenizer(tok, stops)
+    deltas = []
+    for i, t in enumerate(ids):
+        deltas.append(detok.add(t, last=last and i == len(ids) - 1))
+        if detok.stopped:
+            break
+    return deltas, detok
+
+
+def test_multibyte_characters_are_never_shown_half():
+    text = "añ😀é中"
+    deltas, detok = stream(text)
+    assert "".join(deltas) == text == detok.text
+    assert all("\ufffd" not in d for d in deltas)
+    # the emoji is 4 bytes: three empty deltas, then the whole character
+    assert deltas[3:7] == ["", "", "", "😀"]
+
+
+def test_stop_string_is_cut_and_prefix_held_back():
+    deltas, detok = stream("hello world. bye", stops=("world",))
+    assert detok.stopped and detok.text == "hello " and "".join(deltas) == "hello "
+    # "w", "o", "r", "l" were held back (could be the stop string), never shown
+    assert all("w" not in d for d in deltas)
+
+
+def test_held_prefix_is_released_when_it_diverges():
+    deltas, detok = stream("a wax", stops=("world",))
+    assert not detok.stopped and "".join(deltas) == "a wax"
+    assert deltas[2] == ""  # "w" held …
+    assert deltas[3] == "wa"  # … released with "a"
+
+
+def test_earliest_of_several_stop_strings():
+    _, detok = stream("x = 1\n\ndef f(): pass", stops=("def", "\n\n"))
+    assert detok.text == "x = 1"
+
+
+class TemplateTokenizer:
+    """A stand-in with a chat template: one token per character plus 2 per message."""
+
+    chat_template = "fake"
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        return [0] * sum(len(m["content"]) + 2 for m in messages) + [1]
+
+
+def test_chat_history_trimmed_oldest_first_current_message_kept():
+    tok = TemplateTokenizer()
+    history = [
+        {"role": "user", "content": "a" * 30},
+        {"role": "assistant", "content": "b" * 30},
+        {"role": "user", "content": "c" * 10},
+        {"role": "assistant", "content": "d" * 10},
+    ]
+    full = build_chat_prompt(tok, history, "q" * 5, context_length=1000, max_new_tokens=10)
+    assert full.num_dropped_messages == 0 and len(full.input_ids) == 32 + 32 + 12 + 12 + 7 + 1
+    trimmed = build_chat_prompt(tok, history, "q" * 5, context_length=60, max_new_tokens=10)
+    assert trimmed.num_dropped_messages == 2 and len(trimmed.input_ids) == 12 + 12 + 7 + 1
+    with pytest.raises(ValueError, match="context window"):
+        build_chat_prompt(tok, history, "q" * 100, context_length=60, max_new_tokens=10)
+
+
+@pytest.mark.parametrize("message", ["", "   \n\t"])
+def test_empty_message_is_a_clear_error(message):
+    with pytest.raises(ValueError, match="empty"):
+        build_chat_prompt(TemplateTokenizer(), [], message, context_length=100, max_new_tokens=10)
