@@ -62,23 +62,41 @@ class SpeculationMetrics:
         return sum(r.num_accepted for r in self.rounds)
 
     @property
+    def num_verified(self) -> int:
+        """Draft positions the target actually judged: each round's accepted drafts plus the
+        first rejected one. Drafts after the first rejection are discarded unjudged."""
+        return sum(min(r.num_drafted, r.num_accepted + 1) for r in self.rounds)
+
+    @property
     def acceptance_rate(self) -> float | None:
-        """α estimated as accepted drafts / proposed drafts; None before any draft."""
+        """α: accepted drafts / judged draft positions; None before any draft.
+
+        This is the estimate of the per-position acceptance probability E[β] that E[N] and
+        S(γ) assume (the maximum-likelihood estimate when positions are independent). Dividing
+        by *proposed* drafts instead would count the unjudged drafts after a rejection as
+        rejections and read low: at a true α of 0.8 and γ = 4 it gives 0.59.
+        """
+        verified = self.num_verified
+        return self.num_accepted / verified if verified else None
+
+    @property
+    def accepted_per_drafted(self) -> float | None:
+        """accepted drafts / proposed drafts: the share of drafting work that was kept."""
         drafted = self.num_drafted
         return self.num_accepted / drafted if drafted else None
 
     def acceptance_rate_per_round(self) -> list[float | None]:
-        """accepted / drafted for each round (None for rounds that drafted nothing)."""
-        return [r.num_accepted / r.num_drafted if r.num_drafted else None for r in self.rounds]
+        """accepted / judged positions for each round (None for rounds that drafted nothing)."""
+        return [r.num_accepted / _verified(r) if r.num_drafted else None for r in self.rounds]
 
     def cumulative_acceptance_rate(self) -> list[float | None]:
         """α after each round (None until the first draft)."""
         out: list[float | None] = []
-        acc = drafted = 0
+        acc = verified = 0
         for r in self.rounds:
             acc += r.num_accepted
-            drafted += r.num_drafted
-            out.append(acc / drafted if drafted else None)
+            verified += _verified(r)
+            out.append(acc / verified if verified else None)
         return out
 
     def acceptance_by_position(self) -> list[tuple[int, int]]:
@@ -91,7 +109,7 @@ class SpeculationMetrics:
         longest = max((r.num_drafted for r in self.rounds), default=0)
         counts = [[0, 0] for _ in range(longest)]
         for r in self.rounds:
-            for i in range(min(r.num_drafted, r.num_accepted + 1)):
+            for i in range(_verified(r)):
                 counts[i][1] += 1
                 if i < r.num_accepted:
                     counts[i][0] += 1
@@ -174,6 +192,7 @@ class SpeculationMetrics:
             "num_resampled": self.kind_counts[TokenKind.RESAMPLED.value],
             "num_bonus": self.kind_counts[TokenKind.BONUS.value],
             "acceptance_rate": self.acceptance_rate,
+            "accepted_per_drafted": self.accepted_per_drafted,
             "mean_tokens_per_round": self.mean_tokens_per_round,
             "tokens_per_s": self.tokens_per_s,
             "decode_ms": self.decode_ms,
@@ -184,3 +203,8 @@ class SpeculationMetrics:
             "predicted_speedup": self.predicted_speedup,
             "measured_speedup": self.measured_speedup,
         }
+
+
+def _verified(r: RoundEvent) -> int:
+    """Draft positions the target judged in round ``r``."""
+    return min(r.num_drafted, r.num_accepted + 1)

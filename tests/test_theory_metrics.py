@@ -65,9 +65,11 @@ def test_metrics_fold_hand_built_rounds():
         m.update(_round(i, d, a, draft_ms=40.0, elapsed=el))
     m.update(DoneEvent(StopReason.EOS, (), (), "", 5.0, 400.0, 3))
     assert m.num_tokens == 8
-    assert m.acceptance_rate == pytest.approx(5 / 12)
-    assert m.cumulative_acceptance_rate() == pytest.approx([1.0, 5 / 8, 5 / 12])
-    assert m.acceptance_rate_per_round() == pytest.approx([1.0, 0.25, 0.0])
+    # judged positions: 4 (all accepted), 2 (1 accepted + the rejection), 1 (the rejection)
+    assert m.acceptance_rate == pytest.approx(5 / 7)
+    assert m.accepted_per_drafted == pytest.approx(5 / 12)
+    assert m.cumulative_acceptance_rate() == pytest.approx([1.0, 5 / 6, 5 / 7])
+    assert m.acceptance_rate_per_round() == pytest.approx([1.0, 0.5, 0.0])
     # position 0 reached 3x, accepted 2x; position 1 reached 2x (rounds 0, 1), accepted 1x;
     # positions 2 and 3 reached once (round 0), accepted once
     assert m.acceptance_by_position() == [(2, 3), (1, 2), (1, 1), (1, 1)]
@@ -76,7 +78,7 @@ def test_metrics_fold_hand_built_rounds():
     assert m.measured_speedup == pytest.approx(2.0)
     assert m.draft_step_ms == pytest.approx(10.0)  # 120 ms over 12 steps
     assert m.cost_ratio == pytest.approx(10.0 / 100.0)  # baseline step = 100 ms
-    assert m.predicted_speedup == pytest.approx(theory.predicted_speedup(5 / 12, 4, 0.1))
+    assert m.predicted_speedup == pytest.approx(theory.predicted_speedup(5 / 7, 4, 0.1))
     assert m.summary()["num_resampled"] == 2 and m.summary()["num_bonus"] == 1
 
 

@@ -1,0 +1,413 @@
+"""specchat: a local Gradio chat that shows speculative decoding at work.
+
+    python app.py [--target NAME_OR_PATH] [--drafter {none,ngram,int4,sibling}]
+                  [--host 127.0.0.1] [--port 7860] [--dtype auto|float32|bfloat16]
+
+Layout and event wiring only: the models live in one module-level ChatService (loaded once,
+behind a lock, never in gr.State); token events become colored HTML (specchat.ui_render) and
+running statistics become plotly figures (specchat.charts). :func:`build_ui` takes any object
+with the ChatService interface, so the tests drive the whole UI with a scripted fake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import ipaddress
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+# Offline and private: both must be set before gradio (and huggingface_hub) are imported.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import gradio as gr  # noqa: E402
+
+from specchat import charts  # noqa: E402
+from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig  # noqa: E402
+from specchat.events import DoneEvent, RoundEvent, TokenEvent  # noqa: E402
+from specchat.metrics import SpeculationMetrics  # noqa: E402
+from specchat.ui_render import CSS, ReplyRenderer, legend_html, render_user, stats_html  # noqa: E402
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
+
+# Mirrors specchat.service.DRAFTER_KINDS (a test checks it) so that `--help` needs no torch.
+DRAFTER_CHOICES = ("none", "ngram", "int4", "sibling")
+# Drafter selected at start when --drafter is not given: the first one the target offers.
+DEFAULT_DRAFTER_ORDER = ("int4", "sibling", "ngram", "none")
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
+
+TEXT_INTERVAL_S = 0.1  # chat + stats refresh while streaming (~10 Hz)
+PLOT_INTERVAL_S = 0.35  # figure refresh while streaming (~3 Hz); the final update is always full
+
+# ---- optional ZeroGPU (Hugging Face Spaces) -----------------------------------------------
+ON_ZEROGPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+try:
+    import spaces  # type: ignore[import-not-found]
+
+    gpu = spaces.GPU
+except ImportError:  # not on Spaces: a pass-through decorator, usable as @gpu or @gpu(duration=…)
+
+    def gpu(fn=None, **_kwargs):
+        return (lambda f: f) if fn is None else fn
+
+
+# ---- the one loaded service ---------------------------------------------------------------
+_SERVICE: ChatService | None = None
+_SERVICE_LOCK = threading.Lock()
+
+
+def get_service(*, target: str | None = None, dtype: str = "auto") -> ChatService:
+    """The module-level ChatService, created and loaded on first use (thread-safe)."""
+    global _SERVICE
+    with _SERVICE_LOCK:
+        if _SERVICE is None:
+            from specchat.service import ChatService
+
+            service = ChatService(target=target, dtype=dtype)
+            service.load()
+            _SERVICE = service
+        return _SERVICE
+
+
+@gpu(duration=120)
+def _stream_on_zerogpu(history, message, drafter, config):
+    """ZeroGPU runs this in a forked worker: it reads the module-level service, yields plain events."""
+    yield from _SERVICE.stream_chat(history, message, drafter=drafter, config=config)
+
+
+def _stream(service, history, message, drafter, config, cancel) -> Iterator[Any]:
+    if ON_ZEROGPU and service is _SERVICE:
+        return _stream_on_zerogpu(history, message, drafter, config)
+    return service.stream_chat(history, message, drafter=drafter, config=config, cancel=cancel)
+
+
+# ---- UI -------------------------------------------------------------------------------------
+EXPLAIN_MD = """
+**How to read this.** Each round the drafter proposes γ tokens; the target model scores all of
+them in **one** forward pass and keeps the longest prefix it agrees with (token *x* is kept with
+probability min(1, p(x)/q(x))). At the first rejection it draws a replacement from the residual
+norm(max(0, p − q)) (**resampled**); if all γ were accepted it adds one **bonus** token of its
+own. So every round commits 1 … γ+1 tokens and the output has exactly the target's distribution
+(at temperature 0: exactly the target's greedy text).
+
+| symbol | meaning |
+|---|---|
+| α | acceptance rate: accepted drafts / drafted tokens |
+| c | cost ratio: one drafter step / one target step (wall time) |
+| E[N] | expected tokens per round = (1 − α^(γ+1)) / (1 − α) |
+| S(γ) | predicted speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) |
+
+Some γ gives a speedup only if **α > c**. The best γ is the integer that maximises S(γ)
+(the star on the theory chart).
+
+**Honest limits.** The gain needs a *memory-bound* decode step: verifying γ+1 tokens must cost
+about as much as generating one. Prefill and large batches are compute-bound and gain little.
+A low α (a poor drafter, a high temperature, text unlike the prompt for n-gram lookup) makes
+decoding *slower* than the target alone — the speed chart shows it honestly.
+
+Source: Leviathan, Kalman, Matias, *Fast Inference from Transformers via Speculative
+Decoding* (ICML 2023); Chen et al., *Accelerating LLM Decoding with Speculative Sampling* (2023).
+"""
+
+EXAMPLES = [
+    "Write a Python function that checks whether a string is a palindrome, with tests.",
+    "Rename the variable `x` to `count` in this code and add type hints:\n\n"
+    "def tally(items):\n    x = 0\n    for item in items:\n        if item:\n            x += 1\n    return x",
+    "Explain what a KV cache is in three sentences.",
+]
+
+
+def _empty_figures() -> tuple:
+    return charts.all_figures(SpeculationMetrics())
+
+
+def _status_html(text: str, *, error: bool = False) -> str:
+    cls = "spec-error" if error else "spec-status"
+    return f'<div class="{cls}">{html.escape(text)}</div>'
+
+
+def _pick_drafter(kinds: list[str], preferred: str | None) -> str:
+    if preferred in kinds:
+        return preferred
+    for kind in DEFAULT_DRAFTER_ORDER:
+        if kind in kinds:
+            return kind
+    return kinds[0] if kinds else "none"
+
+
+def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
+    """The whole app around ``service`` (anything with the ChatService interface).
+
+    Loads nothing itself: the service must already be loaded. Pass ``CSS`` to ``launch(css=…)``.
+    """
+    kinds = list(service.drafter_kinds())
+    drafter0 = _pick_drafter(kinds, default_drafter)
+    figures0 = _empty_figures()
+
+    def respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens):
+        """Stream one reply: yields (textbox, chat, history, stats, 4 figures), throttled."""
+        skip = gr.skip()
+        message = message or ""
+        if not message.strip():
+            gr.Warning("Type a message first.")
+            yield (skip,) * 8
+            return
+        history = list(history or [])
+        chat = list(chat or [])
+        try:
+            config = GenerationConfig(
+                num_speculative_tokens=int(gamma),
+                temperature=float(temperature),
+                top_p=float(top_p),
+                max_new_tokens=int(max_new_tokens),
+            )
+        except ValueError as exc:
+            gr.Warning(f"Invalid setting: {exc}")
+            yield (message,) + (skip,) * 7
+            return
+
+        baseline = service.baseline_tokens_per_s
+        metrics = SpeculationMetrics(baseline_tokens_per_s=baseline)
+        reply = ReplyRenderer()
+        chat.append({"role": "user", "content": render_user(message)})
+        chat.append({"role": "assistant", "content": reply.html()})
+        user_turn = {"role": "user", "content": message}
+
+        def chat_now() -> list[dict]:
+            chat[-1] = {"role": "assistant", "content": reply.html()}
+            return chat
+
+        def history_now() -> list[dict]:
+            return history + [user_turn, {"role": "assistant", "content": reply.text}]
+
+        def stats_now(running: bool) -> str:
+            return stats_html(metrics, baseline_tokens_per_s=baseline, running=running)
+
+        # first update: clear the textbox, show the user's message and a placeholder reply
+        yield ("", chat_now(), history_now(), stats_now(True), *figures0)
+
+        cancel = threading.Event()
+        stream = None
+        last_text = last_plot = time.monotonic()
+        try:
+            stream = _stream(service, history, message, drafter, config, cancel)
+            for item in stream:
+                if isinstance(item, TokenEvent):
+                    metrics.update(item)
+                    reply.add_token(item)
+                elif isinstance(item, RoundEvent):
+                    metrics.update(item)
+                elif isinstance(item, DoneEvent):
+                    metrics.update(item)
+                    reply.finish(item)
+                else:  # a Notice: shown in the reply bubble and as a toast
+                    text = str(getattr(item, "text", item))
+                    reply.add_notice(text)
+                    gr.Info(text)
+                now = time.monotonic()
+                if now - last_text >= TEXT_INTERVAL_S:
+                    figures = (skip,) * 4
+                    if now - last_plot >= PLOT_INTERVAL_S:
+                        figures = charts.all_figures(metrics)
+                        last_plot = now
+                    last_text = now
+                    yield (skip, chat_now(), history_now(), stats_now(True), *figures)
+        except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
+            reply.set_error(str(exc) or type(exc).__name__)
+            gr.Warning(f"Generation failed: {exc}")
+            # the failed exchange stays visible but not in the history; the message goes back
+            yield (message, chat_now(), history, stats_now(False), *charts.all_figures(metrics))
+            return
+        finally:
+            # runs on normal exit, on error and on GeneratorExit (Stop button / closed tab)
+            cancel.set()
+            if hasattr(stream, "close"):
+                stream.close()
+        # the final update is always full
+        yield (skip, chat_now(), history_now(), stats_now(False), *charts.all_figures(metrics))
+
+    def prepare_drafter(kind, active, progress=gr.Progress(track_tqdm=True)):
+        """Load the chosen drafter (the target stays loaded); on failure fall back to the active one."""
+        progress(0, desc=f"Preparing drafter '{kind}'…")
+        try:
+            service.prepare_drafter(kind)
+        except Exception as exc:
+            gr.Warning(f"Could not prepare drafter '{kind}': {exc}")
+            return _status_html(f"drafter '{kind}' failed: {exc}", error=True), active, active
+        return _status_html(f"drafter '{kind}' ready"), kind, kind
+
+    def clear():
+        return [], [], stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s), *_empty_figures()
+
+    with gr.Blocks(title="specchat · speculative decoding") as demo:
+        gr.Markdown(
+            f"## specchat · speculative decoding, token by token\n"
+            f"A cheap drafter proposes γ tokens, the target model "
+            f"(`{service.target_name}`) checks them all in one pass: the colors show which tokens "
+            f"it accepted, resampled, or added as a bonus. The output is exactly the target's.",
+            elem_classes="spec-subtitle",
+        )
+        history_state = gr.State([])
+        active_drafter = gr.State(drafter0)
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                gr.HTML(legend_html())
+                chatbot = gr.Chatbot(
+                    label="chat",
+                    show_label=False,
+                    height=460,
+                    render_markdown=False,  # show model text verbatim; see specchat/ui_render.py
+                    latex_delimiters=[],
+                    sanitize_html=True,
+                    feedback_options=None,
+                    buttons=[],
+                    placeholder="Ask for some code. Tokens appear colored by how they were produced.",
+                    elem_id="spec-chat",
+                )
+                with gr.Row(equal_height=True):
+                    textbox = gr.Textbox(
+                        show_label=False, placeholder="Message (Enter sends, Shift+Enter = new line)",
+                        lines=1, max_lines=8, scale=8, container=False, elem_id="spec-input",
+                    )
+                    send = gr.Button("Send", variant="primary", scale=1, min_width=80)
+                    stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
+                stats = gr.HTML(
+                    stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s),
+                    elem_id="spec-stats",
+                )
+            with gr.Column(scale=1, min_width=260):
+                drafter = gr.Dropdown(
+                    choices=kinds, value=drafter0, label="drafter",
+                    info="none = target only · ngram = prompt lookup · int4 = 4-bit copy · sibling = smaller model",
+                )
+                drafter_status = gr.HTML(_status_html(f"drafter '{drafter0}' ready"))
+                gamma = gr.Slider(1, MAX_NUM_SPECULATIVE_TOKENS, value=4, step=1, label="γ: draft tokens per round")
+                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
+                max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="max new tokens")
+                clear_btn = gr.Button("Clear chat", variant="secondary")
+                gr.Examples(EXAMPLES, inputs=textbox, label="examples")
+        with gr.Row():
+            plot_alpha = gr.Plot(figures0[0], show_label=False, elem_id="plot-alpha", elem_classes="spec-plot")
+            plot_position = gr.Plot(figures0[1], show_label=False, elem_id="plot-position", elem_classes="spec-plot")
+        with gr.Row():
+            plot_speed = gr.Plot(figures0[2], show_label=False, elem_id="plot-speed", elem_classes="spec-plot")
+            plot_theory = gr.Plot(figures0[3], show_label=False, elem_id="plot-theory", elem_classes="spec-plot")
+        with gr.Accordion("How to read this", open=False):
+            gr.Markdown(EXPLAIN_MD)
+
+        inputs = [textbox, history_state, chatbot, drafter, gamma, temperature, top_p, max_new_tokens]
+        outputs = [textbox, chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
+        common = dict(
+            fn=respond, inputs=inputs, outputs=outputs, show_progress="hidden",
+            concurrency_limit=1, concurrency_id="model",
+        )
+        send_event = send.click(api_name="chat", **common)
+        submit_event = textbox.submit(api_visibility="private", **common)
+        stop.click(None, None, None, cancels=[send_event, submit_event])
+        # .select fires once per user choice (Gradio 6.31's Dropdown fires .input twice) and
+        # not when prepare_drafter puts the previous value back after a failure
+        drafter.select(
+            prepare_drafter, inputs=[drafter, active_drafter],
+            outputs=[drafter_status, drafter, active_drafter],
+            concurrency_limit=1, concurrency_id="model", show_progress="full",
+            show_progress_on=drafter_status, api_name="prepare_drafter",
+        )
+        cleared = [chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
+        clear_btn.click(clear, None, cleared, cancels=[send_event, submit_event], api_visibility="private")
+        # the Chatbot's own trash button empties the display: empty the history with it
+        chatbot.clear(clear, None, cleared, cancels=[send_event, submit_event], api_visibility="private")
+    return demo
+
+
+# ---- command line ---------------------------------------------------------------------------
+def is_loopback(host: str) -> bool:
+    """True for localhost / 127.0.0.0/8 / ::1."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="app.py",
+        description="specchat: a local chat that shows speculative decoding at work.",
+    )
+    parser.add_argument(
+        "--target", default=None,
+        help="target model: a name from models.yaml or a local path (default: the project's default target)",
+    )
+    parser.add_argument(
+        "--drafter", choices=DRAFTER_CHOICES, default=None,
+        help="drafter selected at start (default: the first available of int4, sibling, ngram)",
+    )
+    parser.add_argument(
+        "--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        help="address to listen on (default 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        help="port to listen on (default 7860)",
+    )
+    parser.add_argument(
+        "--dtype", choices=DTYPE_CHOICES, default="auto",
+        help="weights dtype for the target and model drafters (default auto)",
+    )
+    return parser.parse_args(argv)
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    return isinstance(exc, ValueError) or any(c.__name__ == "SpecchatError" for c in type(exc).__mro__)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not is_loopback(args.host):
+        print(
+            f"WARNING: listening on {args.host}: the chat (and the models' compute) becomes "
+            "reachable from the network. Use --host 127.0.0.1 to keep it on this machine.",
+            file=sys.stderr,
+        )
+    try:
+        service = get_service(target=args.target, dtype=args.dtype)
+        kinds = list(service.drafter_kinds())
+        if args.drafter is not None and args.drafter not in kinds:
+            raise ValueError(
+                f"drafter '{args.drafter}' is not available for {service.target_name}; "
+                f"available: {', '.join(kinds)}"
+            )
+        drafter = _pick_drafter(kinds, args.drafter)
+        print(f"Preparing drafter '{drafter}'…", file=sys.stderr)
+        service.prepare_drafter(drafter)
+        print("Measuring target-only decoding speed (baseline)…", file=sys.stderr)
+        baseline = service.measure_baseline()
+        print(f"Baseline: {baseline:.1f} tokens/s", file=sys.stderr)
+    except Exception as exc:
+        if _is_user_error(exc):
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        raise
+    demo = build_ui(service, default_drafter=drafter)
+    demo.queue(default_concurrency_limit=1)
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=False,
+        ssr_mode=False,
+        css=CSS,
+        run_history=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

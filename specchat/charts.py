@@ -1,0 +1,359 @@
+"""Running statistics → plotly figures for the app. No gradio import.
+
+Each function takes a :class:`~specchat.metrics.SpeculationMetrics` and returns a small
+``go.Figure`` (fixed height, a minimal template, long series thinned to a few hundred points)
+because the app resends every figure whole 2–4 times a second while it streams. Without data a
+figure shows its title and a one-line hint instead of empty axes.
+
+Colors match the token legend (:mod:`specchat.ui_render`): accepted green for acceptance,
+dark for measured values, teal for predictions, gray for the target-only baseline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from specchat import theory
+from specchat.metrics import SpeculationMetrics
+from specchat.ui_render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
+
+__all__ = [
+    "FIGURE_HEIGHT",
+    "acceptance_rate_figure",
+    "acceptance_by_position_figure",
+    "speed_figure",
+    "theory_figure",
+    "all_figures",
+    "speed_series",
+    "theory_curve",
+]
+
+FIGURE_HEIGHT = 260  # px
+MAX_POINTS = 300  # longest series sent to the browser; longer ones are bucketed
+THEORY_MAX_GAMMA = 10
+
+ACCEPTED = KIND_COLORS["accepted"]
+RESAMPLED = KIND_COLORS["resampled"]
+GRID = "#e9ecef"
+TEXT = "#495057"
+
+# A minimal template: the built-in ones add ~10 kB of JSON to every figure.
+_TEMPLATE = go.layout.Template(
+    layout=dict(
+        font=dict(family="system-ui, -apple-system, Segoe UI, sans-serif", size=11, color=TEXT),
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        xaxis=dict(gridcolor=GRID, zeroline=False, linecolor="#ced4da", ticks="", automargin=True),
+        yaxis=dict(gridcolor=GRID, zeroline=False, linecolor="#ced4da", ticks="", automargin=True),
+        hoverlabel=dict(font_size=11),
+    )
+)
+
+
+_MODEBAR_REMOVE = [
+    "zoom", "pan", "select", "lasso", "zoomIn", "zoomOut", "autoScale", "resetScale",
+    "toggleSpikelines", "hoverClosestCartesian", "hoverCompareCartesian",
+]
+
+
+def _axis(title: str | None = None, **extra) -> dict:
+    axis = dict(extra)
+    if title:
+        axis["title"] = dict(text=title, font=dict(size=10))
+    return axis
+
+
+def _figure(data: list[dict], title: str, *, show_legend: bool = False, **layout) -> go.Figure:
+    """One validated construction (much faster than add_trace / update_* / add_hline)."""
+    base = dict(
+        template=_TEMPLATE,
+        height=FIGURE_HEIGHT,
+        margin=dict(l=48, r=14, t=40, b=38),
+        title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13)),
+        showlegend=show_legend,
+        legend=dict(
+            orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom",
+            font=dict(size=10), bgcolor="rgba(255,255,255,0.6)",
+        ),
+        hovermode="closest",
+        # keep the mode bar to "download as PNG": the zoom/pan buttons cover titles and legends
+        modebar=dict(remove=_MODEBAR_REMOVE, bgcolor="rgba(255,255,255,0.6)"),
+    )
+    base.update(layout)
+    return go.Figure(data=data, layout=base)
+
+
+def _hline(y: float, color: str, *, xref: str = "x domain", yref: str = "y", dash: str = "dash") -> dict:
+    return dict(
+        type="line", xref=xref, x0=0, x1=1, yref=yref, y0=y, y1=y,
+        line=dict(color=color, width=1, dash=dash), layer="below",
+    )
+
+
+def _note(text: str, x: float, y: float, color: str, *, xref: str = "paper", yref: str = "paper",
+          xanchor: str = "center", yanchor: str = "middle", size: int = 10) -> dict:
+    return dict(
+        text=text, x=x, y=y, xref=xref, yref=yref, xanchor=xanchor, yanchor=yanchor,
+        showarrow=False, font=dict(size=size, color=color),
+    )
+
+
+def _empty(title: str, hint: str) -> go.Figure:
+    """A titled figure with a centered hint and no axes: the no-data state."""
+    return _figure(
+        [], title,
+        xaxis=dict(visible=False), yaxis=dict(visible=False),
+        annotations=[_note(hint, 0.5, 0.5, "#868e96", size=12)],
+    )
+
+
+def _buckets(n: int, max_points: int = MAX_POINTS) -> list[tuple[int, int]]:
+    """Split range(n) into at most max_points consecutive [start, stop) buckets."""
+    size = max(1, math.ceil(n / max_points))
+    return [(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _r(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def _gamma_label(metrics: SpeculationMetrics) -> str:
+    gamma = metrics.mean_num_speculative_tokens
+    return f"S({max(1, round(gamma))})" if gamma is not None else "S(γ)"
+
+
+# ---- 1. acceptance rate over rounds ---------------------------------------------------------
+def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
+    """Cumulative α and accepted/judged drafts per round (per bucket of rounds for long replies).
+
+    Judged drafts are the accepted ones plus the first rejected one (metrics.num_verified).
+    """
+    title = "Acceptance rate α over rounds"
+    if not metrics.rounds:
+        return _empty(title, "Send a message: α appears after the first round")
+    if not metrics.num_drafted:
+        return _empty(title, "Nothing drafted (target only): pick a drafter other than 'none'")
+    rounds = metrics.rounds
+    cumulative = metrics.cumulative_acceptance_rate()
+    x, per_bucket, custom, x_cum, y_cum = [], [], [], [], []
+    for start, stop in _buckets(len(rounds)):
+        accepted = sum(r.num_accepted for r in rounds[start:stop])
+        drafted = sum(r.num_drafted for r in rounds[start:stop])
+        judged = sum(min(r.num_drafted, r.num_accepted + 1) for r in rounds[start:stop])
+        label = f"round {start + 1}" if stop - start == 1 else f"rounds {start + 1}–{stop}"
+        x_cum.append(stop)
+        y_cum.append(_r(cumulative[stop - 1]))
+        if drafted:
+            x.append(_r((start + 1 + stop) / 2, 2))
+            per_bucket.append(_r(accepted / judged))
+            custom.append([label, accepted, judged, drafted])
+    data = [
+        dict(
+            type="scatter", x=x, y=per_bucket, mode="markers", name="per round",
+            marker=dict(color=ACCEPTED, opacity=0.35, size=6), customdata=custom,
+            hovertemplate=(
+                "%{customdata[0]}: %{customdata[1]} accepted of %{customdata[2]} judged"
+                " (%{customdata[3]} drafted)<extra></extra>"
+            ),
+        ),
+        dict(
+            type="scatter", x=x_cum, y=y_cum, mode="lines", name="cumulative α", connectgaps=True,
+            line=dict(color=ACCEPTED, width=2.5),
+            hovertemplate="after round %{x}: α = %{y:.2f}<extra></extra>",
+        ),
+    ]
+    return _figure(
+        data, f"Acceptance rate α = {metrics.acceptance_rate:.2f}", show_legend=True,
+        xaxis=_axis("round", rangemode="tozero"),
+        yaxis=_axis("accepted / judged drafts", range=[-0.03, 1.05]),
+    )
+
+
+# ---- 2. acceptance by draft position ---------------------------------------------------------
+def acceptance_by_position_figure(metrics: SpeculationMetrics) -> go.Figure:
+    """Bars of accepted / reached for draft positions 1..γ (β_i, the conditional acceptance).
+
+    Position i is reached when the first i−1 drafts of a round were accepted
+    (SpeculationMetrics.acceptance_by_position); hover shows both counts.
+    """
+    title = "Acceptance by draft position"
+    by_position = metrics.acceptance_by_position()
+    if not by_position:
+        return _empty(title, "Per-position acceptance appears once drafts are verified")
+    x = list(range(1, len(by_position) + 1))
+    y = [_r(a / n) if n else None for a, n in by_position]
+    bars = dict(
+        type="bar", x=x, y=y, name="accepted / reached", marker=dict(color=ACCEPTED), opacity=0.85,
+        customdata=[[a, n] for a, n in by_position],
+        hovertemplate=(
+            "position %{x}: %{customdata[0]} accepted of %{customdata[1]} reached"
+            "<br>β = %{y:.2f}<extra></extra>"
+        ),
+    )
+    if len(x) <= 8:
+        bars.update(
+            text=[f"{a}/{n}" for a, n in by_position], textposition="outside",
+            textfont=dict(size=10), cliponaxis=False,
+        )
+    data = [bars]
+    alpha = metrics.acceptance_rate
+    if alpha is not None:
+        data.append(dict(
+            type="scatter", x=[0.5, len(x) + 0.5], y=[round(alpha, 4)] * 2, mode="lines",
+            name=f"α = {alpha:.2f} over all drafts", line=dict(color=MEASURED_COLOR, width=1, dash="dot"),
+            hoverinfo="skip",
+        ))
+    return _figure(
+        data, "Acceptance by draft position", show_legend=True,
+        xaxis=_axis("draft position (accepted / reached)", dtick=1 if len(x) <= 16 else None,
+                    range=[0.5, len(x) + 0.5]),
+        yaxis=_axis("β at position", range=[0, 1.18]),
+        bargap=0.25,
+    )
+
+
+# ---- 3. speed ------------------------------------------------------------------------------
+def speed_series(metrics: SpeculationMetrics) -> tuple[list[float], list[float]]:
+    """(decode seconds, cumulative tokens/s) after each round, thinned to MAX_POINTS.
+
+    Elapsed times restart at round 0 of each stream; they are chained like the metrics do.
+    """
+    offset_ms = last_ms = 0.0
+    tokens = 0
+    points = []
+    for i, r in enumerate(metrics.rounds):
+        if r.round_index == 0 and i:
+            offset_ms = last_ms
+        last_ms = offset_ms + r.elapsed_ms
+        tokens += r.num_committed
+        if last_ms > 0:
+            points.append((last_ms / 1000.0, tokens / (last_ms / 1000.0)))
+    seconds, rates = [], []
+    for _, stop in _buckets(len(points)):
+        t, rate = points[stop - 1]
+        seconds.append(round(t, 3))
+        rates.append(round(rate, 2))
+    return seconds, rates
+
+
+def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
+    """Left: tokens/s so far against the target-only baseline. Right: measured vs predicted speedup."""
+    seconds, rates = speed_series(metrics)
+    baseline = metrics.baseline_tokens_per_s
+    if not seconds:
+        hint = "Tokens/s and speedup appear after the first round"
+        if baseline:
+            hint += f" (baseline {baseline:.1f} tok/s)"
+        return _empty("Speed", hint)
+    data = [dict(
+        type="scatter", x=seconds, y=rates, mode="lines", name="speculative",
+        line=dict(color=MEASURED_COLOR, width=2),
+        hovertemplate="%{x:.1f} s: %{y:.1f} tok/s<extra></extra>",
+    )]
+    if baseline:
+        data.append(dict(
+            type="scatter", x=[0, seconds[-1]], y=[round(baseline, 2)] * 2, mode="lines",
+            name="target only", line=dict(color=BASELINE_COLOR, width=1.5, dash="dash"),
+            hovertemplate=f"target only: {baseline:.1f} tok/s<extra></extra>",
+        ))
+    values = [_r(metrics.measured_speedup, 3), _r(metrics.predicted_speedup, 3)]
+    data.append(dict(
+        type="bar", x=["measured", f"predicted {_gamma_label(metrics)}"], y=values,
+        xaxis="x2", yaxis="y2", marker=dict(color=[MEASURED_COLOR, PREDICTED_COLOR]), opacity=0.9,
+        text=["n/a" if v is None else f"{v:.2f}×" for v in values], textposition="outside",
+        textfont=dict(size=10), cliponaxis=False, showlegend=False,
+        hovertemplate="%{x}: %{y:.2f}×<extra></extra>",
+    ))
+    tps = metrics.tokens_per_s
+    title = f"Speed: {tps:.1f} tok/s" if tps else "Speed"
+    if baseline:
+        title += f" vs {baseline:.1f} target only"
+    top = max([v for v in values if v is not None] + [1.0]) * 1.25
+    return _figure(
+        data, title, show_legend=True,
+        legend=dict(
+            orientation="h", x=0.62, xanchor="right", y=1.02, yanchor="bottom",
+            font=dict(size=10), bgcolor="rgba(255,255,255,0.6)",
+        ),
+        xaxis=_axis("decode time (s)", domain=[0, 0.62], rangemode="tozero"),
+        yaxis=_axis("tokens/s", rangemode="tozero"),
+        xaxis2=_axis(None, domain=[0.74, 1], anchor="y2", tickfont=dict(size=10)),
+        yaxis2=_axis("speedup ×", anchor="x2", range=[0, top]),
+        shapes=[_hline(1, BASELINE_COLOR, xref="x2 domain", yref="y2")],
+        bargap=0.35,
+    )
+
+
+# ---- 4. theory -----------------------------------------------------------------------------
+def theory_curve(alpha: float, cost_ratio: float, max_gamma: int = THEORY_MAX_GAMMA) -> list[float]:
+    """S(γ) for γ = 1..max_gamma (theory.predicted_speedup)."""
+    return [theory.predicted_speedup(alpha, g, cost_ratio) for g in range(1, max_gamma + 1)]
+
+
+def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | None = None) -> go.Figure:
+    """S(γ) for γ=1..10 at the measured α and c; current γ, best γ, the measured point, S=1.
+
+    Args:
+        num_speculative_tokens: the γ to mark as current; defaults to the mean γ drafted
+            (the same γ as metrics.predicted_speedup).
+    """
+    alpha, cost = metrics.acceptance_rate, metrics.cost_ratio
+    if alpha is None or cost is None or not math.isfinite(cost):
+        return _empty("Theory: predicted speedup S(γ)", "S(γ) needs a measured α and c: send a message with a drafter")
+    alpha = min(max(alpha, 0.0), 1.0)
+    cost = max(cost, 0.0)
+    gamma = num_speculative_tokens
+    if gamma is None and metrics.mean_num_speculative_tokens is not None:
+        gamma = max(1, round(metrics.mean_num_speculative_tokens))
+    max_gamma = max(THEORY_MAX_GAMMA, gamma or 0)
+    curve = [round(s, 4) for s in theory_curve(alpha, cost, max_gamma)]
+    best = theory.optimal_num_speculative_tokens(alpha, cost, max_gamma)
+    data = [
+        dict(
+            type="scatter", x=list(range(1, max_gamma + 1)), y=curve, mode="lines+markers",
+            name="S(γ)", line=dict(color=PREDICTED_COLOR, width=2), marker=dict(size=5),
+            hovertemplate="γ = %{x}: S = %{y:.2f}×<extra></extra>",
+        ),
+        dict(
+            type="scatter", x=[best], y=[curve[best - 1]], mode="markers", name=f"best γ={best}",
+            marker=dict(symbol="star", size=15, color=PREDICTED_COLOR, line=dict(color="white", width=1)),
+            hovertemplate="best γ = %{x}: S = %{y:.2f}×<extra></extra>",
+        ),
+    ]
+    measured = metrics.measured_speedup
+    if gamma:
+        data.append(dict(
+            type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"current γ={gamma}",
+            marker=dict(symbol="circle-open", size=16, color=MEASURED_COLOR, line=dict(width=2)),
+            hovertemplate="current γ = %{x}: predicted %{y:.2f}×<extra></extra>",
+        ))
+        if measured is not None:
+            data.append(dict(
+                type="scatter", x=[gamma], y=[round(measured, 3)], mode="markers", name="measured",
+                marker=dict(symbol="diamond", size=10, color=MEASURED_COLOR),
+                hovertemplate="measured at γ = %{x}: %{y:.2f}×<extra></extra>",
+            ))
+    notes = [_note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right", yanchor="top")]
+    if alpha <= cost:
+        notes.append(_note("α ≤ c: no γ gives a speedup", 0.5, 0.92, RESAMPLED, size=11))
+    top = max(curve + [1.0, measured or 0.0])
+    return _figure(
+        data, f"Theory: S(γ) at α = {alpha:.2f}, c = {cost:.2f}", show_legend=True,
+        xaxis=_axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2),
+        yaxis=_axis("speedup ×", range=[0, top * 1.15]),
+        shapes=[_hline(1, BASELINE_COLOR)], annotations=notes,
+    )
+
+
+def all_figures(
+    metrics: SpeculationMetrics, num_speculative_tokens: int | None = None
+) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
+    """The four figures in display order: α over rounds, by position, speed, theory."""
+    return (
+        acceptance_rate_figure(metrics),
+        acceptance_by_position_figure(metrics),
+        speed_figure(metrics),
+        theory_figure(metrics, num_speculative_tokens),
+    )

@@ -1,0 +1,191 @@
+"""specchat.charts: the figures carry the right numbers, stay small, and have empty states."""
+
+from __future__ import annotations
+
+import json
+
+import plotly.graph_objects as go
+import pytest
+
+from specchat import charts, theory
+from specchat.events import RoundEvent
+from specchat.metrics import SpeculationMetrics
+
+
+def _round(i: int, drafted: int, accepted: int, *, elapsed_ms: float, draft_ms: float | None = None,
+           draft_steps: int | None = None, committed: int | None = None) -> RoundEvent:
+    return RoundEvent(
+        round_index=i, num_speculative_tokens=max(drafted, 1), num_drafted=drafted, num_accepted=accepted,
+        num_committed=accepted + 1 if committed is None else committed,
+        accepted_mask=tuple([True] * accepted + [False] * (drafted - accepted)),
+        draft_ms=10.0 * drafted if draft_ms is None else draft_ms,
+        draft_steps=drafted if draft_steps is None else draft_steps,
+        verify_ms=100.0, elapsed_ms=elapsed_ms,
+    )
+
+
+def _metrics(rounds: list[RoundEvent], baseline: float | None = 10.0) -> SpeculationMetrics:
+    m = SpeculationMetrics(baseline_tokens_per_s=baseline)
+    for r in rounds:
+        m.num_tokens += r.num_committed  # as the token events would
+        m.update(r)
+    return m
+
+
+# (drafted, accepted) per round: a target-only round, then 4 rounds of γ = 4.
+ROUNDS = [(0, 0), (4, 2), (4, 4), (4, 1), (4, 3)]
+
+
+@pytest.fixture
+def metrics() -> SpeculationMetrics:
+    elapsed, rounds = 0.0, []
+    for i, (d, a) in enumerate(ROUNDS):
+        elapsed += 100.0 + 10.0 * d
+        rounds.append(_round(i, d, a, elapsed_ms=elapsed))
+    return _metrics(rounds)
+
+
+def _trace(fig: go.Figure, name: str):
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_acceptance_by_position_matches_hand_counts(metrics):
+    fig = charts.acceptance_by_position_figure(metrics)
+    bars = fig.data[0]
+    # position 1: reached 4×, accepted 4×; 2: 4, 3; 3: reached when ≥2 accepted (3×), accepted 2×;
+    # 4: reached when ≥3 accepted (2×), accepted once
+    assert list(bars.x) == [1, 2, 3, 4]
+    assert list(bars.y) == pytest.approx([4 / 4, 3 / 4, 2 / 3, 1 / 2], abs=1e-4)
+    assert [list(c) for c in bars.customdata] == [[4, 4], [3, 4], [2, 3], [1, 2]]
+    assert list(bars.text) == ["4/4", "3/4", "2/3", "1/2"]
+    # the dotted α line: 10 accepted of 13 judged (3 + 4 + 2 + 4)
+    assert list(fig.data[1].y) == pytest.approx([10 / 13] * 2, abs=1e-4)
+
+
+def test_acceptance_rate_series(metrics):
+    fig = charts.acceptance_rate_figure(metrics)
+    cumulative = _trace(fig, "cumulative α")
+    assert list(cumulative.x) == [1, 2, 3, 4, 5]
+    assert cumulative.y[0] is None  # nothing drafted yet after the target-only round
+    assert list(cumulative.y)[1:] == pytest.approx([2 / 3, 6 / 7, 7 / 9, 10 / 13], abs=1e-4)
+    per_round = _trace(fig, "per round")
+    assert list(per_round.x) == [2, 3, 4, 5]  # the target-only round has no ratio
+    assert list(per_round.y) == pytest.approx([2 / 3, 1.0, 0.5, 0.75], abs=1e-4)
+    assert "0.77" in fig.layout.title.text
+
+
+def test_speed_series_and_bars(metrics):
+    seconds, rates = charts.speed_series(metrics)
+    # committed tokens 1, 3, 5, 2, 4 at 0.10, 0.24, 0.38, 0.52, 0.66 s
+    assert seconds == pytest.approx([0.10, 0.24, 0.38, 0.52, 0.66])
+    assert rates == pytest.approx([1 / 0.10, 4 / 0.24, 9 / 0.38, 11 / 0.52, 15 / 0.66], abs=0.01)
+    fig = charts.speed_figure(metrics)
+    baseline = _trace(fig, "target only")
+    assert list(baseline.y) == [10.0, 10.0]
+    bars = next(t for t in fig.data if t.type == "bar")
+    measured, predicted = bars.y
+    assert measured == pytest.approx((15 / 0.66) / 10.0, abs=1e-3)
+    # predicted S(4) at α = 10/16, c = 10 ms / 100 ms
+    assert predicted == pytest.approx(theory.predicted_speedup(10 / 13, 4, 0.1), abs=1e-3)
+    assert list(bars.x) == ["measured", "predicted S(4)"]
+
+
+def test_speed_series_chains_streams():
+    m = _metrics([_round(0, 4, 4, elapsed_ms=100.0), _round(0, 4, 4, elapsed_ms=100.0)])
+    seconds, rates = charts.speed_series(m)
+    assert seconds == [0.1, 0.2]
+    assert rates == pytest.approx([50.0, 50.0])
+
+
+def _alpha_08_c_01() -> SpeculationMetrics:
+    # 16 accepted of 20 judged drafts (four rounds reject the 4th draft, one accepts all four);
+    # drafter step 10 ms, target step 100 ms (baseline 10 tok/s)
+    accepted = [3, 3, 3, 3, 4]
+    return _metrics([_round(i, 4, a, elapsed_ms=140.0 * (i + 1)) for i, a in enumerate(accepted)])
+
+
+def test_theory_curve_worked_example():
+    curve = charts.theory_curve(0.8, 0.1)
+    assert len(curve) == 10
+    assert curve[3] == pytest.approx(2.40, abs=0.01)  # ALGORITHM.md: α=0.8, c=0.1, γ=4 → 2.40×
+    assert curve[0] == pytest.approx(1.8 / 1.1)
+
+
+def test_theory_figure_marks_current_and_best(metrics):
+    m = _alpha_08_c_01()
+    assert m.acceptance_rate == pytest.approx(0.8) and m.cost_ratio == pytest.approx(0.1)
+    fig = charts.theory_figure(m, 4)
+    curve = _trace(fig, "S(γ)")
+    assert list(curve.x) == list(range(1, 11))
+    assert curve.y[3] == pytest.approx(2.40, abs=0.01)
+    current = _trace(fig, "current γ=4")
+    assert list(current.x) == [4] and current.y[0] == pytest.approx(2.40, abs=0.01)
+    best = next(t for t in fig.data if t.name.startswith("best"))
+    assert list(best.x) == [6]  # S(5)=2.46, S(6)=2.47, S(7)=2.45
+    assert best.x[0] == theory.optimal_num_speculative_tokens(0.8, 0.1, 10)
+    measured = _trace(fig, "measured")
+    assert measured.y[0] == pytest.approx(m.measured_speedup, abs=1e-3)
+    assert fig.layout.shapes[0].y0 == 1  # the S = 1 line
+    # the default current γ is the mean γ drafted (4), as in metrics.predicted_speedup
+    assert list(_trace(charts.theory_figure(m), "current γ=4").x) == [4]
+
+
+def test_theory_figure_warns_when_alpha_not_above_c():
+    m = _metrics([_round(i, 4, 0, elapsed_ms=500.0 * (i + 1), draft_ms=200.0) for i in range(3)])
+    fig = charts.theory_figure(m)
+    assert any("α ≤ c" in a.text for a in fig.layout.annotations)
+
+
+def test_theory_range_extends_past_ten_for_large_gamma():
+    m = _metrics([_round(0, 12, 6, elapsed_ms=300.0)])
+    fig = charts.theory_figure(m)
+    assert list(_trace(fig, "S(γ)").x) == list(range(1, 13))
+
+
+@pytest.mark.parametrize("build", [
+    charts.acceptance_rate_figure, charts.acceptance_by_position_figure,
+    charts.speed_figure, charts.theory_figure,
+])
+def test_empty_state_has_a_hint_not_an_error(build):
+    fig = build(SpeculationMetrics())
+    assert isinstance(fig, go.Figure)
+    assert len(fig.data) == 0
+    assert fig.layout.annotations and fig.layout.annotations[0].text
+    assert fig.layout.height == charts.FIGURE_HEIGHT
+
+
+def test_target_only_run_shows_a_hint_for_acceptance():
+    m = _metrics([_round(i, 0, 0, elapsed_ms=100.0 * (i + 1), committed=1) for i in range(5)])
+    assert "none" in charts.acceptance_rate_figure(m).layout.annotations[0].text
+    assert len(charts.acceptance_by_position_figure(m).data) == 0
+    assert len(charts.theory_figure(m).data) == 0
+    speed = charts.speed_figure(m)  # speed still makes sense without drafts
+    assert _trace(speed, "speculative").y[-1] == pytest.approx(10.0)
+
+
+def test_no_baseline_still_draws_speed(metrics):
+    metrics.baseline_tokens_per_s = None
+    fig = charts.speed_figure(metrics)
+    assert not any(t.name == "target only" for t in fig.data)
+    bars = next(t for t in fig.data if t.type == "bar")
+    assert bars.y[0] is None and bars.text[0] == "n/a"
+
+
+def test_long_runs_are_thinned_and_small():
+    rounds = [_round(i, 4, i % 5, elapsed_ms=150.0 * (i + 1)) for i in range(3000)]
+    m = _metrics(rounds)
+    figs = charts.all_figures(m)
+    alpha = figs[0]
+    assert len(_trace(alpha, "cumulative α").x) <= charts.MAX_POINTS
+    assert _trace(alpha, "cumulative α").y[-1] == pytest.approx(m.acceptance_rate, abs=1e-4)
+    assert len(_trace(figs[2], "speculative").x) <= charts.MAX_POINTS
+    for fig in figs:
+        assert len(fig.to_json()) < 25_000
+        assert fig.layout.height == charts.FIGURE_HEIGHT
+        json.loads(fig.to_json())
+
+
+def test_colors_match_the_token_legend(metrics):
+    from specchat.ui_render import KIND_COLORS
+    assert charts.acceptance_by_position_figure(metrics).data[0].marker.color == KIND_COLORS["accepted"]
+    assert _trace(charts.acceptance_rate_figure(metrics), "cumulative α").line.color == KIND_COLORS["accepted"]
