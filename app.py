@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 # Mirrors specchat.service.DRAFTER_KINDS (a test checks it) so that `--help` needs no torch.
 DRAFTER_CHOICES = ("none", "ngram", "int4", "sibling")
 # Drafter selected at start when --drafter is not given: the first one the target offers.
-DEFAULT_DRAFTER_ORDER = ("int4", "sibling", "ngram", "none")
+# sibling first: it loads in seconds, while bitsandbytes re-quantizes the int4 copy on every
+# start (about a minute for the 1.5B target on 2 CPU cores); int4 loads when picked.
+DEFAULT_DRAFTER_ORDER = ("sibling", "int4", "ngram", "none")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
 TEXT_INTERVAL_S = 0.1  # chat + stats refresh while streaming (~10 Hz)
@@ -63,16 +65,44 @@ _SERVICE_LOCK = threading.Lock()
 
 
 def get_service(*, target: str | None = None, dtype: str = "auto") -> ChatService:
-    """The module-level ChatService, created and loaded on first use (thread-safe)."""
+    """The module-level ChatService, created on first use (thread-safe). Loads nothing:
+    ``service.start(drafter)`` loads the models in the background."""
     global _SERVICE
     with _SERVICE_LOCK:
         if _SERVICE is None:
             from specchat.service import ChatService
 
-            service = ChatService(target=target, dtype=dtype)
-            service.load()
-            _SERVICE = service
+            _SERVICE = ChatService(target=target, dtype=dtype)
         return _SERVICE
+
+
+def loading_html(service: Any) -> str | None:
+    """A progress banner while the service loads in the background; None once it is ready."""
+    ready = getattr(service, "ready", None)
+    if ready is None or (ready.is_set() and service.startup_error is None):
+        return None
+    if service.startup_error is not None:
+        return _status_html(f"Loading the models failed: {service.startup_error}", error=True)
+    from specchat.progress import BOARD
+
+    snap = BOARD.snapshot()
+    pct = "" if snap.fraction is None else f"{snap.fraction * 100:.0f}%"
+    width = 0 if snap.fraction is None else snap.fraction * 100
+    bar = html.escape(snap.bar or "")
+    return (
+        f'<div class="spec-loading"><div>⏳ {html.escape(snap.stage or "Loading models")}</div>'
+        f'<div class="spec-loading-bar"><div style="width:{width:.0f}%"></div></div>'
+        f'<div class="spec-loading-detail">{bar} {pct}</div></div>'
+    )
+
+
+def wait_until_ready(service: Any, poll_s: float = 0.5) -> Iterator[str]:
+    """Yield the loading banner every ``poll_s`` seconds until the service is ready."""
+    while (banner := loading_html(service)) is not None:
+        yield banner
+        if service.startup_error is not None:
+            return
+        time.sleep(poll_s)
 
 
 @gpu(duration=120)
@@ -98,7 +128,7 @@ own. So every round commits 1 … γ+1 tokens and the output has exactly the tar
 
 | symbol | meaning |
 |---|---|
-| α | acceptance rate: accepted drafts / drafted tokens |
+| α | acceptance rate: accepted drafts / judged drafts (each round judges its drafts up to the first rejection) |
 | c | cost ratio: one drafter step / one target step (wall time) |
 | E[N] | expected tokens per round = (1 − α^(γ+1)) / (1 − α) |
 | S(γ) | predicted speedup = (1 − α^(γ+1)) / ((1 − α)(γc + 1)) |
@@ -171,6 +201,19 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             gr.Warning(f"Invalid setting: {exc}")
             yield (message,) + (skip,) * 7
             return
+
+        if loading_html(service) is not None:  # still loading in the background: wait, visibly
+            pending = list(chat or []) + [
+                {"role": "user", "content": render_user(message)},
+                {"role": "assistant", "content": ""},
+            ]
+            for banner in wait_until_ready(service):
+                pending[-1] = {"role": "assistant", "content": banner}
+                yield (skip, pending, skip, skip, *(skip,) * 4)
+            if service.startup_error is not None:
+                gr.Warning(f"The models could not be loaded: {service.startup_error}")
+                yield (message, chat, skip, skip, *(skip,) * 4)
+                return
 
         baseline = service.baseline_tokens_per_s
         metrics = SpeculationMetrics(baseline_tokens_per_s=baseline)
@@ -258,6 +301,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 gr.HTML(legend_html())
+                load_banner = gr.HTML(loading_html(service) or "", elem_id="spec-loading")
                 chatbot = gr.Chatbot(
                     label="chat",
                     show_label=False,
@@ -286,7 +330,9 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                     choices=kinds, value=drafter0, label="drafter",
                     info="none = target only · ngram = prompt lookup · int4 = 4-bit copy · sibling = smaller model",
                 )
-                drafter_status = gr.HTML(_status_html(f"drafter '{drafter0}' ready"))
+                drafter_status = gr.HTML(
+                    _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready"))
+                )
                 gamma = gr.Slider(1, MAX_NUM_SPECULATIVE_TOKENS, value=4, step=1, label="γ: draft tokens per round")
                 temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)")
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
@@ -319,6 +365,22 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             concurrency_limit=1, concurrency_id="model", show_progress="full",
             show_progress_on=drafter_status, api_name="prepare_drafter",
         )
+        def show_loading():
+            """On page load: mirror the background loading progress until the models are ready."""
+            for banner in wait_until_ready(service):
+                yield banner, gr.skip(), gr.skip()
+            if getattr(service, "startup_error", None) is not None:
+                return
+            yield (
+                "",
+                stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s),
+                _status_html(f"drafter '{drafter0}' ready"),
+            )
+
+        demo.load(
+            show_loading, None, [load_banner, stats, drafter_status], show_progress="hidden",
+            concurrency_limit=None,  # every open tab polls; no model work happens here
+        )
         cleared = [chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
         clear_btn.click(clear, None, cleared, cancels=[send_event, submit_event], api_visibility="private")
         # the Chatbot's own trash button empties the display: empty the history with it
@@ -348,7 +410,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--drafter", choices=DRAFTER_CHOICES, default=None,
-        help="drafter selected at start (default: the first available of int4, sibling, ngram)",
+        help="drafter selected at start (default: the first available of sibling, int4, ngram)",
     )
     parser.add_argument(
         "--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -386,16 +448,18 @@ def main(argv: list[str] | None = None) -> int:
                 f"available: {', '.join(kinds)}"
             )
         drafter = _pick_drafter(kinds, args.drafter)
-        print(f"Preparing drafter '{drafter}'…", file=sys.stderr)
-        service.prepare_drafter(drafter)
-        print("Measuring target-only decoding speed (baseline)…", file=sys.stderr)
-        baseline = service.measure_baseline()
-        print(f"Baseline: {baseline:.1f} tokens/s", file=sys.stderr)
     except Exception as exc:
         if _is_user_error(exc):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         raise
+    # Load in the background: the page opens at once and shows the same progress as the
+    # terminal (the first start converts the models, later starts load from the cache).
+    print(
+        f"Loading {service.target_name} with drafter '{drafter}' (progress below and in the browser)…",
+        file=sys.stderr,
+    )
+    service.start(drafter)
     demo = build_ui(service, default_drafter=drafter)
     demo.queue(default_concurrency_limit=1)
     demo.launch(

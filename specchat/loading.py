@@ -34,7 +34,7 @@ from pathlib import Path
 
 import platformdirs
 import torch
-from tqdm.auto import tqdm
+from specchat.progress import tqdm
 
 from specchat.errors import ChecksumError, ModelSourceError, TokenizerMismatchError
 from specchat.registry import GgufPart, ModelEntry

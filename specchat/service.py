@@ -21,6 +21,7 @@ from specchat.engine import SpeculativeEngine
 from specchat.errors import SpecchatError
 from specchat.events import Event
 from specchat.metrics import SpeculationMetrics
+from specchat.progress import BOARD
 from specchat.registry import ModelEntry, Registry, load_registry
 
 DRAFTER_KINDS = ("none", "ngram", "int4", "sibling")
@@ -72,6 +73,34 @@ class ChatService:
         self.engine: SpeculativeEngine | None = None
         self._drafters: dict[str, Drafter | None] = {"none": None}
         self._lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self.ready = threading.Event()
+        self.startup_error: BaseException | None = None
+
+    # -- background start-up (the app) -----------------------------------------------------
+    def start(self, drafter: str) -> threading.Thread:
+        """Load the target, prepare ``drafter`` and measure the baseline in a background thread.
+
+        ``ready`` is set when done; on failure ``startup_error`` holds the exception and
+        ``ready`` is set too. Progress is reported on ``specchat.progress.BOARD``.
+        """
+
+        def run() -> None:
+            try:
+                self.load()
+                self.prepare_drafter(drafter)
+                BOARD.stage("Measuring target-only speed on this machine (the baseline)")
+                self.measure_baseline()
+                BOARD.stage("Ready")
+            except BaseException as exc:  # reported to the user by the app
+                self.startup_error = exc
+                BOARD.stage(f"Loading failed: {exc}")
+            finally:
+                self.ready.set()
+
+        thread = threading.Thread(target=run, name="specchat-startup", daemon=True)
+        thread.start()
+        return thread
 
     # -- loading --------------------------------------------------------------------------
     def load(self) -> None:
@@ -80,17 +109,20 @@ class ChatService:
         Raises:
             ModelSourceError, ChecksumError: the model files are missing or damaged.
         """
-        if self.engine is not None:
-            return
-        self.target_path = loading.ensure_local(self.target_entry)
-        self.tokenizer = loading.load_tokenizer(self.target_path)
-        model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device))
-        self.engine = SpeculativeEngine(
-            model,
-            self.tokenizer,
-            eos_token_ids=eos_token_ids(model, self.tokenizer),
-            context_length=self.target_entry.context_length,
-        )
+        with self._load_lock:
+            if self.engine is not None:
+                return
+            BOARD.stage(f"Preparing target {self.target_name} (the first start converts it once)")
+            self.target_path = loading.ensure_local(self.target_entry)
+            BOARD.stage(f"Loading target {self.target_name}")
+            self.tokenizer = loading.load_tokenizer(self.target_path)
+            model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device))
+            self.engine = SpeculativeEngine(
+                model,
+                self.tokenizer,
+                eos_token_ids=eos_token_ids(model, self.tokenizer),
+                context_length=self.target_entry.context_length,
+            )
 
     @property
     def context_length(self) -> int:
@@ -111,6 +143,10 @@ class ChatService:
             TokenizerMismatchError: the sibling's tokenizer differs from the target's.
             ModelSourceError, ChecksumError: its files are missing or damaged.
         """
+        with self._load_lock:
+            return self._prepare_drafter(kind)
+
+    def _prepare_drafter(self, kind: str) -> Drafter | None:
         if kind in self._drafters:
             return self._drafters[kind]
         if kind not in self.drafter_kinds():
@@ -123,12 +159,14 @@ class ChatService:
         if kind == "ngram":
             drafter: Drafter = NgramDrafter(self.device)
         elif kind == "int4":
+            BOARD.stage(f"Quantizing {self.target_name} to int4 for the int4 drafter (about a minute on 2 CPU cores)")
             model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device), int4=True)
             drafter = ModelDrafter(
                 model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name="int4", device=self.device
             )
         else:  # sibling
             entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
+            BOARD.stage(f"Preparing sibling drafter {entry.name} (the first start converts it once)")
             path = loading.ensure_local(entry)
             loading.check_same_tokenizer(
                 self.tokenizer, loading.load_tokenizer(path), target_name=self.target_name, drafter_name=entry.name

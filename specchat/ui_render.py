@@ -235,6 +235,10 @@ CSS = (
 .tok-target { outline: 1px dashed rgba(134, 142, 150, 0.7); outline-offset: -1px; }
 .spec-reply .tok-target { outline: none; }
 .spec-notice { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-bottom: 4px; }
+.spec-loading { border: 1px solid #d0d7de; border-radius: 8px; padding: 8px 12px; margin: 4px 0; }
+.spec-loading-bar { height: 8px; background: #eaeef2; border-radius: 4px; margin: 6px 0 4px; overflow: hidden; }
+.spec-loading-bar > div { height: 100%; background: #2f9e44; transition: width 0.4s; }
+.spec-loading-detail { font-size: 0.8rem; opacity: 0.75; font-family: ui-monospace, monospace; }
 .spec-status { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-top: 4px; }
 .spec-error { color: #c92a2a; font-weight: 600; font-size: 0.9rem; margin-top: 4px; }
 .spec-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center;

@@ -69,6 +69,24 @@ class FakeService:
     def load(self) -> None:
         pass
 
+    def start(self, drafter: str) -> threading.Thread:
+        """Like ChatService.start: prepare the drafter, measure the baseline, in a thread."""
+        self.ready = threading.Event()
+        self.startup_error = None
+
+        def run():
+            try:
+                self.prepare_drafter(drafter)
+                self.measure_baseline()
+            except Exception as exc:
+                self.startup_error = exc
+            finally:
+                self.ready.set()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
     def drafter_kinds(self) -> list[str]:
         return list(DRAFTER_KINDS)
 
@@ -362,6 +380,7 @@ def test_main_warns_for_network_host_and_launches_privately(monkeypatch, capsys)
     monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
     monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: (launched.update(drafter=default_drafter), FakeDemo())[1])
     assert app.main(["--host", "0.0.0.0", "--drafter", "ngram", "--port", "7999"]) == 0
+    fake.ready.wait(5)
     err = capsys.readouterr().err
     assert "WARNING" in err and "reachable from the network" in err
     assert fake.prepared == ["ngram"] and fake.baseline_tokens_per_s == 10.0
@@ -383,9 +402,36 @@ def test_main_default_drafter_and_no_warning_on_loopback(monkeypatch, capsys):
 
     monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
     monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: FakeDemo())
+    fake.failing_drafters = set()
     assert app.main(["--host", "127.0.0.1"]) == 0
+    fake.ready.wait(5)
     assert "WARNING" not in capsys.readouterr().err
-    assert fake.prepared == ["int4"]  # first of DEFAULT_DRAFTER_ORDER that the target offers
+    assert fake.prepared == ["sibling"]  # first of DEFAULT_DRAFTER_ORDER that the target offers
+    # a drafter that fails to load in the background: the page shows the error, no traceback
     fake.failing_drafters = {"int4"}
-    assert app.main(["--drafter", "int4"]) == 2  # a clear error, not a traceback
-    assert "no int4 drafter" in capsys.readouterr().err
+    assert app.main(["--drafter", "int4"]) == 0
+    fake.ready.wait(5)
+    assert "no int4 drafter" in app.loading_html(fake)
+    # a drafter the target does not offer is refused at once
+    monkeypatch.setattr(fake, "drafter_kinds", lambda: ["none", "ngram"])
+    assert app.main(["--drafter", "int4"]) == 2
+    assert "available: none, ngram" in capsys.readouterr().err
+
+
+def test_reply_waits_for_background_loading_and_shows_progress():
+    """While the models load, a message shows the loading banner, then streams when ready."""
+    from specchat.progress import BOARD
+
+    fake = FakeService()
+    fake.ready, fake.startup_error = threading.Event(), None
+    BOARD.stage("Loading target fake-target")
+    assert "Loading target fake-target" in app.loading_html(fake)
+    demo = app.build_ui(fake, default_drafter="ngram")
+    respond = next(fn for fn in demo.fns.values() if getattr(fn, "api_name", None) == "chat").fn
+    stream = respond("hello", [], [], "ngram", 4, 0.0, 1.0, 64)
+    first = next(stream)
+    assert "Loading target fake-target" in str(first[1][-1]["content"])
+    fake.ready.set()
+    updates = list(stream)
+    assert "tok-accepted" in str(updates[-1][1][-1]["content"])
+    assert app.loading_html(fake) is None

@@ -1,0 +1,108 @@
+"""Drive a running specchat app in headless Chromium, as a user would, and screenshot it.
+
+    python scripts/drive_app.py URL OUT.png [--drafter KIND] [--message TEXT]
+                                [--stop-after SECONDS] [--timeout SECONDS]
+
+Picks the drafter, sends the message, waits for the reply to finish (or clicks Stop after
+--stop-after seconds), prints what the page shows (token counts per kind, their colors, the
+stats line) as JSON, and saves a full-page screenshot. Needs Debian's chromium and
+chromium-driver and `pip install selenium`. Only for pages on this machine (127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+FLAGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage",
+)
+
+PAGE_STATE = """
+const toks = document.querySelectorAll('#spec-chat .tok');
+const kinds = {}; const colors = {};
+toks.forEach(t => { const k = t.className.replace('tok ', ''); kinds[k] = (kinds[k] || 0) + 1;
+                    colors[k] = getComputedStyle(t).backgroundColor; });
+return {tokens: toks.length, kinds, colors,
+        stats: (document.querySelector('#spec-stats') || {}).innerText || '',
+        plots: document.querySelectorAll('.spec-plot .js-plotly-plot').length,
+        status: (document.querySelector('.spec-status, .spec-error') || {}).innerText || ''};
+"""
+
+
+def driver(width: int = 1440, height: int = 1000) -> webdriver.Chrome:
+    options = Options()
+    for flag in (*FLAGS, f"--window-size={width},{height}", f"--user-data-dir={tempfile.mkdtemp()}"):
+        options.add_argument(flag)
+    options.binary_location = "/usr/bin/chromium"
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def button(d: webdriver.Chrome, label: str):
+    return next(b for b in d.find_elements(By.TAG_NAME, "button") if b.text.strip() == label)
+
+
+def pick_drafter(d: webdriver.Chrome, kind: str, timeout: float) -> None:
+    d.find_element(By.CSS_SELECTOR, "input[role=listbox], .wrap input").click()
+    time.sleep(0.5)
+    next(o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip() == kind).click()
+    deadline = time.time() + timeout
+    while time.time() < deadline:  # loading a drafter (int4 quantizes) can take a minute
+        status = d.execute_script(PAGE_STATE)["status"]
+        if f"'{kind}' ready" in status or "failed" in status:
+            return
+        time.sleep(1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("url")
+    ap.add_argument("out")
+    ap.add_argument("--drafter")
+    ap.add_argument("--message", default="Write a Python function that merges two sorted lists, with a docstring.")
+    ap.add_argument("--stop-after", type=float, default=None)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    d = driver()
+    try:
+        d.get(args.url)
+        time.sleep(4)
+        if args.drafter:
+            pick_drafter(d, args.drafter, args.timeout)
+        d.find_element(By.CSS_SELECTOR, "#spec-input textarea").send_keys(args.message)
+        button(d, "Send").click()
+        start, last, stable = time.time(), -1, 0
+        while time.time() - start < args.timeout:
+            time.sleep(1)
+            state = d.execute_script(PAGE_STATE)
+            if args.stop_after is not None and time.time() - start >= args.stop_after:
+                button(d, "Stop").click()
+                time.sleep(2)
+                before = d.execute_script(PAGE_STATE)["tokens"]
+                time.sleep(3)
+                state = d.execute_script(PAGE_STATE)
+                state["tokens_after_stop_then_3s"] = [before, state["tokens"]]
+                break
+            stable = stable + 1 if state["tokens"] == last and state["tokens"] > 0 else 0
+            last = state["tokens"]
+            if stable >= 4:  # no new token for 4 s: the reply is complete
+                break
+        height = d.execute_script("return document.body.scrollHeight")
+        d.set_window_size(1440, height + 40)
+        time.sleep(1.5)
+        d.save_screenshot(args.out)
+        print(json.dumps(d.execute_script(PAGE_STATE) | {k: v for k, v in state.items() if k.startswith("tokens_after")}, indent=1))
+    finally:
+        d.quit()
+
+
+if __name__ == "__main__":
+    main()
