@@ -71,10 +71,11 @@ class tqdm(_tqdm):  # noqa: N801 - a drop-in for tqdm.auto.tqdm
         self._report()
 
     def close(self):
-        if not getattr(self, "_closed_reported", False):
+        if not getattr(self, "disable", False) and not getattr(self, "_closed_reported", False):
             self._closed_reported = True
             BOARD.clear_bar()
         super().close()
 
     def _report(self) -> None:
-        BOARD.record(self.desc or "", self.n, self.total, self.postfix)
+        if not getattr(self, "disable", False):  # a disabled bar has no state to report
+            BOARD.record(self.desc or "", self.n, self.total, self.postfix)
