@@ -102,6 +102,8 @@ def _generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
+            if done.final_text and not args.json:
+                sys.stdout.write(done.final_text)
             if args.json:
                 print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
             else:

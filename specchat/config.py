@@ -48,7 +48,8 @@ class GenerationConfig:
         )
         if errors:
             raise ValueError("; ".join(errors))
-        object.__setattr__(self, "stop_strings", tuple(s for s in self.stop_strings if s))
+        stops = (self.stop_strings,) if isinstance(self.stop_strings, str) else tuple(self.stop_strings)
+        object.__setattr__(self, "stop_strings", tuple(s for s in stops if s))
 
     @property
     def greedy(self) -> bool:
@@ -66,7 +67,7 @@ def validate(
 ) -> list[str]:
     """Return one message per out-of-range setting, each giving the allowed range."""
     errors = []
-    if not isinstance(num_speculative_tokens, int) or not (
+    if not _integer(num_speculative_tokens) or not (
         1 <= num_speculative_tokens <= MAX_NUM_SPECULATIVE_TOKENS
     ):
         errors.append(
@@ -75,15 +76,19 @@ def validate(
         )
     if not _finite(temperature) or not (0.0 <= temperature <= MAX_TEMPERATURE):
         errors.append(f"temperature must be in [0, {MAX_TEMPERATURE}] (0 = greedy), got {temperature!r}")
-    if not isinstance(top_k, int) or top_k < 0:
+    if not _integer(top_k) or top_k < 0:
         errors.append(f"top_k must be an integer >= 0 (0 = off), got {top_k!r}")
     if not _finite(top_p) or not (0.0 < top_p <= 1.0):
         errors.append(f"top_p must be in (0, 1] (1 = off), got {top_p!r}")
-    if not isinstance(max_new_tokens, int) or not (1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT):
+    if not _integer(max_new_tokens) or not (1 <= max_new_tokens <= MAX_NEW_TOKENS_LIMIT):
         errors.append(f"max_new_tokens must be an integer in 1..{MAX_NEW_TOKENS_LIMIT}, got {max_new_tokens!r}")
-    if seed is not None and (not isinstance(seed, int) or not (0 <= seed < 2**63)):
+    if seed is not None and (not _integer(seed) or not (0 <= seed < 2**63)):
         errors.append(f"seed must be an integer in 0..2^63-1, got {seed!r}")
     return errors
+
+
+def _integer(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
 
 
 def _finite(x: object) -> bool:

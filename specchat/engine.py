@@ -15,12 +15,13 @@ import random
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from specchat.config import GenerationConfig
-from specchat.drafters.base import Drafter
+from specchat.drafters.base import Drafter, embedding_rows
 from specchat.events import DoneEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs, verify_draft
@@ -53,7 +54,9 @@ class SpeculativeEngine:
         self.eos_token_ids = frozenset(int(i) for i in eos_token_ids)
         self.context_length = int(context_length or target_model.config.max_position_embeddings)
         self.device = next(target_model.parameters()).device
+        self.vocab_size = embedding_rows(target_model, output=True)
         self.target_cache: DynamicCache | None = None
+        self._current: object | None = None
 
     # -- public ---------------------------------------------------------------------------
     def generate(
@@ -64,6 +67,10 @@ class SpeculativeEngine:
         cancel: threading.Event | None = None,
     ) -> Iterator[Event]:
         """Stream the events of one generation.
+
+        Model work runs under ``torch.inference_mode()`` that is entered and left inside each
+        round, never held across a ``yield``: a consumer may advance the stream from any
+        thread (Gradio does) and runs its own code in normal mode.
 
         Args:
             prompt_ids: the prompt, 1 <= len < context_length.
@@ -76,6 +83,8 @@ class SpeculativeEngine:
 
         Raises:
             ValueError: empty prompt, or a prompt that leaves no room in the context window.
+            RuntimeError: a drafter broke its contract (too many tokens, ids outside the vocab).
+            CacheRollbackError: a KV cache cannot be cut back (e.g. past a sliding window).
         """
         prompt_ids = [int(t) for t in prompt_ids]
         if not prompt_ids:
@@ -85,10 +94,15 @@ class SpeculativeEngine:
                 f"the prompt has {len(prompt_ids)} tokens; the context window holds "
                 f"{self.context_length}, so there is no room for a reply"
             )
-        with torch.inference_mode():
-            try:
-                yield from self._generate(prompt_ids, drafter, config, cancel)
-            finally:
+        token = object()  # this generation's identity, for a safe cleanup
+        self._current = token
+        try:
+            yield from self._generate(prompt_ids, drafter, config, cancel)
+        finally:
+            # An abandoned generator may be finalised late (by the garbage collector) while a
+            # newer generation runs: only the generation that owns the state cleans it up.
+            if self._current is token:
+                self._current = None
                 self.target_cache = None
                 if drafter is not None:
                     drafter.end()
@@ -103,106 +117,133 @@ class SpeculativeEngine:
     ) -> Iterator[Event]:
         seed = config.seed if config.seed is not None else random.randrange(2**63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        ids = list(prompt_ids)
-        detok = StreamingDetokenizer(self.tokenizer, config.stop_strings)
-        token_ids: list[int] = []
-        kinds: list[TokenKind] = []
+        state = _Generation(ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings))
 
         t0 = self._now()
-        self.target_cache = DynamicCache(config=self.target_model.config)
-        if len(ids) > 1:
-            self._target_forward(ids[:-1], logits_to_keep=1)
-        if drafter is not None:
-            drafter.begin(ids)
-        prefill_ms = (self._now() - t0) * 1000
-        decode_start = self._now()
-
-        stop: StopReason | None = None
-        round_index = 0
-        while stop is None:
-            if cancel is not None and cancel.is_set():
-                stop = StopReason.CANCELLED
-                break
-            remaining = config.max_new_tokens - len(token_ids)
-            room = self.context_length - len(ids)
-            # a round commits at most n_draft + 1 tokens: stay within budget and context
-            max_draft = min(config.num_speculative_tokens, remaining - 1, room - 1)
-
-            t_draft = self._now()
-            draft_ids = torch.empty(0, dtype=torch.long, device=self.device)
-            draft_probs, draft_steps = None, 0
-            if drafter is not None and max_draft > 0:
-                draft = drafter.propose(ids, max_draft, config, generator)
-                draft_ids, draft_probs, draft_steps = draft.token_ids, draft.draft_probs, draft.num_steps
-            num_drafted = int(draft_ids.shape[0])
-            draft_ms = (self._now() - t_draft) * 1000
-
-            t_verify = self._now()
-            target_logits = self._target_forward([ids[-1], *draft_ids.tolist()], logits_to_keep=0)
-            target_probs = logits_to_probs(
-                target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
-            )
-            result = verify_draft(draft_ids, draft_probs, target_probs, generator)
-            verify_ms = (self._now() - t_verify) * 1000
-
-            accepted = draft_ids[: result.num_accepted].tolist()
-            new_tokens = [*accepted, result.next_token_id]
-            new_kinds = [TokenKind.ACCEPTED] * len(accepted) + [result.next_kind]
-            committed_before = len(ids)
-            # roll back: keep the prefix the target verified (last input + accepted drafts)
-            cut_cache(self.target_cache, committed_before + result.num_accepted)
+        with torch.inference_mode():
+            self.target_cache = DynamicCache(config=self.target_model.config)
+            if len(state.ids) > 1:
+                self._target_forward(state.ids[:-1], logits_to_keep=1)
             if drafter is not None:
-                drafter.rollback(committed_before + result.num_accepted)
+                drafter.begin(state.ids)
+        prefill_ms = (self._now() - t0) * 1000
+        state.decode_start = self._now()
 
-            num_committed = 0
-            for pos, (token, kind) in enumerate(zip(new_tokens, new_kinds)):
-                ids.append(token)
-                token_ids.append(token)
-                kinds.append(kind)
-                num_committed += 1
-                if token in self.eos_token_ids:
-                    stop = StopReason.EOS
-                elif len(token_ids) >= config.max_new_tokens:
-                    stop = StopReason.MAX_NEW_TOKENS
-                elif len(ids) >= self.context_length:
-                    stop = StopReason.CONTEXT_FULL
-                text = detok.add(token, last=stop is not None)
-                if detok.stopped:
-                    stop = StopReason.STOP_STRING
-                yield self._token_event(
-                    token, kind, text, pos, round_index, num_drafted, draft_ids, draft_probs, target_probs, result
+        final_text = ""
+        while state.stop is None:
+            if cancel is not None and cancel.is_set():
+                state.stop = StopReason.CANCELLED
+                final_text = state.detok.flush()  # text held back for a possible stop string
+                break
+            with torch.inference_mode():
+                events = self._round(state, drafter, config, generator)
+            yield from events  # outside inference mode: the consumer's code runs normally
+
+        yield DoneEvent(
+            stop_reason=state.stop,
+            token_ids=tuple(state.token_ids),
+            kinds=tuple(state.kinds),
+            text=state.detok.text,
+            prefill_ms=prefill_ms,
+            decode_ms=(self._now() - state.decode_start) * 1000,
+            num_prompt_tokens=len(prompt_ids),
+            final_text=final_text,
+        )
+
+    def _round(
+        self, state: _Generation, drafter: Drafter | None, config: GenerationConfig, generator: torch.Generator
+    ) -> list[Event]:
+        """Draft → verify → roll back → commit one round; return its events (tokens, round)."""
+        ids = state.ids
+        remaining = config.max_new_tokens - len(state.token_ids)
+        room = self.context_length - len(ids)
+        # a round commits at most n_draft + 1 tokens: stay within budget and context
+        max_draft = min(config.num_speculative_tokens, remaining - 1, room - 1)
+
+        t_draft = self._now()
+        draft_ids = torch.empty(0, dtype=torch.long, device=self.device)
+        draft_probs, draft_steps = None, 0
+        if drafter is not None and max_draft > 0:
+            draft = drafter.propose(ids, max_draft, config, generator)
+            draft_ids, draft_probs, draft_steps = draft.token_ids, draft.draft_probs, draft.num_steps
+            self._check_draft(drafter, draft_ids, draft_probs, max_draft)
+        num_drafted = int(draft_ids.shape[0])
+        draft_ms = (self._now() - t_draft) * 1000
+
+        t_verify = self._now()
+        target_logits = self._target_forward([ids[-1], *draft_ids.tolist()], logits_to_keep=0)
+        target_probs = logits_to_probs(
+            target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
+        )
+        result = verify_draft(draft_ids, draft_probs, target_probs, generator)
+        verify_ms = (self._now() - t_verify) * 1000
+
+        accepted = draft_ids[: result.num_accepted].tolist()
+        new_tokens = [*accepted, result.next_token_id]
+        new_kinds = [TokenKind.ACCEPTED] * len(accepted) + [result.next_kind]
+        committed_before = len(ids)
+        # roll back: keep the prefix the target verified (last input + accepted drafts)
+        cut_cache(self.target_cache, committed_before + result.num_accepted)
+        if drafter is not None:
+            drafter.rollback(committed_before + result.num_accepted)
+
+        events: list[Event] = []
+        for pos, (token, kind) in enumerate(zip(new_tokens, new_kinds)):
+            ids.append(token)
+            state.token_ids.append(token)
+            state.kinds.append(kind)
+            if token in self.eos_token_ids:
+                state.stop = StopReason.EOS
+            elif len(state.token_ids) >= config.max_new_tokens:
+                state.stop = StopReason.MAX_NEW_TOKENS
+            elif len(ids) >= self.context_length:
+                state.stop = StopReason.CONTEXT_FULL
+            text = state.detok.add(token, last=state.stop is not None)
+            if state.detok.stopped:
+                state.stop = StopReason.STOP_STRING
+            events.append(
+                _token_event(
+                    token, kind, text, pos, state.round_index, num_drafted, draft_ids, draft_probs, target_probs
                 )
-                if stop is not None:
-                    break
-            if num_committed < len(new_tokens):
-                # a stop inside the commit: the caches must not hold tokens past it
-                cut_cache(self.target_cache, len(ids) - 1)
-                if drafter is not None:
-                    drafter.rollback(len(ids) - 1)
-            mask = result.accepted_mask[: min(num_drafted, result.num_accepted + 1)]
-            yield RoundEvent(
-                round_index=round_index,
+            )
+            if state.stop is not None:
+                break
+        num_committed = len(events)
+        if num_committed < len(new_tokens):
+            # a stop inside the commit: the caches must not hold tokens past it
+            cut_cache(self.target_cache, len(ids) - 1)
+            if drafter is not None:
+                drafter.rollback(len(ids) - 1)
+        events.append(
+            RoundEvent(
+                round_index=state.round_index,
                 num_speculative_tokens=config.num_speculative_tokens if drafter is not None else 0,
                 num_drafted=num_drafted,
                 num_accepted=result.num_accepted,
                 num_committed=num_committed,
-                accepted_mask=mask,
+                accepted_mask=result.accepted_mask[: min(num_drafted, result.num_accepted + 1)],
                 draft_ms=draft_ms,
                 draft_steps=draft_steps,
                 verify_ms=verify_ms,
-                elapsed_ms=(self._now() - decode_start) * 1000,
+                elapsed_ms=(self._now() - state.decode_start) * 1000,
             )
-            round_index += 1
-
-        yield DoneEvent(
-            stop_reason=stop,
-            token_ids=tuple(token_ids),
-            kinds=tuple(kinds),
-            text=detok.text,
-            prefill_ms=prefill_ms,
-            decode_ms=(self._now() - decode_start) * 1000,
-            num_prompt_tokens=len(prompt_ids),
         )
+        state.round_index += 1
+        return events
+
+    def _check_draft(
+        self, drafter: Drafter, draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, max_draft: int
+    ) -> None:
+        """A drafter that breaks its contract gets a clear error, not a wrong answer."""
+        n = int(draft_ids.shape[0])
+        if n > max_draft:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {n} tokens; at most {max_draft} were asked for")
+        if n and (int(draft_ids.min()) < 0 or int(draft_ids.max()) >= self.vocab_size):
+            raise RuntimeError(f"drafter {drafter.name!r} proposed an id outside the target's vocabulary 0..{self.vocab_size - 1}")
+        if draft_probs is not None and tuple(draft_probs.shape) != (n, self.vocab_size):
+            raise RuntimeError(
+                f"drafter {drafter.name!r} returned draft_probs of shape {tuple(draft_probs.shape)}, need ({n}, {self.vocab_size})"
+            )
 
     # -- helpers --------------------------------------------------------------------------
     def _target_forward(self, token_ids: list[int], *, logits_to_keep: int) -> torch.Tensor:
@@ -221,37 +262,49 @@ class SpeculativeEngine:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    @staticmethod
-    def _token_event(
-        token: int,
-        kind: TokenKind,
-        text: str,
-        pos: int,
-        round_index: int,
-        num_drafted: int,
-        draft_ids: torch.Tensor,
-        draft_probs: torch.Tensor | None,
-        target_probs: torch.Tensor,
-        result,
-    ) -> TokenEvent:
-        target_prob = float(target_probs[pos, token])
-        draft_prob = rejected = rejected_p = rejected_q = None
-        if kind is TokenKind.ACCEPTED:
-            draft_prob = 1.0 if draft_probs is None else float(draft_probs[pos, token])
-        elif kind is TokenKind.RESAMPLED:
-            rejected = int(draft_ids[pos])
-            rejected_p = float(target_probs[pos, rejected])
-            rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, rejected])
-        return TokenEvent(
-            token_id=token,
-            kind=kind,
-            text=text,
-            target_prob=target_prob,
-            draft_prob=draft_prob,
-            rejected_token_id=rejected,
-            rejected_target_prob=rejected_p,
-            rejected_draft_prob=rejected_q,
-            round_index=round_index,
-            position=pos,
-            num_drafted=num_drafted,
-        )
+
+@dataclass
+class _Generation:
+    """Mutable state of one generation (kept per call, never on the engine)."""
+
+    ids: list[int]
+    detok: StreamingDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    kinds: list[TokenKind] = field(default_factory=list)
+    stop: StopReason | None = None
+    round_index: int = 0
+    decode_start: float = 0.0
+
+
+def _token_event(
+    token: int,
+    kind: TokenKind,
+    text: str,
+    pos: int,
+    round_index: int,
+    num_drafted: int,
+    draft_ids: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+) -> TokenEvent:
+    target_prob = float(target_probs[pos, token])
+    draft_prob = rejected = rejected_p = rejected_q = None
+    if kind is TokenKind.ACCEPTED:
+        draft_prob = 1.0 if draft_probs is None else float(draft_probs[pos, token])
+    elif kind is TokenKind.RESAMPLED:
+        rejected = int(draft_ids[pos])
+        rejected_p = float(target_probs[pos, rejected])
+        rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, rejected])
+    return TokenEvent(
+        token_id=token,
+        kind=kind,
+        text=text,
+        target_prob=target_prob,
+        draft_prob=draft_prob,
+        rejected_token_id=rejected,
+        rejected_target_prob=rejected_p,
+        rejected_draft_prob=rejected_q,
+        round_index=round_index,
+        position=pos,
+        num_drafted=num_drafted,
+    )

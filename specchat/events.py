@@ -82,8 +82,9 @@ class RoundEvent:
         num_accepted: leading run of accepted draft tokens (0…num_drafted).
         num_committed: tokens committed this round (num_accepted + 1, fewer only when a stop
             truncated the round).
-        accepted_mask: per draft position, whether it was accepted (length num_drafted); the
-            leading run of True values has length num_accepted.
+        accepted_mask: the accept decision for each draft position the target judged: the
+            accepted ones and the first rejection, so its length is min(num_drafted,
+            num_accepted + 1); drafts after the first rejection are discarded unjudged.
         draft_ms: wall time spent in the drafter this round, milliseconds.
         draft_steps: drafter forward passes this round (0 for n-gram and target-only).
         verify_ms: wall time of the single target forward pass plus verification, milliseconds.
@@ -112,11 +113,15 @@ class DoneEvent:
         token_ids: every committed token id, in order (the stop token included when the stop
             is an EOS id or completes a stop string).
         kinds: one TokenKind per entry of token_ids.
-        text: the reply text, equal to the concatenation of every TokenEvent.text; a stop
-            string and anything after it are not part of it.
+        text: the reply text: the concatenation of every TokenEvent.text, then final_text. A
+            stop string and anything after it are not part of it.
         prefill_ms: wall time of the prompt forward passes (target and drafter), milliseconds.
         decode_ms: wall time of all rounds, milliseconds.
         num_prompt_tokens: prompt length in tokens.
+        final_text: text released only at the end, carried by no TokenEvent: on cancellation,
+            text that was held back because it could have been the start of a stop string, or
+            an unfinished character. Streaming consumers append it to what they showed.
+        error: reserved for a failure message (None on success).
     """
 
     stop_reason: StopReason
@@ -126,6 +131,7 @@ class DoneEvent:
     prefill_ms: float
     decode_ms: float
     num_prompt_tokens: int
+    final_text: str = ""
     error: str | None = field(default=None)
 
 

@@ -24,10 +24,15 @@ def cut_cache(cache: Cache, length: int) -> None:
     if length == current:
         return
     for i, layer in enumerate(cache.layers):
-        if not getattr(layer, "is_croppable", False):
+        # check every layer before cutting any, so a refusal leaves the cache untouched;
+        # a sliding-window layer past its window has dropped the states a cut would need
+        window = getattr(layer, "sliding_window", None)
+        past_window = window is not None and layer.get_seq_length() >= window and not getattr(layer, "record_past", False)
+        if not getattr(layer, "is_croppable", False) or past_window:
             raise CacheRollbackError(
-                f"layer {i} of the KV cache ({type(layer).__name__}) cannot be cut back; "
-                "speculative decoding needs a croppable cache"
+                f"layer {i} of the KV cache ({type(layer).__name__}) cannot be cut back"
+                + (f" past its sliding window of {window} positions" if past_window else "")
+                + "; speculative decoding needs a cache that can roll back rejected drafts"
             )
     cache.crop(length - current)  # transformers 5: a negative count of positions to remove
     if cache.get_seq_length() != length:

@@ -507,6 +507,7 @@ def load_model(path: Path, *, dtype: torch.dtype, device: str = "cpu", int4: boo
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     except OSError as exc:
         raise ModelSourceError(f"cannot load a model from {path}: {exc}") from exc
+    model.requires_grad_(False)  # inference only: no autograd graph, whatever the caller's mode
     return model.eval()
 
 

@@ -53,7 +53,8 @@ def logits_to_probs(
         probs = torch.zeros_like(logits)
         probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
         return probs
-    logits = logits / temperature
+    # subtract the row maximum first: dividing raw logits by a tiny temperature overflows float32
+    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -155,7 +155,7 @@ class ChatService:
                 f"choose one of {', '.join(self.drafter_kinds())}"
             )
         engine = self._engine()
-        vocab = engine.target_model.get_output_embeddings().weight.shape[0]
+        vocab = engine.vocab_size
         if kind == "ngram":
             drafter: Drafter = NgramDrafter(self.device)
         elif kind == "int4":

@@ -51,6 +51,15 @@ class StreamingDetokenizer:
         self.text += release
         return release
 
+    def flush(self) -> str:
+        """Release everything held back (the generation ends without a final token)."""
+        if self.stopped:
+            return ""
+        release = self._held + self._decode_new(final=True)
+        self._held = ""
+        self.text += release
+        return release
+
     def _decode_new(self, *, final: bool) -> str:
         if self.tokenizer is None:
             return ""

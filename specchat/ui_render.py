@@ -125,7 +125,10 @@ class ReplyRenderer:
         self.notices.append(text)
 
     def finish(self, done: DoneEvent) -> None:
-        """Record why generation ended (only unusual endings are shown)."""
+        """Record why generation ended (only unusual endings are shown); show final_text."""
+        if done.final_text:
+            self.spans.append(f'<span class="tok tok-target">{escape_text(done.final_text)}</span>')
+            self.text += done.final_text
         if done.error:
             self.set_error(done.error)
         elif done.stop_reason is StopReason.CANCELLED:

@@ -28,6 +28,15 @@ class Draft:
     num_steps: int
 
 
+def embedding_rows(model, *, output: bool) -> int:
+    """Rows of a model's output (lm_head) or input embedding; ``config.vocab_size`` if the model
+    does not expose them. Family members may pad these differently (Qwen2.5: 151,936 / 152,064)."""
+    get = getattr(model, "get_output_embeddings" if output else "get_input_embeddings", None)
+    layer = get() if get is not None else None
+    weight = getattr(layer, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
+
+
 class Drafter(Protocol):
     """What the engine needs from a drafter.
 

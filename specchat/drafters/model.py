@@ -12,7 +12,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specchat.config import GenerationConfig
-from specchat.drafters.base import Draft
+from specchat.drafters.base import Draft, embedding_rows
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs
 
@@ -46,6 +46,7 @@ class ModelDrafter:
         self.num_tokenizer_ids = min(num_tokenizer_ids, target_vocab_size)
         self.device = torch.device(device)
         self.model_device = next(model.parameters()).device
+        self.num_input_ids = embedding_rows(model, output=False)
         self.cache: DynamicCache | None = None
 
     @property
@@ -55,7 +56,7 @@ class ModelDrafter:
     def begin(self, prompt_ids: list[int]) -> None:
         """Fresh cache, prefilled with all prompt tokens but the last."""
         self.cache = DynamicCache(config=self.model.config)
-        if len(prompt_ids) > 1:
+        if len(prompt_ids) > 1 and max(prompt_ids[:-1]) < self.num_input_ids:
             self._forward(prompt_ids[:-1], logits=False)
 
     def propose(
@@ -70,6 +71,10 @@ class ModelDrafter:
         if self.cache_len >= len(ids):
             raise RuntimeError(f"drafter cache ({self.cache_len}) must be shorter than ids ({len(ids)})")
         pending = ids[self.cache_len :]
+        if max(pending) >= self.num_input_ids:
+            # the target committed an id past the drafter's embedding (a padding row of the
+            # target's larger vocab): the drafter cannot read it, so it drafts nothing now
+            return Draft(torch.empty(0, dtype=torch.long, device=self.device), None, 0)
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
         for step in range(max_tokens):
