@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import gradio as gr  # noqa: E402
 
 from specchat import charts  # noqa: E402
-from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig  # noqa: E402
+from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig  # noqa: E402
 from specchat.events import DoneEvent, RoundEvent, TokenEvent  # noqa: E402
 from specchat.metrics import SpeculationMetrics  # noqa: E402
 from specchat.ui_render import CSS, ReplyRenderer, legend_html, render_user, stats_html  # noqa: E402
@@ -83,6 +83,11 @@ def loading_html(service: Any) -> str | None:
         return None
     if service.startup_error is not None:
         return _status_html(f"Loading the models failed: {service.startup_error}", error=True)
+    return loading_banner("Loading models")
+
+
+def loading_banner(default_stage: str) -> str:
+    """HTML progress banner from the progress board (the same bars the terminal draws)."""
     from specchat.progress import BOARD
 
     snap = BOARD.snapshot()
@@ -90,19 +95,63 @@ def loading_html(service: Any) -> str | None:
     width = 0 if snap.fraction is None else snap.fraction * 100
     bar = html.escape(snap.bar or "")
     return (
-        f'<div class="spec-loading"><div>⏳ {html.escape(snap.stage or "Loading models")}</div>'
+        f'<div class="spec-loading"><div>{html.escape(snap.stage or default_stage)}…</div>'
         f'<div class="spec-loading-bar"><div style="width:{width:.0f}%"></div></div>'
         f'<div class="spec-loading-detail">{bar} {pct}</div></div>'
     )
 
 
-def wait_until_ready(service: Any, poll_s: float = 0.5) -> Iterator[str]:
-    """Yield the loading banner every ``poll_s`` seconds until the service is ready."""
+def wait_until_ready(service: Any, poll_s: float = 0.5, cancel: threading.Event | None = None) -> Iterator[str]:
+    """Yield the loading banner every ``poll_s`` seconds until the service is ready (or cancel)."""
     while (banner := loading_html(service)) is not None:
         yield banner
-        if service.startup_error is not None:
+        if service.startup_error is not None or (cancel is not None and cancel.is_set()):
             return
         time.sleep(poll_s)
+
+
+# ---- Stop: cooperative, per browser session -----------------------------------------------
+# The Stop button sets the running generation's cancel event; the engine stops between rounds
+# and the handler ends normally, with a final update that says "stopped". (Gradio's
+# `cancels=` would close the generator from another thread while it is running, which fails
+# and shows an error in place of the chat.)
+class _Run:
+    """One running generation: its cancel event, and whether its updates are still wanted."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.discard = False  # set by Clear: the chat was emptied, send no more updates
+
+
+_ACTIVE: dict[str, _Run] = {}
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _session(request: gr.Request | None) -> str | None:
+    return getattr(request, "session_hash", None)
+
+
+def _register(request: gr.Request | None, run: _Run) -> None:
+    if (key := _session(request)) is not None:
+        with _ACTIVE_LOCK:
+            _ACTIVE[key] = run
+
+
+def _unregister(request: gr.Request | None, run: _Run) -> None:
+    if (key := _session(request)) is not None:
+        with _ACTIVE_LOCK:
+            if _ACTIVE.get(key) is run:
+                del _ACTIVE[key]
+
+
+def stop_generation(request: gr.Request | None = None, *, discard: bool = False) -> None:
+    """Ask this browser session's running generation to stop after its current round."""
+    if (key := _session(request)) is not None:
+        with _ACTIVE_LOCK:
+            run = _ACTIVE.get(key)
+        if run is not None:
+            run.discard = run.discard or discard
+            run.cancel.set()
 
 
 @gpu(duration=120)
@@ -180,8 +229,20 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
     drafter0 = _pick_drafter(kinds, default_drafter)
     figures0 = _empty_figures()
 
-    def respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens):
+    def respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, request: gr.Request = None):
         """Stream one reply: yields (textbox, chat, history, stats, 4 figures), throttled."""
+        run = _Run()
+        _register(request, run)
+        try:
+            for update in _respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, run.cancel):
+                if run.discard:  # Clear was pressed: the chat is empty now, keep it so
+                    break
+                yield update
+        finally:
+            run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds
+            _unregister(request, run)
+
+    def _respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, cancel):
         skip = gr.skip()
         message = message or ""
         if not message.strip():
@@ -203,16 +264,14 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             return
 
         if loading_html(service) is not None:  # still loading in the background: wait, visibly
-            pending = list(chat or []) + [
-                {"role": "user", "content": render_user(message)},
-                {"role": "assistant", "content": ""},
-            ]
-            for banner in wait_until_ready(service):
-                pending[-1] = {"role": "assistant", "content": banner}
-                yield (skip, pending, skip, skip, *(skip,) * 4)
-            if service.startup_error is not None:
-                gr.Warning(f"The models could not be loaded: {service.startup_error}")
-                yield (message, chat, skip, skip, *(skip,) * 4)
+            waiting = {"role": "assistant", "content": _status_html("waiting for the models to finish loading…")}
+            pending = list(chat or []) + [{"role": "user", "content": render_user(message)}, waiting]
+            for _ in wait_until_ready(service, cancel=cancel):
+                yield ("", pending, skip, skip, *(skip,) * 4)
+            if service.startup_error is not None or cancel.is_set():
+                if service.startup_error is not None:
+                    gr.Warning(f"The models could not be loaded: {service.startup_error}")
+                yield (message, chat, skip, skip, *(skip,) * 4)  # the message goes back to the box
                 return
 
         baseline = service.baseline_tokens_per_s
@@ -235,7 +294,6 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         # first update: clear the textbox, show the user's message and a placeholder reply
         yield ("", chat_now(), history_now(), stats_now(True), *figures0)
 
-        cancel = threading.Event()
         stream = None
         last_text = last_plot = time.monotonic()
         try:
@@ -268,24 +326,51 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             yield (message, chat_now(), history, stats_now(False), *charts.all_figures(metrics))
             return
         finally:
-            # runs on normal exit, on error and on GeneratorExit (Stop button / closed tab)
+            # runs on normal exit, on error and on GeneratorExit (closed tab)
             cancel.set()
             if hasattr(stream, "close"):
                 stream.close()
         # the final update is always full
         yield (skip, chat_now(), history_now(), stats_now(False), *charts.all_figures(metrics))
 
-    def prepare_drafter(kind, active, progress=gr.Progress(track_tqdm=True)):
-        """Load the chosen drafter (the target stays loaded); on failure fall back to the active one."""
-        progress(0, desc=f"Preparing drafter '{kind}'…")
-        try:
-            service.prepare_drafter(kind)
-        except Exception as exc:
-            gr.Warning(f"Could not prepare drafter '{kind}': {exc}")
-            return _status_html(f"drafter '{kind}' failed: {exc}", error=True), active, active
-        return _status_html(f"drafter '{kind}' ready"), kind, kind
+    def prepare_drafter(kind, active):
+        """Load the chosen drafter (the target stays loaded) in a thread, showing its progress;
+        on failure fall back to the active one. (No gr.Progress(track_tqdm=True): it patches
+        tqdm globally and breaks bars that were created before, e.g. by the start-up thread.)"""
+        errors: list[BaseException] = []
 
-    def clear():
+        def work():
+            try:
+                service.prepare_drafter(kind)
+            except Exception as exc:  # shown below
+                errors.append(exc)
+
+        worker = threading.Thread(target=work, name=f"prepare-{kind}", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            if worker.is_alive():
+                yield loading_banner(f"Preparing drafter '{kind}'"), gr.skip(), gr.skip()
+        if errors:
+            gr.Warning(f"Could not prepare drafter '{kind}': {errors[0]}")
+            yield _status_html(f"drafter '{kind}' failed: {errors[0]}", error=True), active, active
+            return
+        yield _status_html(f"drafter '{kind}' ready"), kind, kind
+
+    def remeasure_baseline():
+        """Time target-only decoding again (e.g. once the machine is quiet)."""
+        try:
+            baseline = service.measure_baseline()
+        except Exception as exc:
+            gr.Warning(f"Could not measure the baseline: {exc}")
+            return gr.skip(), _status_html(f"baseline failed: {exc}", error=True)
+        return (
+            stats_html(None, baseline_tokens_per_s=baseline),
+            _status_html(f"baseline: {baseline:.1f} tokens/s, target only, measured just now"),
+        )
+
+    def clear(request: gr.Request = None):
+        stop_generation(request, discard=True)
         return [], [], stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s), *_empty_figures()
 
     with gr.Blocks(title="specchat · speculative decoding") as demo:
@@ -334,9 +419,10 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                     _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready"))
                 )
                 gamma = gr.Slider(1, MAX_NUM_SPECULATIVE_TOKENS, value=4, step=1, label="γ: draft tokens per round")
-                temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="temperature (0 = greedy)")
+                temperature = gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)")
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
                 max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="max new tokens")
+                baseline_btn = gr.Button("Re-measure baseline", variant="secondary", size="sm")
                 clear_btn = gr.Button("Clear chat", variant="secondary")
                 gr.Examples(EXAMPLES, inputs=textbox, label="examples")
         with gr.Row():
@@ -354,16 +440,20 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             fn=respond, inputs=inputs, outputs=outputs, show_progress="hidden",
             concurrency_limit=1, concurrency_id="model",
         )
-        send_event = send.click(api_name="chat", **common)
-        submit_event = textbox.submit(api_visibility="private", **common)
-        stop.click(None, None, None, cancels=[send_event, submit_event])
+        send.click(api_name="chat", **common)
+        textbox.submit(api_visibility="private", **common)
+        stop.click(stop_generation, None, None, concurrency_limit=None, api_visibility="private")
         # .select fires once per user choice (Gradio 6.31's Dropdown fires .input twice) and
         # not when prepare_drafter puts the previous value back after a failure
         drafter.select(
             prepare_drafter, inputs=[drafter, active_drafter],
             outputs=[drafter_status, drafter, active_drafter],
-            concurrency_limit=1, concurrency_id="model", show_progress="full",
-            show_progress_on=drafter_status, api_name="prepare_drafter",
+            concurrency_limit=1, concurrency_id="model", show_progress="hidden",
+            api_name="prepare_drafter",
+        )
+        baseline_btn.click(
+            remeasure_baseline, None, [stats, drafter_status],
+            concurrency_limit=1, concurrency_id="model", api_visibility="private",
         )
         def show_loading():
             """On page load: mirror the background loading progress until the models are ready."""
@@ -382,9 +472,9 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             concurrency_limit=None,  # every open tab polls; no model work happens here
         )
         cleared = [chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
-        clear_btn.click(clear, None, cleared, cancels=[send_event, submit_event], api_visibility="private")
+        clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
         # the Chatbot's own trash button empties the display: empty the history with it
-        chatbot.clear(clear, None, cleared, cancels=[send_event, submit_event], api_visibility="private")
+        chatbot.clear(clear, None, cleared, concurrency_limit=None, api_visibility="private")
     return demo
 
 
@@ -431,6 +521,23 @@ def _is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) or any(c.__name__ == "SpecchatError" for c in type(exc).__mro__)
 
 
+def _announce_ready(service: Any, drafter: str) -> None:
+    """Say in the terminal when the background loading has finished, or why it failed."""
+    service.ready.wait()
+    if service.startup_error is not None:
+        print(
+            f"error: loading the models failed: {service.startup_error}\n"
+            "The page shows the same message. Fix the cause and restart the app.",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"Ready: {service.target_name} with drafter '{drafter}'; target-only baseline "
+            f"{service.baseline_tokens_per_s:.1f} tokens/s on this machine.",
+            file=sys.stderr,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not is_loopback(args.host):
@@ -460,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     service.start(drafter)
+    threading.Thread(target=_announce_ready, args=(service, drafter), daemon=True).start()
     demo = build_ui(service, default_drafter=drafter)
     demo.queue(default_concurrency_limit=1)
     demo.launch(

@@ -53,7 +53,8 @@ def button(d: webdriver.Chrome, label: str):
 def pick_drafter(d: webdriver.Chrome, kind: str, timeout: float) -> None:
     d.find_element(By.CSS_SELECTOR, "input[role=listbox], .wrap input").click()
     time.sleep(0.5)
-    next(o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip() == kind).click()
+    # the selected option reads "✓\nsibling": match on the last line
+    next(o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip().split()[-1] == kind).click()
     deadline = time.time() + timeout
     while time.time() < deadline:  # loading a drafter (int4 quantizes) can take a minute
         status = d.execute_script(PAGE_STATE)["status"]
@@ -91,9 +92,10 @@ def main() -> None:
                 state = d.execute_script(PAGE_STATE)
                 state["tokens_after_stop_then_3s"] = [before, state["tokens"]]
                 break
-            stable = stable + 1 if state["tokens"] == last and state["tokens"] > 0 else 0
+            # the stats line ends in "…" while a reply streams; done once it is gone
+            stable = stable + 1 if state["tokens"] == last and not state["stats"].rstrip().endswith("…") else 0
             last = state["tokens"]
-            if stable >= 4:  # no new token for 4 s: the reply is complete
+            if stable >= 2 and state["tokens"] > 0:
                 break
         height = d.execute_script("return document.body.scrollHeight")
         d.set_window_size(1440, height + 40)

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
+    from specchat.errors import RegistryError, SpecchatError
     from specchat.service import ChatService
 
     if not args.prompt.strip():
@@ -76,6 +76,17 @@ def _generate(args: argparse.Namespace) -> int:
         return 2
     try:
         service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
+    except RegistryError as exc:  # an unknown --target: a bad argument, before any loading
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 2
+    if args.drafter not in service.drafter_kinds():
+        print(
+            f"python -m specchat: error: drafter {args.drafter!r} is not available for {service.target_name}; "
+            f"allowed: {', '.join(service.drafter_kinds())}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
         service.load()
         service.prepare_drafter(args.drafter)
         if args.chat:

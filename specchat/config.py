@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 MAX_NUM_SPECULATIVE_TOKENS = 16
-MAX_TEMPERATURE = 5.0
+MAX_TEMPERATURE = 2.0
 MAX_NEW_TOKENS_LIMIT = 8192
 
 
@@ -17,7 +17,7 @@ class GenerationConfig:
     Attributes:
         num_speculative_tokens: γ, draft tokens proposed per round, 1…16. Ignored (0 drafts)
             for the target-only drafter ``none``.
-        temperature: 0 means greedy (argmax); otherwise 0 < T <= 5.
+        temperature: 0 means greedy (argmax); otherwise 0 < T <= 2.
         top_k: keep the k most likely tokens; 0 disables.
         top_p: nucleus sampling mass in (0, 1]; 1 disables.
         seed: seeds the engine's random generator; None draws a fresh seed.

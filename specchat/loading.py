@@ -500,6 +500,10 @@ def load_model(path: Path, *, dtype: torch.dtype, device: str = "cpu", int4: boo
     _require_model_dir(path)
     kwargs: dict = {"dtype": dtype, "local_files_only": True, "attn_implementation": "sdpa", "device_map": {"": device}}
     if int4:
+        # bitsandbytes warns on import that it could not fetch an optional CPU kernel from the
+        # Hub (the `kernels` package, which specchat does not install: it would go online).
+        # Its built-in CPU path is used instead; the warning only alarms users.
+        logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype
         )

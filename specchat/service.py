@@ -6,6 +6,7 @@ drafter never reloads the target. Generation is serialised by a lock (one at a t
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from specchat.events import Event
 from specchat.metrics import SpeculationMetrics
 from specchat.progress import BOARD
 from specchat.registry import ModelEntry, Registry, load_registry
+
+logger = logging.getLogger(__name__)
 
 DRAFTER_KINDS = ("none", "ngram", "int4", "sibling")
 
@@ -95,6 +98,7 @@ class ChatService:
             except BaseException as exc:  # reported to the user by the app
                 self.startup_error = exc
                 BOARD.stage(f"Loading failed: {exc}")
+                logger.error("loading the models failed", exc_info=exc)
             finally:
                 self.ready.set()
 

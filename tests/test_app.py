@@ -294,6 +294,18 @@ def test_invalid_setting_keeps_message():
     assert fake.calls == []
 
 
+def test_progress_bars_started_before_the_ui_keep_working():
+    """main() starts loading (tqdm bars) before build_ui. gr.Progress(track_tqdm=True) patches
+    tqdm when it is created, and a bar made before the patch then fails on update ("no
+    attribute '_progress'"): the first start used to die right there."""
+    from specchat.progress import tqdm
+
+    with tqdm(total=3, file=open(os.devnull, "w")) as bar:
+        demo = app.build_ui(FakeService())
+        demo.queue(default_concurrency_limit=1)
+        bar.update()
+
+
 def test_switching_drafter_prepares_it_and_falls_back_on_error(served):
     client, fake, _ = served
     status, value = client.predict("ngram", api_name="/prepare_drafter")
@@ -321,7 +333,7 @@ def test_stream_is_throttled_and_ends_with_a_full_update():
 
 
 def test_closing_the_stream_sets_cancel_and_keeps_the_partial_reply():
-    """What Stop does: Gradio closes the generator (GeneratorExit) -> the engine's cancel is set."""
+    """A closed tab: Gradio closes the generator (GeneratorExit) -> the engine's cancel is set."""
     fake = FakeService(delay_s=0.01, rounds=50)
     respond = _respond_fn(app.build_ui(fake))
     gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256)
@@ -334,6 +346,41 @@ def test_closing_the_stream_sets_cancel_and_keeps_the_partial_reply():
     assert history[0] == {"role": "user", "content": "go"}
     assert history[1]["role"] == "assistant" and history[1]["content"]
     assert (REPLY_TEXT * 50).startswith(history[1]["content"])
+
+
+class FakeRequest:
+    def __init__(self, session_hash):
+        self.session_hash = session_hash
+
+
+def test_stop_button_stops_between_rounds_and_the_reply_says_stopped():
+    """Stop sets this session's cancel event; the stream ends normally with a final update."""
+    fake = FakeService(delay_s=0.01, rounds=50)
+    respond = _respond_fn(app.build_ui(fake))
+    mine, other = FakeRequest("session-a"), FakeRequest("session-b")
+    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, mine)
+    updates = [next(gen) for _ in range(3)]
+    app.stop_generation(other)  # another tab's Stop does not touch this generation
+    assert not fake.cancels[-1].is_set()
+    app.stop_generation(mine)
+    assert fake.cancels[-1].is_set()
+    updates += list(gen)  # runs to its end: no GeneratorExit, no error
+    final = updates[-1]
+    assert 'class="spec-status">stopped<' in final[1][-1]["content"]
+    partial = final[2][-1]["content"]
+    assert partial and (REPLY_TEXT * 50).startswith(partial) and len(partial) < len(REPLY_TEXT * 50)
+    assert "session-a" not in app._ACTIVE
+
+
+def test_clear_discards_a_running_generation():
+    fake = FakeService(delay_s=0.01, rounds=50)
+    demo = app.build_ui(fake)
+    respond = _respond_fn(demo)
+    req = FakeRequest("session-c")
+    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, req)
+    next(gen)
+    app.stop_generation(req, discard=True)  # what the Clear button does
+    assert list(gen) == []  # no update puts the old chat back
 
 
 def test_engine_side_cancel_marks_the_reply_stopped():
@@ -430,7 +477,7 @@ def test_reply_waits_for_background_loading_and_shows_progress():
     respond = next(fn for fn in demo.fns.values() if getattr(fn, "api_name", None) == "chat").fn
     stream = respond("hello", [], [], "ngram", 4, 0.0, 1.0, 64)
     first = next(stream)
-    assert "Loading target fake-target" in str(first[1][-1]["content"])
+    assert "waiting for the models" in str(first[1][-1]["content"]) and first[0] == ""
     fake.ready.set()
     updates = list(stream)
     assert "tok-accepted" in str(updates[-1][1][-1]["content"])

@@ -13,12 +13,12 @@ from specchat.cli import build_parser
     [
         ("--num-speculative-tokens", "0", "1..16"),
         ("--num-speculative-tokens", "99", "1..16"),
-        ("--temperature", "-0.1", "0..5.0"),
+        ("--temperature", "-0.1", "0..2.0"),
         ("--top-p", "0", "0 < P <= 1"),
         ("--top-p", "1.5", "0 < P <= 1"),
         ("--top-k", "-1", ">= 0"),
         ("--max-new-tokens", "0", "1..8192"),
-        ("--temperature", "abc", "0..5.0"),
+        ("--temperature", "abc", "0..2.0"),
         ("--top-p", "nan", "0 < P <= 1"),
     ],
 )
@@ -46,3 +46,18 @@ def test_defaults_parse():
 def test_module_entry_point_runs_help():
     out = subprocess.run([sys.executable, "-m", "specchat", "generate", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--num-speculative-tokens" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--target", "no-such-model"], "Known names"),
+        (["--target", "smollm2-135m-instruct", "--drafter", "sibling"], "allowed: none, ngram, int4"),
+    ],
+)
+def test_unknown_target_or_unavailable_drafter_exit_2_before_loading(extra, expected):
+    out = subprocess.run(
+        [sys.executable, "-m", "specchat", "generate", "--prompt", "hi", *extra], capture_output=True, text=True
+    )
+    assert out.returncode == 2 and expected in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
