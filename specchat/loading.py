@@ -511,7 +511,8 @@ def load_model(path: Path, *, dtype: torch.dtype, device: str = "cpu", int4: boo
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     except OSError as exc:
         raise ModelSourceError(f"cannot load a model from {path}: {exc}") from exc
-    model.requires_grad_(False)  # inference only: no autograd graph, whatever the caller's mode
+    # Not model.requires_grad_(False): measured here, it made every drafter forward 1.6x (bf16)
+    # to 4.8x (NF4) slower on CPU. The engine runs all model work under torch.inference_mode().
     return model.eval()
 
 
