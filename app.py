@@ -44,8 +44,8 @@ DRAFTER_CHOICES = ("none", "ngram", "int4", "sibling")
 DEFAULT_DRAFTER_ORDER = ("sibling", "int4", "ngram", "none")
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
-TEXT_INTERVAL_S = 0.1  # chat + stats refresh while streaming (~10 Hz)
-PLOT_INTERVAL_S = 0.35  # figure refresh while streaming (~3 Hz); the final update is always full
+TEXT_INTERVAL_S = 0.25  # chat + stats refresh while streaming (4 Hz)
+PLOT_INTERVAL_S = 1.0  # figure refresh while streaming (1 Hz); the final update is always full
 
 # ---- optional ZeroGPU (Hugging Face Spaces) -----------------------------------------------
 ON_ZEROGPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
@@ -78,10 +78,10 @@ def get_service(*, target: str | None = None, dtype: str = "auto") -> ChatServic
 
 def loading_html(service: Any) -> str | None:
     """A progress banner while the service loads in the background; None once it is ready."""
-    ready = getattr(service, "ready", None)
-    if ready is None or (ready.is_set() and service.startup_error is None):
+    error = getattr(service, "startup_error", None)
+    if error is None and not getattr(service, "loading", False):
         return None
-    if service.startup_error is not None:
+    if error is not None:
         return _status_html(f"Loading the models failed: {service.startup_error}", error=True)
     return loading_banner("Loading models")
 

@@ -20,6 +20,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -78,7 +79,11 @@ def main() -> None:
         time.sleep(4)
         if args.drafter:
             pick_drafter(d, args.drafter, args.timeout)
-        d.find_element(By.CSS_SELECTOR, "#spec-input textarea").send_keys(args.message)
+        box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+        for i, line in enumerate(args.message.split("\n")):  # Enter sends; Shift+Enter is a newline
+            if i:
+                box.send_keys(Keys.SHIFT, Keys.ENTER)
+            box.send_keys(line)
         button(d, "Send").click()
         start, last, stable = time.time(), -1, 0
         while time.time() - start < args.timeout:

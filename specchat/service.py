@@ -79,6 +79,12 @@ class ChatService:
         self._load_lock = threading.Lock()
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
+        self._started = False
+
+    @property
+    def loading(self) -> bool:
+        """True while :meth:`start`'s background loading runs."""
+        return self._started and not self.ready.is_set()
 
     # -- background start-up (the app) -----------------------------------------------------
     def start(self, drafter: str) -> threading.Thread:
@@ -87,6 +93,8 @@ class ChatService:
         ``ready`` is set when done; on failure ``startup_error`` holds the exception and
         ``ready`` is set too. Progress is reported on ``specchat.progress.BOARD``.
         """
+
+        self._started = True
 
         def run() -> None:
             try:

@@ -69,6 +69,11 @@ class FakeService:
     def load(self) -> None:
         pass
 
+    @property
+    def loading(self) -> bool:
+        ready = getattr(self, "ready", None)
+        return ready is not None and not ready.is_set()
+
     def start(self, drafter: str) -> threading.Thread:
         """Like ChatService.start: prepare the drafter, measure the baseline, in a thread."""
         self.ready = threading.Event()
