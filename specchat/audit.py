@@ -8,12 +8,12 @@ round differently, especially in bf16) explains a divergence; a clear gap means 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from specchat.config import GenerationConfig
-from specchat.events import DoneEvent
+from specchat.events import DoneEvent, RoundEvent
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,100 @@ def first_divergence(model, input_ids: list[int], reference: list[int], other: l
         top_tokens=(int(top.indices[0]), int(top.indices[1])),
         top_logits=(float(top.values[0]), float(top.values[1])),
     )
+
+
+def greedy_check(service, input_ids: list[int], drafter: str, max_new_tokens: int, num_speculative_tokens: int = 4):
+    """Greedy with ``drafter`` vs target-only; (reference, speculative, first Divergence or None)."""
+    reference = greedy_tokens(service, input_ids, "none", max_new_tokens)
+    other = greedy_tokens(service, input_ids, drafter, max_new_tokens, num_speculative_tokens)
+    return reference, other, first_divergence(service.engine.target_model, input_ids, reference, other)
+
+
+@dataclass(frozen=True)
+class SampledCheck:
+    """N next tokens drawn through the speculative path against the exact target distribution.
+
+    Attributes:
+        num_samples: N.
+        statistic: Pearson chi-square over the bins.
+        dof: degrees of freedom (bins − 1).
+        p_value: P(χ²_dof >= statistic) under "the engine samples from target_probs".
+        rows: (token id, exact probability, observed count), most likely first; tokens whose
+            expected count is below 5 are pooled into one bin for the statistic (token id -1).
+        outside_support: samples of tokens the target gives probability 0 (must be 0).
+        num_drafted: samples in which the drafter proposed that token (the others were
+            target-only rounds, e.g. an n-gram lookup that found nothing): a check with few
+            drafted samples says little about verification.
+    """
+
+    num_samples: int
+    statistic: float
+    dof: int
+    p_value: float
+    rows: tuple[tuple[int, float, int], ...]
+    outside_support: int
+    num_drafted: int = 0
+
+
+@torch.inference_mode()
+def exact_next_token_probs(model, input_ids: list[int], config: GenerationConfig) -> torch.Tensor:
+    """target_probs for the token after ``input_ids``: ``[V]`` float64 (one full forward)."""
+    from specchat.sampling import logits_to_probs
+
+    device = next(model.parameters()).device
+    logits = model(torch.tensor([input_ids], device=device), logits_to_keep=1).logits[0, -1:]
+    return logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0].double().cpu()
+
+
+def sampled_check(service, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig) -> SampledCheck:
+    """Draw the first reply token ``num_samples`` times through the speculative path.
+
+    Each sample generates 2 tokens, so the drafter proposes the first one (γ capped at 1 by the
+    budget) and the target accepts it or resamples from the residual: the emitted first token
+    must follow target_probs exactly (Leviathan et al. 2023, Theorem 3.5). Seeds are
+    ``config.seed + i``. The comparison is Pearson's chi-square; the p-value comes from the
+    regularized upper incomplete gamma function (no SciPy needed).
+    """
+    exact = exact_next_token_probs(service.engine.target_model, input_ids, config)
+    counts = torch.zeros_like(exact)
+    num_drafted = 0
+    base_seed = config.seed or 0
+    for i in range(num_samples):
+        sample_config = GenerationConfig(
+            num_speculative_tokens=config.num_speculative_tokens,
+            temperature=config.temperature,
+            top_k=config.top_k,
+            top_p=config.top_p,
+            seed=base_seed + i,
+            max_new_tokens=2,
+        )
+        events = list(service.generate(input_ids, drafter=drafter, config=sample_config))
+        done = events[-1]
+        assert isinstance(done, DoneEvent)
+        counts[done.token_ids[0]] += 1
+        num_drafted += next(e.num_drafted > 0 for e in events if isinstance(e, RoundEvent))
+    return replace(chi_square(exact, counts), num_drafted=num_drafted)
+
+
+def chi_square(exact: torch.Tensor, counts: torch.Tensor) -> SampledCheck:
+    """Pearson chi-square of ``counts`` (``[V]``) against probabilities ``exact`` (``[V]``).
+
+    Bins: every token with expected count >= 5, plus one pooled bin for the rest of the
+    support. Tokens outside the support are reported separately (any is a failure).
+    """
+    n = int(counts.sum())
+    expected = exact * n
+    support = exact > 0
+    big = expected >= 5
+    obs_bins = [float(c) for c in counts[big]]
+    exp_bins = [float(e) for e in expected[big]]
+    rest = support & ~big
+    if bool(rest.any()):
+        obs_bins.append(float(counts[rest].sum()))
+        exp_bins.append(float(expected[rest].sum()))
+    statistic = sum((o - e) ** 2 / e for o, e in zip(obs_bins, exp_bins) if e > 0)
+    dof = max(len(obs_bins) - 1, 1)
+    p_value = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(statistic / 2.0, dtype=torch.float64)))
+    order = torch.argsort(exact, descending=True)[:10]
+    rows = tuple((int(t), float(exact[t]), int(counts[t])) for t in order if exact[t] > 0)
+    return SampledCheck(n, statistic, dof, p_value, rows, int(counts[~support].sum()))

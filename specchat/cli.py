@@ -57,14 +57,111 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
     gen.add_argument("--device", default=None, help="cpu, cuda, … (default: cuda if available)")
+    aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
+    aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    aud.add_argument("--drafter", choices=["sibling", "int4", "ngram"], required=True)
+    aud.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
+    aud.add_argument("--prompt", default=AUDIT_PROMPT, help="chat message to audit on")
+    aud.add_argument("--samples", type=_ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
+                     help="sampled draws of the first reply token (default 300)")
+    aud.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=64,
+                     help="length of the greedy comparison (default 64)")
+    aud.add_argument("--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=4)
+    aud.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0 < T <= {MAX_TEMPERATURE}", lo_open=True), default=1.0,
+                     help="temperature of the sampled check (default 1.0)")
+    aud.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
+    aud.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    aud.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
+    aud.add_argument("--significance", type=_ranged(float, 0.0, 0.5, "0 < A <= 0.5", lo_open=True), default=1e-3,
+                     help="the sampled check fails when p < this (default 0.001: a correct engine fails 0.1%% of audits)")
+    aud.add_argument("--tie-tolerance", type=_ranged(float, 0.0, None, ">= 0"), default=0.05,
+                     help="a greedy divergence passes only where the target's top-2 logit gap is at most this (default 0.05)")
+    aud.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    aud.add_argument("--device", default=None)
     return parser
+
+
+AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "generate":
         return _generate(args)
+    if args.command == "audit":
+        return _audit(args)
     return 2
+
+
+def _load_service(args: argparse.Namespace):
+    """A loaded ChatService with the drafter ready, or an exit status for a bad argument."""
+    from specchat.errors import RegistryError
+    from specchat.service import ChatService
+
+    try:
+        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
+    except RegistryError as exc:  # an unknown --target: a bad argument, before any loading
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return None, 2
+    if args.drafter not in service.drafter_kinds():
+        print(
+            f"python -m specchat: error: drafter {args.drafter!r} is not available for {service.target_name}; "
+            f"allowed: {', '.join(service.drafter_kinds())}",
+            file=sys.stderr,
+        )
+        return None, 2
+    service.load()
+    service.prepare_drafter(args.drafter)
+    return service, 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from specchat import audit
+    from specchat.errors import SpecchatError
+
+    try:
+        service, status = _load_service(args)
+        if service is None:
+            return status
+        ids, _ = service.encode_chat([], args.prompt, args.max_new_tokens)
+        tok = service.tokenizer
+        print(f"audit: target {service.target_name} ({service.dtype}), drafter {args.drafter}, γ={args.num_speculative_tokens}")
+
+        reference, other, div = audit.greedy_check(service, ids, args.drafter, args.max_new_tokens, args.num_speculative_tokens)
+        if div is None:
+            greedy_ok = True
+            print(f"[1/2] greedy, {len(reference)} tokens: identical to target-only  PASS")
+        else:
+            greedy_ok = div.gap <= args.tie_tolerance
+            print(
+                f"[1/2] greedy, {len(reference)} tokens: first divergence at generated token {div.index}: "
+                f"target-only {tok.decode([div.target_only_token])!r} ({div.target_only_token}) vs speculative "
+                f"{tok.decode([div.speculative_token])!r} ({div.speculative_token}); target's top-2 logits there "
+                f"{div.top_logits[0]:.4f} / {div.top_logits[1]:.4f}, gap {div.gap:.4f} "
+                + ("<= " if greedy_ok else "> ")
+                + f"tie tolerance {args.tie_tolerance}  {'PASS (near-tie)' if greedy_ok else 'FAIL'}"
+            )
+
+        config = GenerationConfig(
+            num_speculative_tokens=args.num_speculative_tokens, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        )
+        check = audit.sampled_check(service, ids, args.drafter, args.samples, config)
+        sampled_ok = check.p_value >= args.significance and check.outside_support == 0
+        print(
+            f"[2/2] sampled, {check.num_samples} draws of the first reply token (T={args.temperature}, "
+            f"top-k={args.top_k}, top-p={args.top_p}): chi-square {check.statistic:.2f}, dof {check.dof}, "
+            f"p-value {check.p_value:.4f}, drafted in {check.num_drafted} of {check.num_samples} draws, "
+            f"outside the target's support {check.outside_support}  "
+            f"{'PASS' if sampled_ok else 'FAIL'} (fails when p < {args.significance})"
+        )
+        print(f"      {'token':>24}  {'exact p':>8}  {'observed':>8}  {'expected':>8}")
+        for token, prob, count in check.rows:
+            print(f"      {tok.decode([token])!r:>24}  {prob:8.4f}  {count:8d}  {prob * check.num_samples:8.1f}")
+    except (SpecchatError, ValueError) as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 1
+    return 0 if greedy_ok and sampled_ok else 1
 
 
 def _generate(args: argparse.Namespace) -> int:

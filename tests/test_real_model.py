@@ -103,3 +103,14 @@ def test_cli_json_end_to_end(smollm2_dir):
         assert set(s["kinds"]) <= {"accepted", "resampled", "bonus"}
         assert s["stop_reason"] in ("eos", "max_new_tokens")
         assert {"acceptance_rate", "mean_tokens_per_round", "tokens_per_s"} <= set(s["stats"])
+
+
+def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
+    cmd = [
+        sys.executable, "-m", "specchat", "audit", "--target", str(smollm2_dir), "--drafter", "int4",
+        "--samples", "60", "--max-new-tokens", "24", "--dtype", "float32",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "[1/2] greedy" in out.stdout and "identical to target-only  PASS" in out.stdout
+    assert "[2/2] sampled, 60 draws" in out.stdout and "drafted in 60 of 60 draws" in out.stdout

@@ -1,0 +1,56 @@
+"""The audit's checks: they pass on the engine and fail when the engine is broken on purpose."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import tiny_model
+
+from specchat import audit, sampling
+from specchat.config import GenerationConfig
+from specchat.drafters import ModelDrafter
+from specchat.engine import SpeculativeEngine
+
+
+class TinyService:
+    """The slice of ChatService the audit uses, over tiny random models."""
+
+    def __init__(self, target, drafter_model, vocab):
+        self.engine = SpeculativeEngine(target, None, eos_token_ids=[])
+        self.drafters = {
+            "none": None,
+            "other": ModelDrafter(drafter_model, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="other"),
+        }
+
+    def generate(self, input_ids, *, drafter, config, cancel=None):
+        yield from self.engine.generate(input_ids, self.drafters[drafter], config, cancel)
+
+
+@pytest.fixture(scope="module")
+def service():
+    return TinyService(tiny_model(vocab_size=10, seed=3, init_std=0.2), tiny_model(vocab_size=10, seed=4, init_std=0.2), 10)
+
+
+def test_chi_square_matches_hand_computation():
+    exact = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0], dtype=torch.float64)
+    counts = torch.tensor([480.0, 330.0, 140.0, 50.0, 0.0])
+    check = audit.chi_square(exact, counts)
+    # (20²/500 + 30²/300 + 10²/150 + 0) = 0.8 + 3 + 0.6667 = 4.4667 with 3 dof → p = 0.2153
+    assert check.statistic == pytest.approx(4.46667, abs=1e-4) and check.dof == 3
+    assert check.p_value == pytest.approx(0.21528, abs=1e-4)
+    assert check.outside_support == 0 and check.rows[0] == (0, 0.5, 480)
+
+
+def test_greedy_check_passes_on_the_engine(service):
+    ref, other, div = audit.greedy_check(service, [1, 2, 3], "other", 30)
+    assert div is None and ref == other and len(ref) == 30
+
+
+def test_sampled_check_passes_and_fails_when_the_residual_is_broken(service, monkeypatch):
+    config = GenerationConfig(num_speculative_tokens=1, temperature=1.0, seed=0)
+    good = audit.sampled_check(service, [1, 2, 3], "other", 600, config)
+    assert good.num_drafted == 600 and good.p_value > 1e-3 and good.outside_support == 0
+    # deliberate breakage: resample from p instead of norm(max(0, p − q))
+    monkeypatch.setattr(sampling, "residual_probs", lambda target_probs, draft_probs, token: target_probs)
+    bad = audit.sampled_check(service, [1, 2, 3], "other", 600, config)
+    assert bad.p_value < 1e-3
