@@ -36,7 +36,7 @@ from specchat.ui_render import CSS, ReplyRenderer, legend_html, render_user, sta
 if TYPE_CHECKING:
     from specchat.service import ChatService
 
-# Mirrors specchat.service.DRAFTER_KINDS (a test checks it) so that `--help` needs no torch.
+# Mirrors specchat.registry.DRAFTER_KINDS (a test checks it) so that `--help` needs no torch.
 DRAFTER_CHOICES = ("none", "ngram", "int4", "sibling")
 # Drafter selected at start when --drafter is not given: the first one the target offers.
 # sibling first: it loads in seconds, while bitsandbytes re-quantizes the int4 copy on every

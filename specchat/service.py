@@ -23,11 +23,10 @@ from specchat.errors import SpecchatError
 from specchat.events import Event
 from specchat.metrics import SpeculationMetrics
 from specchat.progress import BOARD
-from specchat.registry import ModelEntry, Registry, load_registry
+from specchat.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 
-DRAFTER_KINDS = ("none", "ngram", "int4", "sibling")
 
 # End-of-turn markers of common chat templates; added to the EOS ids when the vocab has them.
 _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
@@ -142,8 +141,8 @@ class ChatService:
 
     def drafter_kinds(self) -> list[str]:
         """Drafter kinds available for this target, in display order."""
-        kinds = ["none", "ngram", "int4"]
-        if self.drafter_model or self.target_entry.drafters.get("sibling"):
+        kinds = self.target_entry.drafter_kinds()
+        if self.drafter_model and "sibling" not in kinds:
             kinds.append("sibling")
         return kinds
 
