@@ -79,11 +79,9 @@ def get_service(*, target: str | None = None, dtype: str = "auto") -> ChatServic
 def loading_html(service: Any) -> str | None:
     """A progress banner while the service loads in the background; None once it is ready."""
     error = getattr(service, "startup_error", None)
-    if error is None and not getattr(service, "loading", False):
-        return None
     if error is not None:
-        return _status_html(f"Loading the models failed: {service.startup_error}", error=True)
-    return loading_banner("Loading models")
+        return _status_html(f"Loading the models failed: {error}", error=True)
+    return loading_banner("Loading models") if getattr(service, "loading", False) else None
 
 
 def loading_banner(default_stage: str) -> str:
@@ -223,7 +221,8 @@ def _pick_drafter(kinds: list[str], preferred: str | None) -> str:
 def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
     """The whole app around ``service`` (anything with the ChatService interface).
 
-    Loads nothing itself: the service must already be loaded. Pass ``CSS`` to ``launch(css=…)``.
+    Loads nothing itself: the service is loaded already, or loading in the background after
+    ``service.start()`` (the page then shows its progress). Pass ``CSS`` to ``launch(css=…)``.
     """
     kinds = list(service.drafter_kinds())
     drafter0 = _pick_drafter(kinds, default_drafter)
@@ -265,7 +264,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
 
         if loading_html(service) is not None:  # still loading in the background: wait, visibly
             waiting = {"role": "assistant", "content": _status_html("waiting for the models to finish loading…")}
-            pending = list(chat or []) + [{"role": "user", "content": render_user(message)}, waiting]
+            pending = chat + [{"role": "user", "content": render_user(message)}, waiting]
             for _ in wait_until_ready(service, cancel=cancel):
                 yield ("", pending, skip, skip, *(skip,) * 4)
             if service.startup_error is not None or cancel.is_set():
@@ -326,8 +325,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             yield (message, chat_now(), history, stats_now(False), *charts.all_figures(metrics))
             return
         finally:
-            # runs on normal exit, on error and on GeneratorExit (closed tab)
-            cancel.set()
+            # on normal exit, error and GeneratorExit; respond() sets the cancel event after it
             if hasattr(stream, "close"):
                 stream.close()
         # the final update is always full

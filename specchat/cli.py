@@ -165,27 +165,15 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from specchat.errors import RegistryError, SpecchatError
-    from specchat.service import ChatService
+    from specchat.errors import SpecchatError
 
     if not args.prompt.strip():
         print("python -m specchat: error: --prompt is empty", file=sys.stderr)
         return 2
     try:
-        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
-    except RegistryError as exc:  # an unknown --target: a bad argument, before any loading
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
-        return 2
-    if args.drafter not in service.drafter_kinds():
-        print(
-            f"python -m specchat: error: drafter {args.drafter!r} is not available for {service.target_name}; "
-            f"allowed: {', '.join(service.drafter_kinds())}",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        service.load()
-        service.prepare_drafter(args.drafter)
+        service, status = _load_service(args)
+        if service is None:
+            return status
         if args.chat:
             ids, notice = service.encode_chat([], args.prompt, args.max_new_tokens)
         else:
