@@ -32,3 +32,38 @@ def smollm2_dir(tmp_path_factory):
 
     entry = load_registry().resolve("smollm2-135m-instruct")
     return ensure_local(entry, cache_dir=tmp_path_factory.mktemp("specchat-cache"), progress=False)
+
+
+# Tiny random transformers shared by the engine test families (fp32, byte tokenizer, 257 ids).
+@pytest.fixture(scope="module")
+def target():
+    """Target: a 2-layer llama with 257 ids and decisive argmaxes."""
+    from lossless import TINY_VOCAB
+    from tiny_models import tiny_model
+
+    return tiny_model(vocab_size=TINY_VOCAB, seed=0)
+
+
+@pytest.fixture(scope="module")
+def other():
+    """A drafter from another family with a padded embedding (300 rows > 257 ids): mostly wrong drafts."""
+    from tiny_models import tiny_model
+
+    return tiny_model(vocab_size=300, seed=1, family="qwen2")
+
+
+@pytest.fixture(scope="module")
+def engine(target):
+    from tiny_models import byte_tokenizer
+
+    from specchat.engine import SpeculativeEngine
+
+    return SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[])
+
+
+@pytest.fixture(scope="module")
+def reference(target):
+    """Target-only greedy reply to TINY_PROMPT, 40 tokens, from a naive full-sequence loop."""
+    from lossless import TINY_PROMPT, naive_greedy
+
+    return naive_greedy(target, TINY_PROMPT, 40)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from specchat import loading
-from specchat.errors import ChecksumError, ModelSourceError, TokenizerMismatchError
+from specchat.errors import ChecksumError, ModelSourceError
 from specchat.registry import GgufSource, ModelEntry
 
 # --------------------------------------------------------------------------- fake parts
@@ -251,53 +251,6 @@ def test_load_model_needs_a_model_dir(tmp_path):
         loading.load_model(tmp_path, dtype=torch.float32)
     with pytest.raises(ModelSourceError, match="no config.json"):
         loading.load_tokenizer(tmp_path / "missing")
-
-
-# --------------------------------------------------------------------------- tokenizer equality
-
-
-def word_tokenizer(vocab: dict[str, int], *, lowercase: bool = False):
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    if lowercase:
-        backend.normalizer = normalizers.Lowercase()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
-
-
-VOCAB = {"[UNK]": 0, "def": 1, "fib": 2, "return": 3, "(": 4, ")": 5, "Grüße": 6, "grüße": 7, "世界": 8}
-
-
-def test_same_tokenizer_passes():
-    loading.check_same_tokenizer(word_tokenizer(VOCAB), word_tokenizer(dict(VOCAB)), target_name="t", drafter_name="d")
-
-
-def test_different_vocab_names_both_models_and_first_token():
-    other = dict(VOCAB, fib=9, fob=2)
-    with pytest.raises(TokenizerMismatchError) as info:
-        loading.check_same_tokenizer(
-            word_tokenizer(VOCAB), word_tokenizer(other), target_name="big-model", drafter_name="small-model"
-        )
-    message = str(info.value)
-    assert "'big-model'" in message and "'small-model'" in message
-    assert "token id 2" in message and "'fib'" in message and "'fob'" in message
-
-
-def test_added_token_counts_as_a_difference():
-    drafter = word_tokenizer(VOCAB)
-    drafter.add_tokens(["<|extra|>"])
-    with pytest.raises(TokenizerMismatchError, match="<\\|extra\\|>"):
-        loading.check_same_tokenizer(word_tokenizer(VOCAB), drafter, target_name="t", drafter_name="d")
-
-
-def test_same_vocab_different_encoding_names_the_probe():
-    with pytest.raises(TokenizerMismatchError) as info:
-        loading.check_same_tokenizer(
-            word_tokenizer(VOCAB), word_tokenizer(VOCAB, lowercase=True), target_name="t", drafter_name="d"
-        )
-    assert "Grüße" in str(info.value) and "probe" in str(info.value)
 
 
 # --------------------------------------------------------------------------- one real model

@@ -1,0 +1,140 @@
+"""Kind 3, p/q consistency.
+
+target_probs and draft_probs come from the same warper chain (temperature, top-k, top-p; no
+repetition penalty is offered) on the same prefix, and q is the distribution each draft token
+was really drawn from: one-hot (``draft_probs=None``) for argmax and n-gram drafts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from lossless import (
+    TOK,
+    FakeLM,
+    RecordingDrafter,
+    V,
+    events_of,
+    hashed_logits,
+    make_drafter,
+    model_drafter,
+    naive_greedy_fn,
+    ref_warp,
+)
+
+from specchat.engine import SpeculativeEngine
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p, rows, num_ids",
+    [
+        (1.0, 0, 1.0, V, V),
+        (0.7, 3, 1.0, V + 3, V - 1),
+        (1.3, 0, 0.6, V - 2, V - 2),
+        (0.9, 2, 0.9, V, V),
+        (0.0, 0, 1.0, V + 3, V - 1),
+    ],
+)
+def test_q_is_the_warped_drafter_distribution_of_the_same_prefix(temperature, top_k, top_p, rows, num_ids):
+    """p/q consistency: each draft's q is the drafter's own distribution on ids + earlier drafts,
+    after the same temperature / top-k / top-p, padded or cut to the target's vocab and zero on
+    ids that are not tokenizer ids; greedy drafts are the argmax with q one-hot (None)."""
+    fn_d = hashed_logits(rows, seed=31, scale=3.0)
+    drafter = RecordingDrafter(FakeLM(rows, fn_d), target_vocab_size=V, num_tokenizer_ids=num_ids, name="rec")
+    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=30, scale=3.0)), None)
+    for seed in range(4):
+        drafter.log.clear()
+        events_of(
+            engine,
+            [1, 4, 2],
+            drafter,
+            num_speculative_tokens=4,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+            max_new_tokens=16,
+        )
+        for entry in drafter.log:
+            if entry[0] != "drafted":
+                continue
+            _, tokens, probs, ids = entry
+            for i, tok in enumerate(tokens):
+                raw = torch.full((V,), -math.inf)
+                logits = fn_d(ids + tokens[:i])
+                m = min(rows, V)
+                raw[:m] = logits[:m]
+                raw[num_ids:] = -math.inf
+                q = ref_warp(raw, temperature, top_k, top_p)
+                if temperature == 0.0:
+                    assert probs is None and tok == int(torch.argmax(q))
+                else:
+                    assert probs[i].tolist() == pytest.approx(q.tolist(), abs=1e-5)
+                    assert q[tok] > 0
+
+
+def greedy_ref_engine():
+    fn_t = hashed_logits(257, seed=20, scale=8.0)
+    engine = SpeculativeEngine(FakeLM(257, fn_t), TOK)
+    drafter = model_drafter(FakeLM(257, hashed_logits(257, seed=21, scale=8.0)), 257)
+    return engine, drafter, naive_greedy_fn(fn_t, [65, 66], 30)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(temperature=1e-4),
+        dict(temperature=1.0, top_k=1),
+        dict(temperature=1.0, top_p=1e-9),
+        dict(temperature=2.0, top_k=1, top_p=0.5),
+    ],
+)
+def test_settings_that_reduce_to_greedy(settings):
+    engine, drafter, ref = greedy_ref_engine()
+    for seed in range(3):
+        done = events_of(engine, [65, 66], drafter, num_speculative_tokens=3, seed=seed, max_new_tokens=30, **settings)[
+            -1
+        ]
+        assert list(done.token_ids) == ref
+
+
+@pytest.mark.parametrize("temperature", [1e-20, 1e-38, 1e-39])
+def test_tiny_but_valid_temperature_does_not_crash(temperature):
+    """GenerationConfig accepts any 0 < T <= 5; logits / T must not overflow into NaN."""
+    engine, drafter, ref = greedy_ref_engine()
+    done = events_of(
+        engine, [65, 66], drafter, num_speculative_tokens=3, temperature=temperature, seed=0, max_new_tokens=30
+    )[-1]
+    assert list(done.token_ids) == ref
+
+
+def test_top_k_at_or_above_vocab_is_off_and_seeds_reproduce():
+    fn_t = hashed_logits(V, seed=11, scale=2.0)
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    drafter = make_drafter("other")
+    outs = {}
+    for top_k in (0, V, V + 1, 10_000):
+        outs[top_k] = [
+            events_of(
+                engine,
+                [3, 1],
+                drafter,
+                num_speculative_tokens=3,
+                temperature=1.0,
+                top_k=top_k,
+                seed=s,
+                max_new_tokens=12,
+            )[-1].token_ids
+            for s in range(8)
+        ]
+    assert outs[0] == outs[V] == outs[V + 1] == outs[10_000]
+    again = [
+        events_of(engine, [3, 1], drafter, num_speculative_tokens=3, temperature=1.0, seed=s, max_new_tokens=12)[
+            -1
+        ].token_ids
+        for s in range(8)
+    ]
+    assert again == outs[0]  # same seed → same reply
+    assert len(set(outs[0])) >= 6  # different seeds → different replies
