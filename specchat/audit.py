@@ -38,6 +38,21 @@ class Divergence:
     def gap(self) -> float:
         return self.top_logits[0] - self.top_logits[1]
 
+    def is_near_tie(self, tolerance: float) -> bool:
+        """True when the gap is at most ``tolerance``: rounding can explain the divergence."""
+        return self.gap <= tolerance
+
+
+def tie_tolerance(dtype: torch.dtype, top_logit: float) -> float:
+    """Default tie tolerance for a divergence: 2 machine epsilons of ``dtype`` at the top
+    logit's magnitude, at least 1e-3 (logit units).
+
+    A logit of magnitude m is stored to about eps · m (bf16: eps = 2^-7, so 0.15 at m = 19.5;
+    float32: eps = 2^-23). Two kernel orders can round the top two logits each way, so a gap
+    below ~2 eps · m is a near-tie; a larger gap at a divergence means a fault.
+    """
+    return max(1e-3, 2.0 * torch.finfo(dtype).eps * abs(top_logit))
+
 
 def greedy_tokens(service, input_ids: list[int], drafter: str, max_new_tokens: int, num_speculative_tokens: int = 4):
     """Greedy token ids from ``service.generate`` (a ChatService)."""
@@ -94,6 +109,9 @@ class SampledCheck:
         num_drafted: samples in which the drafter proposed that token (the others were
             target-only rounds, e.g. an n-gram lookup that found nothing): a check with few
             drafted samples says little about verification.
+        num_accepted: drafted samples whose draft was accepted; the other drafted samples were
+            resampled from the residual norm(max(0, p − q)), so both paths are exercised when
+            0 < num_accepted < num_drafted.
     """
 
     num_samples: int
@@ -103,6 +121,7 @@ class SampledCheck:
     rows: tuple[tuple[int, float, int], ...]
     outside_support: int
     num_drafted: int = 0
+    num_accepted: int = 0
 
 
 @torch.inference_mode()
@@ -115,8 +134,10 @@ def exact_next_token_probs(model, input_ids: list[int], config: GenerationConfig
     return logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0].double().cpu()
 
 
-def sampled_check(service, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig) -> SampledCheck:
-    """Draw the first reply token ``num_samples`` times through the speculative path.
+def sampled_check(
+    service, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig
+) -> SampledCheck:
+    """Draw the token after ``input_ids`` ``num_samples`` times through the speculative path.
 
     Each sample generates 2 tokens, so the drafter proposes the first one (γ capped at 1 by the
     budget) and the target accepts it or resamples from the residual: the emitted first token
@@ -126,23 +147,61 @@ def sampled_check(service, input_ids: list[int], drafter: str, num_samples: int,
     """
     exact = exact_next_token_probs(service.engine.target_model, input_ids, config)
     counts = torch.zeros_like(exact)
-    num_drafted = 0
-    base_seed = config.seed or 0
+    num_drafted = num_accepted = 0
     for i in range(num_samples):
-        sample_config = GenerationConfig(
-            num_speculative_tokens=config.num_speculative_tokens,
-            temperature=config.temperature,
-            top_k=config.top_k,
-            top_p=config.top_p,
-            seed=base_seed + i,
-            max_new_tokens=2,
-        )
-        events = list(service.generate(input_ids, drafter=drafter, config=sample_config))
+        events = list(service.generate(input_ids, drafter=drafter, config=_one_draft_config(config, (config.seed or 0) + i)))
         done = events[-1]
         assert isinstance(done, DoneEvent)
         counts[done.token_ids[0]] += 1
-        num_drafted += next(e.num_drafted > 0 for e in events if isinstance(e, RoundEvent))
-    return replace(chi_square(exact, counts), num_drafted=num_drafted)
+        first = next(e for e in events if isinstance(e, RoundEvent))
+        num_drafted += first.num_drafted > 0
+        num_accepted += first.num_accepted > 0
+    return replace(chi_square(exact, counts), num_drafted=num_drafted, num_accepted=num_accepted)
+
+
+def _one_draft_config(config: GenerationConfig, seed: int) -> GenerationConfig:
+    return GenerationConfig(
+        num_speculative_tokens=config.num_speculative_tokens,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        top_p=config.top_p,
+        seed=seed,
+        max_new_tokens=2,
+    )
+
+
+@torch.inference_mode()
+def choose_position(
+    service, input_ids: list[int], reference: list[int], drafter: str, config: GenerationConfig, max_tries: int = 12
+) -> int:
+    """The reply position the sampled check should use: informative and really drafted.
+
+    Ranks the positions of the greedy ``reference`` reply by the entropy (nats) of the target's
+    warped distribution there (one forward over prompt + reply), most uncertain first, so the
+    draft is often rejected and the residual path is exercised. Returns the first of the top
+    ``max_tries`` where the drafter proposes a token (an n-gram lookup may find nothing);
+    otherwise the most uncertain position.
+
+    Raises:
+        ValueError: an empty ``reference``.
+    """
+    if not reference:
+        raise ValueError("the greedy reply is empty: there is no position to sample at")
+    from specchat.sampling import logits_to_probs
+
+    model = service.engine.target_model
+    device = next(model.parameters()).device
+    ids = torch.tensor([input_ids + reference[:-1]], device=device)
+    logits = model(ids, logits_to_keep=len(reference)).logits[0]
+    probs = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p).double()
+    entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)
+    order = torch.argsort(entropy, descending=True).tolist()
+    for position in order[:max_tries]:
+        prefix = input_ids + reference[:position]
+        events = list(service.generate(prefix, drafter=drafter, config=_one_draft_config(config, config.seed or 0)))
+        if next(e for e in events if isinstance(e, RoundEvent)).num_drafted > 0:
+            return position
+    return order[0]
 
 
 def chi_square(exact: torch.Tensor, counts: torch.Tensor) -> SampledCheck:

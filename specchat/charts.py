@@ -141,7 +141,7 @@ def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
     for start, stop in _buckets(len(rounds)):
         accepted = sum(r.num_accepted for r in rounds[start:stop])
         drafted = sum(r.num_drafted for r in rounds[start:stop])
-        judged = sum(min(r.num_drafted, r.num_accepted + 1) for r in rounds[start:stop])
+        judged = sum(len(r.accepted_mask) for r in rounds[start:stop])
         label = f"round {start + 1}" if stop - start == 1 else f"rounds {start + 1}–{stop}"
         x_cum.append(stop)
         y_cum.append(_r(cumulative[stop - 1]))

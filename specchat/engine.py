@@ -209,19 +209,23 @@ class SpeculativeEngine:
             if state.stop is not None:
                 break
         num_committed = len(events)
+        num_accepted = result.num_accepted
+        judged = result.accepted_mask[: min(num_drafted, num_accepted + 1)]
         if num_committed < len(new_tokens):
-            # a stop inside the commit: the caches must not hold tokens past it
+            # a stop inside the commit: the caches must not hold tokens past it, and the
+            # stats count only the committed (all accepted) drafts
             cut_cache(self.target_cache, len(ids) - 1)
             if drafter is not None:
                 drafter.rollback(len(ids) - 1)
+            num_accepted, judged = num_committed, judged[:num_committed]
         events.append(
             RoundEvent(
                 round_index=state.round_index,
                 num_speculative_tokens=config.num_speculative_tokens if drafter is not None else 0,
                 num_drafted=num_drafted,
-                num_accepted=result.num_accepted,
+                num_accepted=num_accepted,
                 num_committed=num_committed,
-                accepted_mask=result.accepted_mask[: min(num_drafted, result.num_accepted + 1)],
+                accepted_mask=judged,
                 draft_ms=draft_ms,
                 draft_steps=draft_steps,
                 verify_ms=verify_ms,

@@ -79,12 +79,16 @@ class RoundEvent:
         round_index: 0-based.
         num_speculative_tokens: γ requested for this round (before shrinking for budget/context).
         num_drafted: draft tokens actually proposed (0…γ).
-        num_accepted: leading run of accepted draft tokens (0…num_drafted).
+        num_accepted: accepted draft tokens committed this round: the leading run of
+            acceptances (0…num_drafted), cut at the stop when a stop truncated the round, so it
+            always equals the round's ACCEPTED TokenEvents.
         num_committed: tokens committed this round (num_accepted + 1, fewer only when a stop
-            truncated the round).
-        accepted_mask: the accept decision for each draft position the target judged: the
-            accepted ones and the first rejection, so its length is min(num_drafted,
-            num_accepted + 1); drafts after the first rejection are discarded unjudged.
+            truncated the round; then every committed token is an accepted draft).
+        accepted_mask: the accept decision for each draft position that counts: the accepted
+            ones and the first rejection, so its length is min(num_drafted, num_accepted + 1);
+            drafts after the first rejection are discarded unjudged. In a round truncated by a
+            stop it covers only the committed positions (all True). ``len(accepted_mask)`` is
+            the number of judged positions that α divides by.
         draft_ms: wall time spent in the drafter this round, milliseconds.
         draft_steps: drafter forward passes this round (0 for n-gram and target-only).
         verify_ms: wall time of the single target forward pass plus verification, milliseconds.

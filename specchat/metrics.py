@@ -64,8 +64,9 @@ class SpeculationMetrics:
     @property
     def num_verified(self) -> int:
         """Draft positions the target actually judged: each round's accepted drafts plus the
-        first rejected one. Drafts after the first rejection are discarded unjudged."""
-        return sum(min(r.num_drafted, r.num_accepted + 1) for r in self.rounds)
+        first rejected one (``len(accepted_mask)``). Drafts after the first rejection are
+        discarded unjudged, and so are drafts after a stop."""
+        return sum(_verified(r) for r in self.rounds)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -206,5 +207,5 @@ class SpeculationMetrics:
 
 
 def _verified(r: RoundEvent) -> int:
-    """Draft positions the target judged in round ``r``."""
-    return min(r.num_drafted, r.num_accepted + 1)
+    """Draft positions the target judged in round ``r`` (see ``RoundEvent.accepted_mask``)."""
+    return len(r.accepted_mask)

@@ -30,7 +30,8 @@ from transformers import LlamaConfig
 
 from specchat.config import GenerationConfig
 from specchat.drafters import Draft, ModelDrafter, NgramDrafter
-from specchat.events import DoneEvent, TokenEvent
+from specchat.engine import SpeculativeEngine
+from specchat.events import DoneEvent, RoundEvent, TokenEvent
 
 EOS_BYTE = 256  # byte tokenizer: ids 0..255 are bytes, 256 is <eos>
 V = 6  # vocabulary of the FakeLM tests
@@ -209,11 +210,20 @@ def assert_matches(counts: Counter, exact: dict, n: int, alpha: float = 1e-4):
     assert pvalue > alpha, f"chi-square p={pvalue:.2e} over {len(obs)} cells"
 
 
-def run_many(engine, prompt, drafter, n, **cfg):
+def run_many(engine, prompt, drafter, n, *, stats: Counter | None = None, **cfg):
+    """Replies of ``n`` generations with seeds 0…n-1: Counter {reply tuple: count}.
+
+    ``stats``, when given, is incremented with the token kinds emitted ("accepted",
+    "resampled", "bonus") and "drafted" (draft tokens proposed), to show which paths ran.
+    """
     counts: Counter = Counter()
     for seed in range(n):
-        done = list(engine.generate(prompt, drafter, GenerationConfig(seed=seed, **cfg)))[-1]
+        events = list(engine.generate(prompt, drafter, GenerationConfig(seed=seed, **cfg)))
+        done = events[-1]
         counts[tuple(done.token_ids)] += 1
+        if stats is not None:
+            stats.update(k.value for k in done.kinds)
+            stats["drafted"] += sum(e.num_drafted for e in events if isinstance(e, RoundEvent))
     return counts
 
 
@@ -320,3 +330,17 @@ def make_drafter(kind):
     if kind == "ragged":  # returns 0..max_tokens drafts
         return FixedQDrafter([0.3, 0.1, 0.2, 0.1, 0.2, 0.1], ragged=True)
     raise ValueError(kind)
+
+
+class TinyService:
+    """The slice of ChatService the audit uses, over tiny random models."""
+
+    def __init__(self, target, drafter_model, vocab):
+        self.engine = SpeculativeEngine(target, None, eos_token_ids=[])
+        self.drafters = {
+            "none": None,
+            "other": ModelDrafter(drafter_model, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="other"),
+        }
+
+    def generate(self, input_ids, *, drafter, config, cancel=None):
+        yield from self.engine.generate(input_ids, self.drafters[drafter], config, cancel)

@@ -136,7 +136,7 @@ class FakeService:
                 yield RoundEvent(
                     round_index=round_index, num_speculative_tokens=config.num_speculative_tokens,
                     num_drafted=num_drafted, num_accepted=num_accepted, num_committed=len(tokens),
-                    accepted_mask=tuple([True] * num_accepted + [False] * (num_drafted - num_accepted)),
+                    accepted_mask=tuple([True] * num_accepted + ([False] if num_accepted < num_drafted else [])),
                     draft_ms=10.0 * num_drafted, draft_steps=num_drafted if drafter != "ngram" else 0,
                     verify_ms=100.0, elapsed_ms=elapsed,
                 )

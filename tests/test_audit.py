@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from lossless import TinyService
 from tiny_models import tiny_model
 
 from specchat import audit, sampling
 from specchat.config import GenerationConfig
-from specchat.drafters import ModelDrafter
-from specchat.engine import SpeculativeEngine
-
-
-class TinyService:
-    """The slice of ChatService the audit uses, over tiny random models."""
-
-    def __init__(self, target, drafter_model, vocab):
-        self.engine = SpeculativeEngine(target, None, eos_token_ids=[])
-        self.drafters = {
-            "none": None,
-            "other": ModelDrafter(drafter_model, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="other"),
-        }
-
-    def generate(self, input_ids, *, drafter, config, cancel=None):
-        yield from self.engine.generate(input_ids, self.drafters[drafter], config, cancel)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ def _round(i: int, drafted: int, accepted: int, *, elapsed_ms: float, draft_ms: 
     return RoundEvent(
         round_index=i, num_speculative_tokens=max(drafted, 1), num_drafted=drafted, num_accepted=accepted,
         num_committed=accepted + 1 if committed is None else committed,
-        accepted_mask=tuple([True] * accepted + [False] * (drafted - accepted)),
+        accepted_mask=tuple([True] * accepted + ([False] if accepted < drafted else [])),
         draft_ms=10.0 * drafted if draft_ms is None else draft_ms,
         draft_steps=drafted if draft_steps is None else draft_steps,
         verify_ms=100.0, elapsed_ms=elapsed_ms,

@@ -1,10 +1,15 @@
 """Distribution: emitted tokens follow the exact target distribution (chi-square).
 
-Exact distributions come from enumeration with an independent float64 warper. See each test's
-docstring for its false-failure rate.
+Exact distributions come from enumeration with an independent float64 warper (lossless.ref_warp),
+never from the engine. Each chi-square test fails when p < 1e-4 (1e-3 for the tiny-transformer
+tests, which draw fewer samples). Seeds are fixed, so a run is deterministic; with fresh random
+seeds a correct engine would fail a given check with probability 1e-4 (1e-3), and this file's 35
+checks together with probability below 1 % (union bound: 29 × 1e-4 + 6 × 1e-3 = 0.89 %).
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 import torch
@@ -15,14 +20,47 @@ from lossless import (
     exact_sequences,
     hashed_logits,
     make_drafter,
+    model_drafter,
     run_many,
 )
 from scipy.stats import chisquare
 from tiny_models import tiny_model
 
 from specchat.config import GenerationConfig
-from specchat.drafters import ModelDrafter
+from specchat.drafters import ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
+
+# -- every warper, for a model drafter and for the n-gram drafter --------------------------------
+WARPERS = [
+    pytest.param(0.5, 0, 1.0, id="T0.5"),
+    pytest.param(1.0, 0, 1.0, id="T1"),
+    pytest.param(1.5, 0, 1.0, id="T1.5"),
+    pytest.param(1.0, 2, 1.0, id="top-k2"),
+    pytest.param(1.0, 0, 0.7, id="top-p0.7"),
+    pytest.param(0.7, 3, 1.0, id="T0.7+top-k3"),
+    pytest.param(1.3, 0, 0.8, id="T1.3+top-p0.8"),
+    pytest.param(0.8, 4, 0.9, id="T0.8+top-k4+top-p0.9"),
+]
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", WARPERS)
+@pytest.mark.parametrize("drafter_kind", ["model", "ngram"])
+def test_every_warper_gives_the_exact_target_distribution(drafter_kind, temperature, top_k, top_p):
+    """Joint distribution of 3-token replies, γ = 3, 2000 seeds; both the accept path and the
+    residual path must have run (at least 100 accepted and 100 resampled tokens)."""
+    fn_t = hashed_logits(V, seed=11, scale=2.0)
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    if drafter_kind == "model":
+        prompt, drafter = [3, 1], model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
+    else:  # the prompt holds repeated n-grams, so lookups find continuations
+        prompt, drafter = [3, 1, 4, 1, 5, 3, 1, 4, 0, 2, 5, 4], NgramDrafter()
+    settings = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    exact = exact_sequences(fn_t, prompt, 3, **settings)
+    n, stats = 2000, Counter()
+    counts = run_many(engine, prompt, drafter, n, stats=stats, num_speculative_tokens=3, max_new_tokens=3, **settings)
+    assert_matches(counts, exact, n)
+    assert stats["accepted"] >= 100 and stats["resampled"] >= 100, stats
+
 
 DIST_CASES = [
     # drafter, gamma, temperature, top_k, top_p, max_new, eos

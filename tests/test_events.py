@@ -4,10 +4,24 @@ truncated only by a stop; the counts agree with the stats.
 
 from __future__ import annotations
 
-from lossless import TINY_PROMPT, TINY_VOCAB, events_of
+import pytest
+from lossless import (
+    EOS_BYTE,
+    TINY_PROMPT,
+    TINY_VOCAB,
+    TOK,
+    FakeLM,
+    ScriptDrafter,
+    V,
+    events_of,
+    hashed_logits,
+    make_drafter,
+    script_logits,
+)
 
 from specchat.drafters import ModelDrafter
-from specchat.events import RoundEvent, TokenEvent, TokenKind
+from specchat.engine import SpeculativeEngine
+from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.metrics import SpeculationMetrics
 
 
@@ -35,3 +49,97 @@ def test_event_structure_and_counts(engine, other):
     assert metrics.num_tokens == len(done.token_ids) == 50
     assert metrics.num_accepted == sum(k is TokenKind.ACCEPTED for k in done.kinds)
     assert "".join(e.text for e in events if isinstance(e, TokenEvent)) == done.text
+
+
+def check_event_grammar(events, gamma, eos, budget, stops=()):
+    """Assert the stream's grammar and that the stats agree with it; return the rounds."""
+    assert isinstance(events[-1], DoneEvent) and not any(isinstance(e, DoneEvent) for e in events[:-1])
+    done = events[-1]
+    metrics = SpeculationMetrics()
+    rounds, pending, all_tokens = [], [], []
+    for e in events:
+        metrics.update(e)
+        if isinstance(e, TokenEvent):
+            pending.append(e)
+            all_tokens.append(e)
+            continue
+        if isinstance(e, DoneEvent):
+            assert not pending, "tokens after the last round"
+            break
+        rounds.append(e)
+        assert e.round_index == len(rounds) - 1
+        assert 0 <= e.num_accepted <= e.num_drafted <= gamma
+        assert [t.round_index for t in pending] == [e.round_index] * len(pending)
+        assert [t.position for t in pending] == list(range(len(pending)))
+        assert all(t.num_drafted == e.num_drafted for t in pending)
+        kinds = [t.kind for t in pending]
+        last = TokenKind.BONUS if e.num_accepted == e.num_drafted else TokenKind.RESAMPLED
+        full = [TokenKind.ACCEPTED] * e.num_accepted + [last]
+        assert len(kinds) == e.num_committed >= 1
+        if e.num_committed < len(full):  # truncated: only by a stop, and only in the last round
+            assert e is events[-2] and done.stop_reason in (
+                StopReason.EOS,
+                StopReason.MAX_NEW_TOKENS,
+                StopReason.STOP_STRING,
+            )
+        assert kinds == full[: e.num_committed]
+        pending = []
+    # the stop is the last committed token, and only there
+    ids = [t.token_id for t in all_tokens]
+    assert done.token_ids == tuple(ids) and done.kinds == tuple(t.kind for t in all_tokens)
+    assert not any(t in eos for t in ids[:-1]) and len(ids) <= budget
+    if done.stop_reason is StopReason.EOS:
+        assert ids[-1] in eos
+    elif done.stop_reason is StopReason.MAX_NEW_TOKENS:
+        assert len(ids) == budget
+    # stats = counts of the events
+    summary = metrics.summary()
+    assert summary["num_tokens"] == len(ids) and summary["num_rounds"] == len(rounds)
+    assert summary["num_drafted"] == sum(r.num_drafted for r in rounds)
+    assert summary["num_accepted"] == done.kinds.count(TokenKind.ACCEPTED) == sum(r.num_accepted for r in rounds)
+    assert summary["num_resampled"] == done.kinds.count(TokenKind.RESAMPLED)
+    assert summary["num_bonus"] == done.kinds.count(TokenKind.BONUS)
+    judged = sum(min(r.num_drafted, r.num_committed) for r in rounds)  # the first rejection or the stop ends judging
+    if judged:
+        assert summary["acceptance_rate"] == summary["num_accepted"] / judged
+    assert summary["mean_tokens_per_round"] == len(ids) / len(rounds)
+    return rounds
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("drafter_kind", ["other", "self", "ngram", "ragged", None])
+@pytest.mark.parametrize("eos, budget", [((), 30), ((0,), 40), ((), 7)])
+def test_event_grammar_every_drafter(drafter_kind, gamma, temperature, eos, budget):
+    """FakeLM target (6 ids); 5 seeds per case; EOS inside commits and small budgets truncate rounds."""
+    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=11, scale=2.0)), None, eos_token_ids=eos)
+    prompt = [3, 1, 4, 1, 5, 3, 1, 4]
+    drafter = make_drafter(drafter_kind) if drafter_kind else None
+    for seed in range(5):
+        events = events_of(
+            engine,
+            prompt,
+            drafter,
+            num_speculative_tokens=gamma,
+            temperature=temperature,
+            seed=seed,
+            max_new_tokens=budget,
+        )
+        rounds = check_event_grammar(events, gamma, eos, budget)
+        if drafter is None:
+            assert all(r.num_drafted == 0 and r.num_committed == 1 for r in rounds)
+
+
+def test_stop_string_truncates_the_last_round():
+    """A stop string completed mid-round: the round is cut there and it is the last one."""
+    reply = b"one two three four five"
+    prompt = b"> "
+    target = FakeLM(257, script_logits(257, list(reply), len(prompt), EOS_BYTE))
+    engine = SpeculativeEngine(target, TOK, eos_token_ids=[EOS_BYTE])
+    drafter = ScriptDrafter(list(reply), len(prompt))
+    events = events_of(
+        engine, list(prompt), drafter, num_speculative_tokens=6, max_new_tokens=40, stop_strings=("thr",)
+    )
+    rounds = check_event_grammar(events, 6, (EOS_BYTE,), 40)
+    assert events[-1].stop_reason is StopReason.STOP_STRING and events[-1].text == "one two "
+    assert rounds[-1].num_committed < rounds[-1].num_accepted + 1

@@ -24,6 +24,7 @@ from lossless import (
     ref_warp,
 )
 
+from specchat.drafters import NgramDrafter
 from specchat.engine import SpeculativeEngine
 
 
@@ -138,3 +139,18 @@ def test_top_k_at_or_above_vocab_is_off_and_seeds_reproduce():
     ]
     assert again == outs[0]  # same seed → same reply
     assert len(set(outs[0])) >= 6  # different seeds → different replies
+
+
+def test_deterministic_drafts_report_a_one_hot_q():
+    """n-gram drafts and greedy model drafts are not sampled: q must be one-hot (None), else the
+    accept test min(1, p/q) would use a q the draft was not drawn from."""
+    from specchat.config import GenerationConfig as Config
+
+    gen = torch.Generator().manual_seed(0)
+    ngram = NgramDrafter().propose([1, 2, 3, 1, 2, 3, 1, 2], 3, Config(temperature=1.0), gen)
+    assert ngram.token_ids.tolist() == [3, 1, 2] and ngram.draft_probs is None
+    drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=3, scale=3.0)), V)
+    drafter.begin([1, 2])
+    greedy = drafter.propose([1, 2], 3, Config(temperature=0.0), gen)
+    assert greedy.draft_probs is None and greedy.token_ids.shape == (3,)
+    drafter.end()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import gc
 import threading
+import warnings
 
 import pytest
 import torch
 from lossless import (
     TINY_PROMPT,
+    TINY_VOCAB,
     TOK,
     FakeLM,
     RecordingDrafter,
@@ -20,6 +22,7 @@ from lossless import (
     events_of,
     hashed_logits,
     model_drafter,
+    naive_greedy,
     naive_greedy_fn,
 )
 from tiny_models import tiny_model
@@ -31,8 +34,6 @@ from specchat.events import RoundEvent, StopReason
 
 
 def test_cancel_stops_between_rounds_and_engine_is_reusable(engine, reference):
-    import threading
-
     cancel = threading.Event()
     events = []
     for e in engine.generate(TINY_PROMPT, NgramDrafter(), GenerationConfig(max_new_tokens=40), cancel):
@@ -153,3 +154,57 @@ def test_late_cleanup_of_an_abandoned_generator_does_not_break_the_next_one():
     old.close()  # what the GC does to the abandoned generator
     events += list(new)
     assert list(events[-1].token_ids) == ref
+
+
+def live_tensor_bytes() -> tuple[int, int]:
+    """(number of live torch tensors, bytes of their distinct storages), after a full GC."""
+    gc.collect()
+    storages = {}
+    count = 0
+    with warnings.catch_warnings():  # isinstance() on torch.distributed's deprecated aliases warns
+        warnings.simplefilter("ignore")
+        tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and not isinstance(o, torch.nn.Parameter)]
+    for obj in tensors:
+        count += 1
+        try:
+            storage = obj.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            continue
+        storages[storage.data_ptr()] = storage.nbytes()
+    del tensors
+    return count, sum(storages.values())
+
+
+def test_memory_stays_bounded_over_repeated_mixed_requests(target, other):
+    """Speculative, target-only, cancelled, closed mid-stream and abandoned generations, 12
+    cycles after 2 warm-up cycles: no tensor is left behind (count and bytes stay flat), the
+    caches are released, and the engine still gives the reference reply."""
+    engine = SpeculativeEngine(target, TOK, eos_token_ids=[])
+    drafter = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="other")
+    reference = naive_greedy(target, TINY_PROMPT, 12)
+    cfg = GenerationConfig(num_speculative_tokens=3, max_new_tokens=12)
+
+    def cycle(i):
+        assert list(engine.generate(TINY_PROMPT, drafter, cfg))[-1].token_ids == tuple(reference)
+        assert list(engine.generate(TINY_PROMPT, None, cfg))[-1].token_ids == tuple(reference)
+        cancel = threading.Event()
+        for e in engine.generate(
+            TINY_PROMPT, drafter, GenerationConfig(temperature=1.0, seed=i, max_new_tokens=12), cancel
+        ):
+            if isinstance(e, RoundEvent):
+                cancel.set()
+        closed = engine.generate(TINY_PROMPT, drafter, cfg)
+        next(closed)
+        closed.close()
+        abandoned = engine.generate(TINY_PROMPT, drafter, cfg)
+        next(abandoned)
+        del abandoned
+
+    for i in range(2):
+        cycle(i)
+    before = live_tensor_bytes()
+    for i in range(12):
+        cycle(i)
+    after = live_tensor_bytes()
+    assert engine.target_cache is None and drafter.cache is None
+    assert after[0] <= before[0] + 2 and after[1] <= before[1] + 4096, (before, after)

@@ -18,7 +18,7 @@ from specchat import loading
 from specchat.config import GenerationConfig
 from specchat.drafters import ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
-from specchat.events import TokenKind
+from specchat.events import RoundEvent
 from specchat.service import eos_token_ids
 
 pytestmark = pytest.mark.real_model
@@ -60,22 +60,48 @@ def test_chat_template_and_target_only(smol):
     assert "area" in done.text
 
 
-@pytest.mark.parametrize("drafter_kind", ["ngram", "int4", "self"])
-@pytest.mark.parametrize("gamma", [2, 5])
-def test_greedy_identity_real_model(smol, smollm2_dir, drafter_kind, gamma):
+PROMPTS = {
+    # the n-gram drafter is mostly right when the answer repeats the prompt…
+    "edit": "<|im_start|>user\nFix the typo in this code and print the whole code: def add(a, b):\n    retrun a + b\n\n"
+    "def sub(a, b):\n    return a - b<|im_end|>\n<|im_start|>assistant\n",
+    # …and mostly wrong on an open question
+    "chat": "<|im_start|>user\nName three animals that live in the ocean and say one fact about each.<|im_end|>\n"
+    "<|im_start|>assistant\n",
+}
+# (prompt, drafter) → range of the acceptance rate α (accepted / judged drafts, the estimate
+# ALGORITHM.md uses) that makes the case what it claims to be
+REGIME = {
+    ("edit", "ngram"): (0.6, 1.0),
+    ("chat", "ngram"): (0.0, 0.4),
+    ("edit", "int4"): (0.6, 1.0),
+    ("chat", "int4"): (0.6, 1.0),
+    ("edit", "self"): (1.0, 1.0),
+    ("chat", "self"): (1.0, 1.0),
+}
+_REFERENCE: dict[str, list[int]] = {}
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4, 8])
+@pytest.mark.parametrize("prompt, drafter_kind", list(REGIME))
+def test_greedy_identity_real_model(smol, smollm2_dir, prompt, drafter_kind, gamma):
+    """fp32 greedy: every drafter gives the naive target-only loop's tokens, for every γ."""
     engine, tok, model = smol
-    ids = tok(PROMPT).input_ids
-    ref = list(engine.generate(ids, None, GenerationConfig(max_new_tokens=40)))[-1]
+    ids = tok(PROMPTS[prompt]).input_ids
+    if prompt not in _REFERENCE:
+        _REFERENCE[prompt] = naive_greedy(model, ids, 32, engine.eos_token_ids)
     vocab = model.get_output_embeddings().weight.shape[0]
     if drafter_kind == "ngram":
         drafter = NgramDrafter()
     else:
         m = model if drafter_kind == "self" else _int4(smollm2_dir)
         drafter = ModelDrafter(m, target_vocab_size=vocab, num_tokenizer_ids=len(tok), name=drafter_kind)
-    done = list(engine.generate(ids, drafter, GenerationConfig(num_speculative_tokens=gamma, max_new_tokens=40)))[-1]
-    assert done.token_ids == ref.token_ids and done.text == ref.text
-    accepted = sum(k is TokenKind.ACCEPTED for k in done.kinds)
-    assert accepted > 0  # on a repeat-this-code prompt every drafter gets some right
+    events = list(engine.generate(ids, drafter, GenerationConfig(num_speculative_tokens=gamma, max_new_tokens=32)))
+    assert list(events[-1].token_ids) == _REFERENCE[prompt]
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    judged = sum(min(r.num_drafted, r.num_accepted + 1) for r in rounds)
+    alpha = sum(r.num_accepted for r in rounds) / max(judged, 1)
+    lo, hi = REGIME[prompt, drafter_kind]
+    assert judged >= 5 and lo <= alpha <= hi, f"{judged} drafts judged, α {alpha:.2f}"
 
 
 _INT4 = {}
