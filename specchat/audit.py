@@ -135,7 +135,7 @@ def exact_next_token_probs(model, input_ids: list[int], config: GenerationConfig
 
 
 def sampled_check(
-    service, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig
+    service, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig, *, progress: bool = False
 ) -> SampledCheck:
     """Draw the token after ``input_ids`` ``num_samples`` times through the speculative path.
 
@@ -143,12 +143,15 @@ def sampled_check(
     budget) and the target accepts it or resamples from the residual: the emitted first token
     must follow target_probs exactly (Leviathan et al. 2023, Theorem 3.5). Seeds are
     ``config.seed + i``. The comparison is Pearson's chi-square; the p-value comes from the
-    regularized upper incomplete gamma function (no SciPy needed).
+    regularized upper incomplete gamma function (no SciPy needed). ``progress`` shows a tqdm
+    bar on stderr.
     """
+    from tqdm.auto import tqdm
+
     exact = exact_next_token_probs(service.engine.target_model, input_ids, config)
     counts = torch.zeros_like(exact)
     num_drafted = num_accepted = 0
-    for i in range(num_samples):
+    for i in tqdm(range(num_samples), desc="sampled check", unit="draw", disable=not progress, leave=False):
         events = list(service.generate(input_ids, drafter=drafter, config=_one_draft_config(config, (config.seed or 0) + i)))
         done = events[-1]
         assert isinstance(done, DoneEvent)

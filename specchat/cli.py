@@ -172,7 +172,7 @@ def _audit(args: argparse.Namespace) -> int:
                   f"{len(reference)} tokens; allowed: 0..{len(reference) - 1} or auto", file=sys.stderr)
             return 2
         context = tok.decode(reference[max(0, position - 8) : position])
-        check = audit.sampled_check(service, ids + reference[:position], args.drafter, args.samples, config)
+        check = audit.sampled_check(service, ids + reference[:position], args.drafter, args.samples, config, progress=True)
         sampled_ok = check.p_value >= args.significance and check.outside_support == 0
         print(
             f"[2/2] sampled, {check.num_samples} draws of reply token {position} (after …{context!r}; "

@@ -1,0 +1,307 @@
+"""Deliberate breakages: each mutant breaks one mechanism of one fault kind on purpose, and the
+test family of that kind must fail (issue 3: "tests that fail when the mechanism is broken").
+
+Usage (from the repository root, in the test venv):
+
+    python scripts/mutants.py                 # every mutant, then a table
+    python scripts/mutants.py --list          # names, kinds and what each breaks
+    python scripts/mutants.py --only NAME …   # some mutants
+    python scripts/mutants.py --markdown      # the table as Markdown
+
+For each mutant: copy the work tree (git's tracked and untracked-but-not-ignored files) to a
+temporary folder, replace one exact snippet of source, and run ``pytest -x`` on the mutant's
+test files there. The mutant is KILLED when pytest fails, and the first failing test is shown;
+it SURVIVED when every test passed, which means a hole in the tests. The unmutated tests run
+first and must pass. Exit status: 0 when every mutant was killed, 1 otherwise.
+
+Each mutant's snippet must occur exactly once in its file; ``tests/test_mutants.py`` checks that,
+so the list keeps up with the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FAMILY = {
+    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py"],
+    2: ["tests/test_kind2_verify_alignment.py", "tests/test_greedy_identity.py"],
+    3: ["tests/test_kind3_pq_consistency.py", "tests/test_distribution.py"],
+    4: ["tests/test_kind4_accept_numerics.py", "tests/test_distribution.py"],
+    5: ["tests/test_kind5_termination.py", "tests/test_events.py"],
+    6: ["tests/test_kind6_vocab_alignment.py"],
+    7: ["tests/test_kind7_context_bounds.py", "tests/test_text_chat.py"],
+    8: ["tests/test_kind8_numerical_invariance.py"],
+    9: ["tests/test_kind9_lifecycle.py"],
+}
+KIND_NAMES = {
+    1: "bookkeeping after partial acceptance",
+    2: "verify alignment",
+    3: "p/q consistency",
+    4: "accept-rule numerics",
+    5: "termination inside a multi-token commit",
+    6: "vocabulary alignment",
+    7: "context bounds",
+    8: "numerical non-invariance",
+    9: "resource lifecycle",
+}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One deliberate breakage: replace ``old`` by ``new`` in ``path`` (exactly one occurrence)."""
+
+    name: str
+    kind: int
+    path: str
+    old: str
+    new: str
+    what: str
+
+    @property
+    def tests(self) -> list[str]:
+        return FAMILY[self.kind]
+
+
+MUTANTS = [
+    # -- 1. bookkeeping ---------------------------------------------------------------------
+    Mutant("target-cache-not-cut", 1, "specchat/engine.py",
+           "        cut_cache(self.target_cache, committed_before + result.num_accepted)\n",
+           "        pass\n",
+           "the target's KV cache keeps the rejected drafts after a partial acceptance"),
+    Mutant("target-cache-cut-one-long", 1, "specchat/engine.py",
+           "cut_cache(self.target_cache, committed_before + result.num_accepted)",
+           "cut_cache(self.target_cache, min(committed_before + result.num_accepted + 1, self.target_cache.get_seq_length()))",
+           "the target's cache keeps one position too many (the first rejected draft)"),
+    Mutant("drafter-not-rolled-back", 1, "specchat/engine.py",
+           "            drafter.rollback(committed_before + result.num_accepted)\n",
+           "            pass\n",
+           "the drafter's cache keeps its rejected drafts"),
+    Mutant("drafter-no-catch-up", 1, "specchat/drafters/model.py",
+           "        pending = ids[self.cache_len :]\n",
+           "        pending = ids[-1:]\n",
+           "after full acceptance the drafter feeds only the bonus token, skipping the last draft"),
+    Mutant("sliding-window-cut-anyway", 1, "specchat/kv.py",
+           'if not getattr(layer, "is_croppable", False) or past_window:',
+           'if not getattr(layer, "is_croppable", False):',
+           "a sliding-window layer past its window is cut instead of refused"),
+    # -- 2. verify alignment ----------------------------------------------------------------
+    Mutant("verify-against-next-row", 2, "specchat/sampling.py",
+           "    p_x = target_probs[rows, draft_token_ids]\n",
+           "    p_x = target_probs[rows + 1, draft_token_ids]\n",
+           "draft i is judged with p of the prefix one token later"),
+    Mutant("accepted-count-not-leading-run", 2, "specchat/sampling.py",
+           "    while num_accepted < gamma and accepted[num_accepted]:\n        num_accepted += 1\n",
+           "    num_accepted = min(int(sum(accepted)), gamma)\n",
+           "accepted count = all acceptances, not the leading run"),
+    Mutant("bonus-from-last-draft-row", 2, "specchat/sampling.py",
+           "return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS)",
+           "return VerifyResult(gamma, mask, sample(target_probs[gamma - 1], generator), TokenKind.BONUS)",
+           "the bonus token is drawn from the last draft's row, not the row after it"),
+    # -- 3. p/q consistency -----------------------------------------------------------------
+    Mutant("drafter-reports-unwarped-q", 3, "specchat/drafters/model.py",
+           "                probs.append(q)\n",
+           "                probs.append(torch.softmax(self._align(logits), dim=-1)[0])\n",
+           "the drafter samples from the warped q but reports q before the warpers"),
+    Mutant("target-ignores-top-p", 3, "specchat/engine.py",
+           "target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p",
+           "target_logits, temperature=config.temperature, top_k=config.top_k, top_p=1.0",
+           "target_probs skip top-p while draft_probs apply it"),
+    Mutant("drafter-ignores-temperature", 3, "specchat/drafters/model.py",
+           "self._align(logits), temperature=config.temperature, top_k=config.top_k, top_p=config.top_p",
+           "self._align(logits), temperature=1.0 if config.temperature else 0.0, top_k=config.top_k, top_p=config.top_p",
+           "the drafter warps with temperature 1 whatever the setting (lossless still, but not the same chain)"),
+    # -- 4. accept-rule numerics ------------------------------------------------------------
+    Mutant("accept-when-equal", 4, "specchat/sampling.py",
+           "    accepted = (u * q_x < p_x).tolist()\n",
+           "    accepted = (u * q_x <= p_x).tolist()\n",
+           "u·q ≤ p: a token with p = 0 is accepted when u = 0"),
+    Mutant("residual-without-fallback", 4, "specchat/sampling.py",
+           "    if mass <= RESIDUAL_MASS_EPS:\n        return target_probs\n",
+           "    if mass <= 0.0:\n        return target_probs\n",
+           "a residual with only rounding mass (p = q) is normalised instead of falling back to p"),
+    Mutant("residual-is-p", 4, "specchat/sampling.py",
+           "        residual = torch.clamp(target_probs - draft_probs, min=0.0)\n",
+           "        residual = target_probs.clone()\n",
+           "after a rejection, resample from p instead of norm(max(0, p − q))"),
+    Mutant("one-hot-residual-keeps-draft", 4, "specchat/sampling.py",
+           "        residual[draft_token_id] = 0.0\n",
+           "        pass\n",
+           "with a one-hot q the rejected draft token stays in the residual"),
+    # -- 5. termination ---------------------------------------------------------------------
+    Mutant("commit-past-the-stop", 5, "specchat/engine.py",
+           "            if state.stop is not None:\n                break\n",
+           "",
+           "tokens after an EOS / budget / stop string in the same round are still committed"),
+    Mutant("draft-ignores-budget", 5, "specchat/engine.py",
+           "max_draft = min(config.num_speculative_tokens, remaining - 1, room - 1)",
+           "max_draft = min(config.num_speculative_tokens, room - 1)",
+           "drafts are not capped by the remaining max_new_tokens"),
+    Mutant("drafted-eos-ends-reply", 5, "specchat/engine.py",
+           "        num_drafted = int(draft_ids.shape[0])\n",
+           "        num_drafted = int(draft_ids.shape[0])\n"
+           "        if any(t in self.eos_token_ids for t in draft_ids.tolist()):\n"
+           "            state.stop = StopReason.EOS\n",
+           "a drafted EOS ends the reply even when the target rejects it"),
+    Mutant("stop-prefix-not-held", 5, "specchat/text.py",
+           "            keep = self._stop_prefix_len(self._held)\n",
+           "            keep = 0\n",
+           "text that may begin a stop string is streamed before the stop string completes"),
+    # -- 6. vocabulary alignment ------------------------------------------------------------
+    Mutant("padding-ids-proposed", 6, "specchat/drafters/model.py",
+           '            logits[:, self.num_tokenizer_ids :] = float("-inf")\n',
+           "            pass\n",
+           "the drafter may propose embedding padding rows that are not tokenizer ids"),
+    Mutant("unembeddable-id-fed-to-drafter", 6, "specchat/drafters/model.py",
+           "        if max(pending) >= self.num_input_ids:\n",
+           "        if False:\n",
+           "a committed id past the drafter's embedding is fed to it"),
+    Mutant("tokenizer-vocab-not-compared", 6, "specchat/loading.py",
+           "    if target_vocab != drafter_vocab:\n",
+           "    if False:\n",
+           "tokenizers are compared by probes only, not vocabularies"),
+    # -- 7. context bounds ------------------------------------------------------------------
+    Mutant("draft-ignores-context", 7, "specchat/engine.py",
+           "max_draft = min(config.num_speculative_tokens, remaining - 1, room - 1)",
+           "max_draft = min(config.num_speculative_tokens, remaining - 1)",
+           "drafts are not capped by the room left in the context window"),
+    Mutant("context-full-not-a-stop", 7, "specchat/engine.py",
+           "            elif len(ids) >= self.context_length:\n                state.stop = StopReason.CONTEXT_FULL\n",
+           "",
+           "generation goes on past the context window"),
+    Mutant("empty-prompt-accepted", 7, "specchat/engine.py",
+           "        if not prompt_ids:\n",
+           "        if prompt_ids is None:\n",
+           "an empty prompt is not refused with a clear error"),
+    Mutant("blank-message-accepted", 7, "specchat/chat.py",
+           "    if not message or not message.strip():\n",
+           "    if not message:\n",
+           "a whitespace-only chat message is sent to the model"),
+    # -- 8. numerical non-invariance --------------------------------------------------------
+    Mutant("gap-measured-one-late", 8, "specchat/audit.py",
+           "    prefix = torch.tensor([input_ids + reference[:index]], device=device)\n",
+           "    prefix = torch.tensor([input_ids + reference[: index + 1]], device=device)\n",
+           "the audit measures the top-2 gap one position after the divergence"),
+    Mutant("any-gap-is-a-tie", 8, "specchat/audit.py",
+           "        return self.gap <= tolerance\n",
+           "        return True\n",
+           "every divergence is excused as a near-tie"),
+    Mutant("tolerance-ignores-dtype", 8, "specchat/audit.py",
+           "    return max(1e-3, 2.0 * torch.finfo(dtype).eps * abs(top_logit))\n",
+           "    return 1.0\n",
+           "a fixed, loose tie tolerance whatever the dtype"),
+    # -- 9. resource lifecycle --------------------------------------------------------------
+    Mutant("target-cache-kept", 9, "specchat/engine.py",
+           "                self.target_cache = None\n",
+           "                pass\n",
+           "the target's KV cache outlives its generation"),
+    Mutant("drafter-end-skipped", 9, "specchat/engine.py",
+           "                if drafter is not None:\n                    drafter.end()\n",
+           "",
+           "the drafter's cache is not released when a generation ends"),
+    Mutant("cleanup-without-owner-check", 9, "specchat/engine.py",
+           "            if self._current is token:\n",
+           "            if True:\n",
+           "a late-finalised abandoned generator clears the state of a newer one"),
+    Mutant("round-history-leak", 9, "specchat/engine.py",
+           "        state.round_index += 1\n",
+           "        state.round_index += 1\n        SpeculativeEngine._history = [*getattr(SpeculativeEngine, '_history', []), target_probs]\n",
+           "every round's target_probs are kept forever (memory grows with each request)"),
+]
+
+
+def copy_tree(dest: Path) -> None:
+    """Copy the files git knows (tracked, or untracked and not ignored) to ``dest``."""
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT, capture_output=True, check=True,
+    ).stdout.decode()
+    for rel in filter(None, out.split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def apply(mutant: Mutant, tree: Path) -> None:
+    path = tree / mutant.path
+    text = path.read_text()
+    count = text.count(mutant.old)
+    if count != 1:
+        raise SystemExit(f"mutant {mutant.name}: its snippet occurs {count} times in {mutant.path}; update scripts/mutants.py")
+    path.write_text(text.replace(mutant.old, mutant.new))
+
+
+def run_tests(tree: Path, tests: list[str], timeout: int) -> tuple[bool, str, float]:
+    """(passed, first failing test or '', seconds)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONDONTWRITEBYTECODE": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-rfE", *tests]
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timeout after {timeout} s", time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    if out.returncode == 0:
+        return True, "", seconds
+    first = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", out.stdout, re.M)
+    return False, first.group(1) if first else f"pytest exit {out.returncode}", seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds per pytest run (default 900)")
+    args = parser.parse_args(argv)
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    if args.only and len(chosen) != len(set(args.only)):
+        known = {m.name for m in MUTANTS}
+        parser.error(f"unknown mutant(s): {', '.join(sorted(set(args.only) - known))}")
+    if args.list:
+        for m in chosen:
+            print(f"{m.kind}  {m.name:32} {m.path:28} {m.what}")
+        return 0
+
+    with tempfile.TemporaryDirectory(prefix="specchat-mutants-") as tmp:
+        clean = Path(tmp) / "clean"
+        copy_tree(clean)
+        families = sorted({t for m in chosen for t in m.tests})
+        ok, first, seconds = run_tests(clean, families, args.timeout)
+        print(f"unmutated: {'pass' if ok else 'FAIL ' + first} ({seconds:.0f} s, {len(families)} files)", flush=True)
+        if not ok:
+            return 2
+        rows = []
+        for m in chosen:
+            tree = Path(tmp) / m.name
+            shutil.copytree(clean, tree)
+            apply(m, tree)
+            passed, first, seconds = run_tests(tree, m.tests, args.timeout)
+            shutil.rmtree(tree, ignore_errors=True)
+            rows.append((m, passed, first, seconds))
+            print(f"{m.kind}  {m.name:32} {'SURVIVED' if passed else 'killed'}  {first}  ({seconds:.0f} s)", flush=True)
+
+    killed = sum(not passed for _, passed, _, _ in rows)
+    print(f"\n{killed} of {len(rows)} mutants killed")
+    if args.markdown:
+        print("\n| kind | mutant (deliberate breakage) | result | first failing test |")
+        print("|---|---|---|---|")
+        for m, passed, first, _ in rows:
+            print(f"| {m.kind} | `{m.name}`: {m.what} | {'**survived**' if passed else 'killed'} | `{first}` |")
+    return 0 if killed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
