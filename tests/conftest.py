@@ -67,3 +67,20 @@ def reference(target):
     from lossless import TINY_PROMPT, naive_greedy
 
     return naive_greedy(target, TINY_PROMPT, 40)
+
+
+@pytest.fixture
+def fixed_u(monkeypatch):
+    """verify_draft draws u with torch.rand; make it return the given values."""
+
+    def install(values):
+        real_rand = torch.rand
+
+        def fake_rand(n, generator=None, device=None):
+            assert n == len(values)
+            return torch.tensor(values, dtype=torch.float32)
+
+        monkeypatch.setattr(torch, "rand", fake_rand)
+        return real_rand
+
+    return install

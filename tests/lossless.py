@@ -344,3 +344,24 @@ class TinyService:
 
     def generate(self, input_ids, *, drafter, config, cancel=None):
         yield from self.engine.generate(input_ids, self.drafters[drafter], config, cancel)
+
+
+class ContractDrafter:
+    """Proposes ``make(max_tokens)`` ids: used to break the drafter contract on purpose."""
+
+    name = "contract"
+
+    def __init__(self, make):
+        self.make = make
+
+    def begin(self, prompt_ids):
+        pass
+
+    def propose(self, ids, max_tokens, config, generator):
+        return Draft(torch.tensor(self.make(max_tokens), dtype=torch.long), None, 0)
+
+    def rollback(self, num_valid):
+        pass
+
+    def end(self):
+        pass

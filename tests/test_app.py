@@ -19,18 +19,18 @@ from pathlib import Path
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import gradio as gr  # noqa: E402
-from gradio_client import Client  # noqa: E402
+import gradio as gr
+from gradio_client import Client
 
-import app  # noqa: E402
-from specchat.config import GenerationConfig  # noqa: E402
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
-from specchat.service import DRAFTER_KINDS, Notice  # noqa: E402
+import app
+from specchat.config import GenerationConfig
+from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.service import DRAFTER_KINDS, Notice
 
 A, R, B = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS
 
@@ -106,8 +106,9 @@ class FakeService:
 
     def stream_chat(self, history, message, *, drafter, config, cancel=None):
         assert isinstance(config, GenerationConfig)
-        self.calls.append({"history": [dict(m) for m in history], "message": message,
-                           "drafter": drafter, "config": config})
+        self.calls.append(
+            {"history": [dict(m) for m in history], "message": message, "drafter": drafter, "config": config}
+        )
         self.cancels.append(cancel)
         if "notice" in message:
             yield Notice("older turns were trimmed to fit the context")
@@ -125,20 +126,30 @@ class FakeService:
                     ids.append(len(ids))
                     kinds.append(kind)
                     yield TokenEvent(
-                        token_id=ids[-1], kind=kind, text=text, target_prob=0.9,
+                        token_id=ids[-1],
+                        kind=kind,
+                        text=text,
+                        target_prob=0.9,
                         draft_prob=0.8 if kind is A else None,
                         rejected_token_id=99 if kind is R else None,
                         rejected_target_prob=0.1 if kind is R else None,
                         rejected_draft_prob=0.7 if kind is R else None,
-                        round_index=round_index, position=position, num_drafted=num_drafted,
+                        round_index=round_index,
+                        position=position,
+                        num_drafted=num_drafted,
                     )
                 elapsed += 100.0 + 10.0 * num_drafted
                 yield RoundEvent(
-                    round_index=round_index, num_speculative_tokens=config.num_speculative_tokens,
-                    num_drafted=num_drafted, num_accepted=num_accepted, num_committed=len(tokens),
+                    round_index=round_index,
+                    num_speculative_tokens=config.num_speculative_tokens,
+                    num_drafted=num_drafted,
+                    num_accepted=num_accepted,
+                    num_committed=len(tokens),
                     accepted_mask=tuple([True] * num_accepted + ([False] if num_accepted < num_drafted else [])),
-                    draft_ms=10.0 * num_drafted, draft_steps=num_drafted if drafter != "ngram" else 0,
-                    verify_ms=100.0, elapsed_ms=elapsed,
+                    draft_ms=10.0 * num_drafted,
+                    draft_steps=num_drafted if drafter != "ngram" else 0,
+                    verify_ms=100.0,
+                    elapsed_ms=elapsed,
                 )
                 round_index += 1
                 if "boom" in message:
@@ -154,8 +165,12 @@ def served():
     demo = app.build_ui(fake)
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
-        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True,
-        ssr_mode=False, share=False, css=app.CSS,
+        server_name="127.0.0.1",
+        prevent_thread_lock=True,
+        quiet=True,
+        ssr_mode=False,
+        share=False,
+        css=app.CSS,
     )
     try:
         client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
@@ -207,8 +222,7 @@ def test_token_span_escapes_text_and_title():
     event = TokenEvent(1, A, '<img src=x onerror="alert(1)">', 0.5, 0.25, None, None, None, 0, 0, 4)
     span = token_span(event)
     assert span == (
-        '<span class="tok tok-accepted" title="accepted · p=0.50 q=0.25">'
-        '&lt;img src=x onerror="alert(1)"&gt;</span>'
+        '<span class="tok tok-accepted" title="accepted · p=0.50 q=0.25">&lt;img src=x onerror="alert(1)"&gt;</span>'
     )
     assert token_span(TokenEvent(2, B, "", 0.5, None, None, None, None, 0, 0, 4)) == ""
     target_only = token_span(TokenEvent(3, B, "a\n\tb", 1.0, None, None, None, None, 0, 0, 0))
@@ -405,7 +419,10 @@ def test_engine_side_cancel_marks_the_reply_stopped():
 
 def test_cli_help_lists_options():
     out = subprocess.run(
-        [sys.executable, str(ROOT / "app.py"), "--help"], capture_output=True, text=True, timeout=120,
+        [sys.executable, str(ROOT / "app.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1"},
     )
     assert out.returncode == 0, out.stderr
@@ -430,7 +447,9 @@ def test_main_warns_for_network_host_and_launches_privately(monkeypatch, capsys)
             launched.update(kwargs)
 
     monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
-    monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: (launched.update(drafter=default_drafter), FakeDemo())[1])
+    monkeypatch.setattr(
+        app, "build_ui", lambda service, default_drafter=None: (launched.update(drafter=default_drafter), FakeDemo())[1]
+    )
     assert app.main(["--host", "0.0.0.0", "--drafter", "ngram", "--port", "7999"]) == 0
     fake.ready.wait(5)
     err = capsys.readouterr().err

@@ -13,7 +13,9 @@ from specchat.config import GenerationConfig
 
 @pytest.fixture(scope="module")
 def service():
-    return TinyService(tiny_model(vocab_size=10, seed=3, init_std=0.2), tiny_model(vocab_size=10, seed=4, init_std=0.2), 10)
+    return TinyService(
+        tiny_model(vocab_size=10, seed=3, init_std=0.2), tiny_model(vocab_size=10, seed=4, init_std=0.2), 10
+    )
 
 
 def test_chi_square_matches_hand_computation():
@@ -39,3 +41,9 @@ def test_sampled_check_passes_and_fails_when_the_residual_is_broken(service, mon
     monkeypatch.setattr(sampling, "residual_probs", lambda target_probs, draft_probs, token: target_probs)
     bad = audit.sampled_check(service, [1, 2, 3], "other", 600, config)
     assert bad.p_value < 1e-3
+
+
+def test_sampled_check_with_top_k_compares_like_with_like(service):
+    config = GenerationConfig(num_speculative_tokens=1, temperature=1.0, top_k=3, seed=0)
+    check = audit.sampled_check(service, [1, 2, 3], "other", 300, config)
+    assert check.outside_support == 0 and check.p_value > 1e-3

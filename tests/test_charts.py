@@ -12,15 +12,27 @@ from specchat.events import RoundEvent
 from specchat.metrics import SpeculationMetrics
 
 
-def _round(i: int, drafted: int, accepted: int, *, elapsed_ms: float, draft_ms: float | None = None,
-           draft_steps: int | None = None, committed: int | None = None) -> RoundEvent:
+def _round(
+    i: int,
+    drafted: int,
+    accepted: int,
+    *,
+    elapsed_ms: float,
+    draft_ms: float | None = None,
+    draft_steps: int | None = None,
+    committed: int | None = None,
+) -> RoundEvent:
     return RoundEvent(
-        round_index=i, num_speculative_tokens=max(drafted, 1), num_drafted=drafted, num_accepted=accepted,
+        round_index=i,
+        num_speculative_tokens=max(drafted, 1),
+        num_drafted=drafted,
+        num_accepted=accepted,
         num_committed=accepted + 1 if committed is None else committed,
         accepted_mask=tuple([True] * accepted + ([False] if accepted < drafted else [])),
         draft_ms=10.0 * drafted if draft_ms is None else draft_ms,
         draft_steps=drafted if draft_steps is None else draft_steps,
-        verify_ms=100.0, elapsed_ms=elapsed_ms,
+        verify_ms=100.0,
+        elapsed_ms=elapsed_ms,
     )
 
 
@@ -142,10 +154,15 @@ def test_theory_range_extends_past_ten_for_large_gamma():
     assert list(_trace(fig, "S(γ)").x) == list(range(1, 13))
 
 
-@pytest.mark.parametrize("build", [
-    charts.acceptance_rate_figure, charts.acceptance_by_position_figure,
-    charts.speed_figure, charts.theory_figure,
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        charts.acceptance_rate_figure,
+        charts.acceptance_by_position_figure,
+        charts.speed_figure,
+        charts.theory_figure,
+    ],
+)
 def test_empty_state_has_a_hint_not_an_error(build):
     fig = build(SpeculationMetrics())
     assert isinstance(fig, go.Figure)
@@ -187,5 +204,6 @@ def test_long_runs_are_thinned_and_small():
 
 def test_colors_match_the_token_legend(metrics):
     from specchat.ui_render import KIND_COLORS
+
     assert charts.acceptance_by_position_figure(metrics).data[0].marker.color == KIND_COLORS["accepted"]
     assert _trace(charts.acceptance_rate_figure(metrics), "cumulative α").line.color == KIND_COLORS["accepted"]

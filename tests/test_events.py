@@ -143,3 +143,13 @@ def test_stop_string_truncates_the_last_round():
     rounds = check_event_grammar(events, 6, (EOS_BYTE,), 40)
     assert events[-1].stop_reason is StopReason.STOP_STRING and events[-1].text == "one two "
     assert rounds[-1].num_committed < rounds[-1].num_accepted + 1
+
+
+def test_model_drafter_rounds_report_one_forward_step_per_draft():
+    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=3, scale=2.0)), None)
+    drafter = make_drafter("other")
+    events = events_of(engine, [1, 2], drafter, num_speculative_tokens=3, max_new_tokens=12)
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert all(r.draft_steps == r.num_drafted > 0 for r in rounds[:-1]), [
+        (r.draft_steps, r.num_drafted) for r in rounds
+    ]

@@ -142,3 +142,16 @@ def test_engine_with_sliding_window_target_is_exact_or_refuses_clearly():
     except CacheRollbackError:
         return
     assert list(done.token_ids) == ref
+
+
+def test_cut_cache_at_exactly_the_window_is_refused():
+    """transformers keeps only window − 1 positions in a full sliding layer: at length == window
+    the layer can no longer be cut, so the whole cache must be refused and left untouched."""
+    model = sliding_qwen(window=8)
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=torch.arange(8)[None], cache=cache, use_cache=True)
+    before = [(layer.get_seq_length(), layer.keys.shape[-2]) for layer in cache.layers]
+    with pytest.raises(CacheRollbackError):
+        cut_cache(cache, 6)
+    assert [(layer.get_seq_length(), layer.keys.shape[-2]) for layer in cache.layers] == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from lossless import (
@@ -25,7 +26,9 @@ from lossless import (
 )
 
 from specchat.drafters import NgramDrafter
+from specchat.drafters.ngram import lookup
 from specchat.engine import SpeculativeEngine
+from specchat.sampling import logits_to_probs
 
 
 @pytest.mark.parametrize(
@@ -154,3 +157,33 @@ def test_deterministic_drafts_report_a_one_hot_q():
     greedy = drafter.propose([1, 2], 3, Config(temperature=0.0), gen)
     assert greedy.draft_probs is None and greedy.token_ids.shape == (3,)
     drafter.end()
+
+
+# -- the shared warper chain at its boundaries (hand values) ----------------------------------
+def test_top_p_keeps_exactly_the_tokens_whose_mass_before_is_below_p():
+    # four equal tokens, top-p 0.5: mass before the 3rd is exactly 0.5 → two tokens kept
+    p = logits_to_probs(torch.zeros(1, 4), temperature=1.0, top_p=0.5)[0]
+    assert p.tolist() == pytest.approx([0.5, 0.5, 0.0, 0.0])
+
+
+def test_top_p_applies_after_temperature():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    p = logits_to_probs(probs.log()[None], temperature=2.0, top_p=0.8)[0]
+    tempered = probs.sqrt() / probs.sqrt().sum()  # T = 2: p^(1/2), renormalised
+    kept = tempered.clone()
+    kept[3] = 0.0  # mass before the 4th token is 0.82 ≥ 0.8
+    assert p.tolist() == pytest.approx((kept / kept.sum()).tolist(), abs=1e-6)
+
+
+def test_top_k_keeps_every_token_tied_at_the_kth_value():
+    p = logits_to_probs(torch.tensor([[3.0, 2.0, 2.0, 0.0]]), temperature=1.0, top_k=2)[0]
+    assert int((p > 0).sum()) == 3 and p[3] == 0.0
+
+
+# -- the n-gram drafter's proposals (its q is one-hot: speed, not correctness) ----------------
+def test_ngram_proposes_the_continuation_of_the_latest_match():
+    assert lookup(np.array([1, 2, 9, 1, 2, 7, 1, 2]), 2, 3, 1) == [7, 1]
+
+
+def test_ngram_tries_the_longest_suffix_first():
+    assert lookup(np.array([1, 2, 3, 9, 2, 4, 1, 2]), 2, 2, 1) == [3, 9]

@@ -6,6 +6,8 @@ without mass, which falls back to p (no NaN); u = 0 and u close to 1 behave corr
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import torch
 from lossless import FakeLM, FixedQDrafter, V, events_of, hashed_logits
@@ -14,23 +16,6 @@ from scipy.stats import chisquare
 from specchat.engine import SpeculativeEngine
 from specchat.events import TokenEvent, TokenKind
 from specchat.sampling import residual_probs, sample, verify_draft
-
-
-@pytest.fixture
-def fixed_u(monkeypatch):
-    """verify_draft draws u with torch.rand; make it return the given values."""
-
-    def install(values):
-        real_rand = torch.rand
-
-        def fake_rand(n, generator=None, device=None):
-            assert n == len(values)
-            return torch.tensor(values, dtype=torch.float32)
-
-        monkeypatch.setattr(torch, "rand", fake_rand)
-        return real_rand
-
-    return install
 
 
 def one_row(values):
@@ -148,3 +133,29 @@ def test_unnormalised_draft_probs_do_not_crash_and_respect_target_support():
             engine, [3, 1], drafter, num_speculative_tokens=3, temperature=1.0, top_k=2, seed=seed, max_new_tokens=8
         )
         assert all(e.target_prob > 0 for e in events if isinstance(e, TokenEvent))
+
+
+def test_a_small_but_real_residual_is_used_not_replaced_by_p():
+    """p = [.5, .5], q = [.497, .503]: the residual has mass 0.003, all on token 0."""
+    r = residual_probs(torch.tensor([0.5, 0.5]), torch.tensor([0.497, 0.503]), 0)
+    assert r.tolist() == [1.0, 0.0]
+
+
+def test_one_hot_rows_consume_no_randomness():
+    """sample() returns a one-hot row's index without drawing, so greedy replies and the
+    random stream of later sampled positions do not depend on how many greedy steps ran."""
+    generator = torch.Generator().manual_seed(3)
+    state = generator.get_state()
+    assert sample(torch.tensor([0.0, 1.0, 0.0]), generator) == 1
+    assert torch.equal(generator.get_state(), state)
+
+
+def test_each_draft_position_draws_its_own_u():
+    """With q = one-hot and p(x) = 0.5 at both positions, acceptances are independent: the
+    pattern (accept, reject) must occur (a single shared u would make both equal)."""
+    p = torch.tensor([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
+    patterns = Counter()
+    for seed in range(200):
+        res = verify_draft(torch.tensor([0, 0]), None, p, torch.Generator().manual_seed(seed))
+        patterns[res.accepted_mask] += 1
+    assert patterns[(True, False)] > 20

@@ -15,9 +15,12 @@ from lossless import (
     TINY_PROMPT,
     TINY_VOCAB,
     TOK,
+    ContractDrafter,
     FakeLM,
     ScriptDrafter,
+    V,
     events_of,
+    hashed_logits,
     script_logits,
     stream_text,
 )
@@ -173,3 +176,36 @@ def test_stop_string_in_prompt_does_not_stop_and_empty_stops_ignored():
     engine, target, script = scripted_engine(b"plain reply", b"STOP here STOP")
     events = events_of(engine, list(b"STOP here STOP"), None, max_new_tokens=11, stop_strings=("STOP", ""))
     assert events[-1].text == "plain reply" and events[-1].stop_reason is StopReason.MAX_NEW_TOKENS
+
+
+def test_cancel_mid_character_keeps_every_committed_byte():
+    """Cancelled after 3 tokens of "ab€cd", inside the 3-byte €: the reply text is the
+    committed bytes decoded (a replacement character for the cut one), streamed and returned alike."""
+    reply, prompt = "ab€cd".encode(), b"> "
+    engine = SpeculativeEngine(
+        FakeLM(257, script_logits(257, list(reply), len(prompt), EOS_BYTE)), TOK, eos_token_ids=[EOS_BYTE]
+    )
+    cancel = threading.Event()
+    events = []
+    for e in engine.generate(list(prompt), None, GenerationConfig(max_new_tokens=20), cancel):
+        events.append(e)
+        if sum(isinstance(x, TokenEvent) for x in events) == 3:
+            cancel.set()
+    done = events[-1]
+    assert done.stop_reason is StopReason.CANCELLED and len(done.token_ids) == 3
+    assert done.text == stream_text(events) == TOK.decode(list(done.token_ids)) == "ab\ufffd"
+
+
+def test_eos_as_the_last_budgeted_token_is_reported_as_eos():
+    reply, prompt = b"abc", b"> "
+    engine = SpeculativeEngine(
+        FakeLM(257, script_logits(257, [*reply, EOS_BYTE], len(prompt), EOS_BYTE)), TOK, eos_token_ids=[EOS_BYTE]
+    )
+    done = events_of(engine, list(prompt), None, max_new_tokens=4)[-1]
+    assert list(done.token_ids) == [*reply, EOS_BYTE] and done.stop_reason is StopReason.EOS
+
+
+def test_a_drafter_proposing_more_than_asked_is_refused():
+    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=1, scale=2.0)), None)
+    with pytest.raises(RuntimeError, match="at most 3 were asked for"):
+        events_of(engine, [1, 2], ContractDrafter(lambda n: [0] * (n + 1)), num_speculative_tokens=3, max_new_tokens=10)

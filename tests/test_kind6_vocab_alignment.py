@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from lossless import (
+    ContractDrafter,
     FakeLM,
     RecordingDrafter,
     V,
@@ -120,3 +121,26 @@ def test_same_vocab_different_encoding_names_the_probe():
             word_tokenizer(VOCAB), word_tokenizer(VOCAB, lowercase=True), target_name="t", drafter_name="d"
         )
     assert "Grüße" in str(info.value) and "probe" in str(info.value)
+
+
+def test_a_drafter_smaller_than_the_tokenizer_never_proposes_ids_it_lacks():
+    """Drafter embedding 200 rows, tokenizer 257 ids: ids 200…256 get q = 0 (padded with −inf),
+    so sampling never proposes them and the next draft step can embed every draft."""
+    drafter = RecordingDrafter(
+        tiny_model(vocab_size=200, seed=3), target_vocab_size=257, num_tokenizer_ids=257, name="small"
+    )
+    engine = SpeculativeEngine(tiny_model(vocab_size=257, seed=0), None)
+    for seed in range(5):
+        drafter.log.clear()
+        events_of(
+            engine, list(b"hello"), drafter, num_speculative_tokens=4, temperature=1.0, seed=seed, max_new_tokens=20
+        )
+        for entry in drafter.log:
+            if entry[0] == "drafted" and entry[2] is not None:
+                assert max(entry[1]) < 200 and float(entry[2][:, 200:].sum()) == 0.0
+
+
+def test_a_drafter_proposing_an_id_at_the_vocab_size_is_refused():
+    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=1, scale=2.0)), None)
+    with pytest.raises(RuntimeError, match="outside the target's vocabulary"):
+        events_of(engine, [1, 2], ContractDrafter(lambda n: [V] * n), num_speculative_tokens=3, max_new_tokens=10)

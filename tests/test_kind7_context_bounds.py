@@ -46,7 +46,7 @@ def test_context_window_bounds(target):
 def test_prompts_ending_0_to_gamma_plus_1_before_the_context_limit(gamma, temperature):
     fn_t = hashed_logits(V, seed=8, scale=4.0)
     prompt = [1, 2, 3, 4, 5, 0, 1]
-    for slack in range(0, gamma + 3):
+    for slack in range(gamma + 3):
         ctx = len(prompt) + slack
         target = FakeLM(V, fn_t, max_positions=ctx)
         engine = SpeculativeEngine(target, None)

@@ -15,6 +15,7 @@ from tiny_models import tiny_model
 from specchat import audit
 from specchat.drafters import ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
+from specchat.sampling import logits_to_probs
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -114,3 +115,15 @@ def test_greedy_audit_fails_with_the_gap_when_verification_is_broken(monkeypatch
     assert div.gap == pytest.approx(
         float(torch.topk(fn([1, 2] + reference[: div.index]), 2).values.diff().abs()), abs=1e-5
     )
+
+
+def test_tie_tolerance_uses_the_magnitude_of_a_negative_logit():
+    assert audit.tie_tolerance(torch.bfloat16, -19.5) == pytest.approx(2 * 2**-7 * 19.5)
+
+
+def test_probabilities_are_float32_and_normalised_whatever_the_logits_dtype():
+    """bf16 logits (a bf16 model) are warped in float32: rows of p sum to 1 within float32
+    rounding, so min(p, q) + residual = p holds to 1e-6, not to bf16's 4e-3."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    p = logits_to_probs(logits, temperature=0.7, top_k=10)
+    assert p.dtype == torch.float32 and torch.allclose(p.sum(-1), torch.ones(3), atol=1e-6)

@@ -115,9 +115,28 @@ def _int4(path):
 
 def test_cli_json_end_to_end(smollm2_dir):
     cmd = [
-        sys.executable, "-m", "specchat", "generate", "--target", str(smollm2_dir), "--drafter", "ngram",
-        "--chat", "--prompt", "Say hello.", "--max-new-tokens", "12", "--num-samples", "2",
-        "--temperature", "0.8", "--seed", "7", "--dtype", "float32", "--json",
+        sys.executable,
+        "-m",
+        "specchat",
+        "generate",
+        "--target",
+        str(smollm2_dir),
+        "--drafter",
+        "ngram",
+        "--chat",
+        "--prompt",
+        "Say hello.",
+        "--max-new-tokens",
+        "12",
+        "--num-samples",
+        "2",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "7",
+        "--dtype",
+        "float32",
+        "--json",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
@@ -133,8 +152,20 @@ def test_cli_json_end_to_end(smollm2_dir):
 
 def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
     cmd = [
-        sys.executable, "-m", "specchat", "audit", "--target", str(smollm2_dir), "--drafter", "int4",
-        "--samples", "60", "--max-new-tokens", "24", "--dtype", "float32",
+        sys.executable,
+        "-m",
+        "specchat",
+        "audit",
+        "--target",
+        str(smollm2_dir),
+        "--drafter",
+        "int4",
+        "--samples",
+        "60",
+        "--max-new-tokens",
+        "24",
+        "--dtype",
+        "float32",
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

@@ -76,3 +76,36 @@ def test_chat_history_trimmed_oldest_first_current_message_kept():
 def test_empty_message_is_a_clear_error(message):
     with pytest.raises(ValueError, match="empty"):
         build_chat_prompt(TemplateTokenizer(), [], message, context_length=100, max_new_tokens=10)
+
+
+class CountingTokenizer:
+    """A stand-in chat template: each message costs len(content) + 2 ids, plus 1 for the prompt."""
+
+    chat_template = "counting"
+
+    def __init__(self):
+        self.last = None
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        self.last = messages
+        return [0] * sum(len(m["content"]) + 2 for m in messages) + [1]
+
+
+HISTORY = [
+    {"role": "user", "content": "a" * 30},
+    {"role": "assistant", "content": "b" * 30},
+    {"role": "user", "content": "c" * 10},
+    {"role": "assistant", "content": "d" * 10},
+]
+
+
+def test_trimming_drops_whole_exchanges_so_the_history_starts_with_a_user():
+    # full prompt 32+32+12+12+7+1 = 96 ids; 96 + 10 > 75, dropping the first exchange gives 32 + 10 ≤ 75
+    tok = CountingTokenizer()
+    out = build_chat_prompt(tok, HISTORY, "q" * 5, context_length=75, max_new_tokens=10)
+    assert out.num_dropped_messages == 2 and tok.last[0]["role"] == "user"
+
+
+def test_an_exact_fit_drops_nothing():
+    out = build_chat_prompt(CountingTokenizer(), HISTORY, "q" * 5, context_length=96 + 10, max_new_tokens=10)
+    assert out.num_dropped_messages == 0

@@ -88,3 +88,19 @@ def test_metrics_without_drafts():
     m.update(_round(0, 0, 0, elapsed=50.0))
     assert m.acceptance_rate is None and m.predicted_speedup is None and m.measured_speedup is None
     assert m.tokens_per_s == pytest.approx(20.0)
+
+
+def test_mean_gamma_ignores_rounds_that_drafted_nothing():
+    m = SpeculationMetrics()
+    m.update(_round(0, 4, 2))
+    m.update(_round(1, 0, 0))
+    assert m.mean_num_speculative_tokens == 4
+
+
+def test_decode_time_adds_up_over_two_streams():
+    m = SpeculationMetrics()
+    for i, elapsed in enumerate((100.0, 200.0)):
+        m.update(_round(i, 4, 2, elapsed=elapsed))
+    for i, elapsed in enumerate((50.0, 80.0)):  # a second stream restarts its clock at 0
+        m.update(_round(i, 4, 2, elapsed=elapsed))
+    assert m.decode_ms == 280.0
