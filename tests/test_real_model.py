@@ -71,10 +71,10 @@ PROMPTS = {
 # (prompt, drafter) → range of the acceptance rate α (accepted / judged drafts, the estimate
 # ALGORITHM.md uses) that makes the case what it claims to be
 REGIME = {
-    ("edit", "ngram"): (0.6, 1.0),
-    ("chat", "ngram"): (0.0, 0.4),
-    ("edit", "int4"): (0.6, 1.0),
-    ("chat", "int4"): (0.6, 1.0),
+    ("edit", "ngram"): (0.5, 1.0),  # measured 0.62-0.70 over γ = 1, 2, 4, 8
+    ("chat", "ngram"): (0.0, 0.4),  # measured 0.22-0.30
+    ("edit", "int4"): (0.6, 1.0),  # measured 0.86-0.92
+    ("chat", "int4"): (0.6, 1.0),  # measured 0.82-0.87
     ("edit", "self"): (1.0, 1.0),
     ("chat", "self"): (1.0, 1.0),
 }
@@ -98,7 +98,7 @@ def test_greedy_identity_real_model(smol, smollm2_dir, prompt, drafter_kind, gam
     events = list(engine.generate(ids, drafter, GenerationConfig(num_speculative_tokens=gamma, max_new_tokens=32)))
     assert list(events[-1].token_ids) == _REFERENCE[prompt]
     rounds = [e for e in events if isinstance(e, RoundEvent)]
-    judged = sum(min(r.num_drafted, r.num_accepted + 1) for r in rounds)
+    judged = sum(min(r.num_drafted, r.num_committed) for r in rounds)  # up to the first rejection or a stop
     alpha = sum(r.num_accepted for r in rounds) / max(judged, 1)
     lo, hi = REGIME[prompt, drafter_kind]
     assert judged >= 5 and lo <= alpha <= hi, f"{judged} drafts judged, α {alpha:.2f}"
