@@ -632,6 +632,14 @@ MUTANTS = [
         "    if False:\n        return top\n",
         "one-hot rows consume randomness (greedy steps shift the random stream)",
     ),
+    Mutant(
+        "audit-position-first-drafted",
+        3,
+        "specchat/audit.py",
+        "        score = min(p_draft, 1.0 - p_draft)\n",
+        "        return position\n        score = min(p_draft, 1.0 - p_draft)\n",
+        "the audit samples at the first drafted position even where the draft is nearly always rejected",
+    ),
 ]
 
 

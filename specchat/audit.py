@@ -180,16 +180,19 @@ def choose_position(
     """The reply position the sampled check should use: informative and really drafted.
 
     Ranks the positions of the greedy ``reference`` reply by the entropy (nats) of the target's
-    warped distribution there (one forward over prompt + reply), most uncertain first, so the
-    draft is often rejected and the residual path is exercised. Returns the first of the top
-    ``max_tries`` where the drafter proposes a token (an n-gram lookup may find nothing);
-    otherwise the most uncertain position.
+    warped distribution there (one forward over prompt + reply), most uncertain first. Probes
+    the top ``max_tries`` with one speculative round each and keeps those where the drafter
+    proposes a token (an n-gram lookup may find nothing). Among them it returns the one whose
+    probed draft token x has p(x) closest to 1/2, so that both the accept path and the residual
+    path run often (a deterministic draft is accepted with probability p(x)); it stops early at
+    0.1 <= p(x) <= 0.9. Without any drafted position: the most uncertain position.
 
     Raises:
         ValueError: an empty ``reference``.
     """
     if not reference:
         raise ValueError("the greedy reply is empty: there is no position to sample at")
+    from specchat.events import TokenEvent, TokenKind
     from specchat.sampling import logits_to_probs
 
     model = service.engine.target_model
@@ -199,12 +202,20 @@ def choose_position(
     probs = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p).double()
     entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)
     order = torch.argsort(entropy, descending=True).tolist()
+    best, best_score = order[0], -1.0
     for position in order[:max_tries]:
         prefix = input_ids + reference[:position]
         events = list(service.generate(prefix, drafter=drafter, config=_one_draft_config(config, config.seed or 0)))
-        if next(e for e in events if isinstance(e, RoundEvent)).num_drafted > 0:
-            return position
-    return order[0]
+        first = next(e for e in events if isinstance(e, TokenEvent))
+        if first.num_drafted == 0:
+            continue
+        p_draft = first.target_prob if first.kind is TokenKind.ACCEPTED else first.rejected_target_prob
+        score = min(p_draft, 1.0 - p_draft)
+        if score > best_score:
+            best, best_score = position, score
+        if score >= 0.1:
+            break
+    return best
 
 
 def chi_square(exact: torch.Tensor, counts: torch.Tensor) -> SampledCheck:

@@ -340,6 +340,7 @@ class TinyService:
         self.drafters = {
             "none": None,
             "other": ModelDrafter(drafter_model, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="other"),
+            "ngram": NgramDrafter(),
         }
 
     def generate(self, input_ids, *, drafter, config, cancel=None):

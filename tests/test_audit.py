@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
-from lossless import TinyService
+from lossless import FakeLM, TinyService, V, hashed_logits, naive_greedy_fn
 from tiny_models import tiny_model
 
 from specchat import audit, sampling
 from specchat.config import GenerationConfig
+from specchat.drafters.ngram import lookup
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +49,30 @@ def test_sampled_check_with_top_k_compares_like_with_like(service):
     config = GenerationConfig(num_speculative_tokens=1, temperature=1.0, top_k=3, seed=0)
     check = audit.sampled_check(service, [1, 2, 3], "other", 300, config)
     assert check.outside_support == 0 and check.p_value > 1e-3
+
+
+def test_auto_position_is_drafted_and_exercises_both_paths():
+    """A target built so that the most uncertain reply position (0) has an n-gram proposal with
+    p = 0.02 (nearly always resampled) and the next most uncertain (1) one with p = 0.5: the
+    audit must pick position 1, where accepts and resamples both occur."""
+    prompt = [0, 1, 2, 4, 5, 3, 5]
+
+    def fn(prefix):
+        i = len(prefix) - len(prompt)
+        proposal = lookup(np.array(prefix), 1, 3, 1)
+        if i == 0 and proposal:  # entropy 1.68 nats
+            p = torch.full((V,), 0.98 / (V - 1))
+            p[proposal[0]] = 0.02
+        elif i == 1 and proposal:  # entropy 1.50 nats
+            p = torch.full((V,), 0.5 / (V - 1))
+            p[proposal[0]] = 0.5
+        else:  # decisive: entropy 0.28 nats
+            p = torch.full((V,), 0.01)
+            p[2] = 0.95
+        return p.log()
+
+    service = TinyService(FakeLM(V, fn), FakeLM(V, hashed_logits(V, seed=12, scale=2.0)), V)
+    reference = naive_greedy_fn(fn, prompt, 12)
+    config = GenerationConfig(temperature=1.0, seed=0)
+    assert lookup(np.array(prompt), 1, 3, 1) and lookup(np.array(prompt + reference[:1]), 1, 3, 1)
+    assert audit.choose_position(service, prompt, reference, "ngram", config) == 1
