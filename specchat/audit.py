@@ -175,7 +175,7 @@ def _one_draft_config(config: GenerationConfig, seed: int) -> GenerationConfig:
 
 @torch.inference_mode()
 def choose_position(
-    service, input_ids: list[int], reference: list[int], drafter: str, config: GenerationConfig, max_tries: int = 12
+    service, input_ids: list[int], reference: list[int], drafter: str, config: GenerationConfig, max_tries: int = 32
 ) -> int:
     """The reply position the sampled check should use: informative and really drafted.
 
