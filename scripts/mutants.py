@@ -636,8 +636,8 @@ MUTANTS = [
         "audit-position-first-drafted",
         3,
         "specchat/audit.py",
-        "        score = min(p_draft, 1.0 - p_draft)\n",
-        "        return position\n        score = min(p_draft, 1.0 - p_draft)\n",
+        "        if score >= 0.1:\n            return position\n",
+        "        return position\n",
         "the audit samples at the first drafted position even where the draft is nearly always rejected",
     ),
 ]

@@ -182,10 +182,10 @@ def choose_position(
     Ranks the positions of the greedy ``reference`` reply by the entropy (nats) of the target's
     warped distribution there (one forward over prompt + reply), most uncertain first. Probes
     the top ``max_tries`` with one speculative round each and keeps those where the drafter
-    proposes a token (an n-gram lookup may find nothing). Among them it returns the one whose
-    probed draft token x has p(x) closest to 1/2, so that both the accept path and the residual
-    path run often (a deterministic draft is accepted with probability p(x)); it stops early at
-    0.1 <= p(x) <= 0.9. Without any drafted position: the most uncertain position.
+    proposes a token (an n-gram lookup may find nothing). Returns the most uncertain one whose
+    probed draft token x has 0.1 <= p(x) <= 0.9, so that both the accept path and the residual
+    path run often (a deterministic draft is accepted with probability p(x)); else the most
+    uncertain drafted position (many bins for the chi-square); else the most uncertain one.
 
     Raises:
         ValueError: an empty ``reference``.
@@ -202,7 +202,7 @@ def choose_position(
     probs = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p).double()
     entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)
     order = torch.argsort(entropy, descending=True).tolist()
-    best, best_score = order[0], -1.0
+    first_drafted = None
     for position in order[:max_tries]:
         prefix = input_ids + reference[:position]
         events = list(service.generate(prefix, drafter=drafter, config=_one_draft_config(config, config.seed or 0)))
@@ -211,11 +211,11 @@ def choose_position(
             continue
         p_draft = first.target_prob if first.kind is TokenKind.ACCEPTED else first.rejected_target_prob
         score = min(p_draft, 1.0 - p_draft)
-        if score > best_score:
-            best, best_score = position, score
         if score >= 0.1:
-            break
-    return best
+            return position
+        if first_drafted is None:
+            first_drafted = position
+    return order[0] if first_drafted is None else first_drafted
 
 
 def chi_square(exact: torch.Tensor, counts: torch.Tensor) -> SampledCheck:
