@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--prompt", default=AUDIT_PROMPT, help="chat message to audit on")
     aud.add_argument("--samples", type=_ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
                      help="sampled draws of the next token at the chosen position (default 300)")
-    aud.add_argument("--position", type=_position, default="auto",
+    aud.add_argument("--position", type=_auto_or(_ranged(int, 0, MAX_NEW_TOKENS_LIMIT - 1, f"'auto' or an integer in 0..{MAX_NEW_TOKENS_LIMIT - 1}")),
+                     default="auto",
                      help="reply position of the sampled check: 0 = the first reply token, or 'auto' (default): "
                           "the greedy reply's most uncertain position where the drafter proposes a token")
     aud.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=64,
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
     aud.add_argument("--significance", type=_ranged(float, 0.0, 0.5, "0 < A <= 0.5", lo_open=True), default=1e-3,
                      help="the sampled check fails when p < this (default 0.001: a correct engine fails 0.1%% of audits)")
-    aud.add_argument("--tie-tolerance", type=_tolerance, default="auto",
+    aud.add_argument("--tie-tolerance", type=_auto_or(_ranged(float, 0.0, None, "'auto' or a number >= 0")), default="auto",
                      help="a greedy divergence passes only where the target's top-2 logit gap is at most this "
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
     aud.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
@@ -85,14 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _tolerance(text: str):
-    return text if text == "auto" else _ranged(float, 0.0, None, "'auto' or a number >= 0")(text)
-
-
-def _position(text: str):
-    if text == "auto":
-        return text
-    return _ranged(int, 0, MAX_NEW_TOKENS_LIMIT - 1, f"'auto' or an integer in 0..{MAX_NEW_TOKENS_LIMIT - 1}")(text)
+def _auto_or(parse):
+    """An argparse type: the word 'auto', or what ``parse`` accepts."""
+    return lambda text: text if text == "auto" else parse(text)
 
 
 AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."

@@ -34,9 +34,9 @@ from pathlib import Path
 
 import platformdirs
 import torch
-from specchat.progress import tqdm
 
 from specchat.errors import ChecksumError, ModelSourceError, TokenizerMismatchError
+from specchat.progress import tqdm
 from specchat.registry import GgufPart, ModelEntry
 
 logger = logging.getLogger(__name__)

@@ -142,11 +142,9 @@ def naive_greedy_fn(fn, prompt, n, eos=()):
 
 
 @torch.inference_mode()
-def naive_greedy(model, prompt, n):
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt) :]
+def naive_greedy(model, prompt, n, eos=()):
+    """Target-only greedy from first principles: a full forward over the whole sequence per step."""
+    return naive_greedy_fn(lambda ids: model(torch.tensor([ids])).logits[0, -1], prompt, n, eos)
 
 
 def ref_warp(logits, temperature, top_k=0, top_p=1.0):
@@ -234,7 +232,22 @@ def stream_text(events):
     return "".join(e.text for e in events if isinstance(e, TokenEvent)) + tail
 
 
-class FixedQDrafter:
+class StatelessDrafter:
+    """Base for test drafters without a cache: begin / rollback / end do nothing."""
+
+    name = "stateless"
+
+    def begin(self, prompt_ids):
+        pass
+
+    def rollback(self, num_valid):
+        pass
+
+    def end(self):
+        pass
+
+
+class FixedQDrafter(StatelessDrafter):
     """Draws each draft from a fixed q (any support), a random count 0..max_tokens when ``ragged``."""
 
     name = "fixed-q"
@@ -243,9 +256,6 @@ class FixedQDrafter:
         self.q = torch.tensor(q, dtype=torch.float32)
         self.ragged = ragged
         self.report = report  # the draft_probs row reported to the engine (None = the true q)
-
-    def begin(self, prompt_ids):
-        pass
 
     def propose(self, ids, max_tokens, config, generator):
         n = max_tokens
@@ -256,14 +266,8 @@ class FixedQDrafter:
         probs = row.expand(n, -1).clone() if n else torch.empty(0, len(self.q))
         return Draft(torch.tensor(tokens, dtype=torch.long), probs, 0)
 
-    def rollback(self, num_valid):
-        pass
 
-    def end(self):
-        pass
-
-
-class ScriptDrafter:
+class ScriptDrafter(StatelessDrafter):
     """Deterministic drafts read from a script by reply position (q one-hot)."""
 
     name = "script"
@@ -272,21 +276,12 @@ class ScriptDrafter:
         self.script, self.prompt_len, self.n = script, prompt_len, n
         self.requests: list[tuple[int, int]] = []  # (reply length so far, max_tokens)
 
-    def begin(self, prompt_ids):
-        pass
-
     def propose(self, ids, max_tokens, config, generator):
         done = len(ids) - self.prompt_len
         self.requests.append((done, max_tokens))
         k = max_tokens if self.n is None else min(self.n, max_tokens)
         toks = [self.script[i] if i < len(self.script) else 0 for i in range(done, done + k)]
         return Draft(torch.tensor(toks, dtype=torch.long), None, 0)
-
-    def rollback(self, num_valid):
-        pass
-
-    def end(self):
-        pass
 
 
 class RecordingDrafter(ModelDrafter):
@@ -347,7 +342,7 @@ class TinyService:
         yield from self.engine.generate(input_ids, self.drafters[drafter], config, cancel)
 
 
-class ContractDrafter:
+class ContractDrafter(StatelessDrafter):
     """Proposes ``make(max_tokens)`` ids: used to break the drafter contract on purpose."""
 
     name = "contract"
@@ -355,14 +350,5 @@ class ContractDrafter:
     def __init__(self, make):
         self.make = make
 
-    def begin(self, prompt_ids):
-        pass
-
     def propose(self, ids, max_tokens, config, generator):
         return Draft(torch.tensor(self.make(max_tokens), dtype=torch.long), None, 0)
-
-    def rollback(self, num_valid):
-        pass
-
-    def end(self):
-        pass

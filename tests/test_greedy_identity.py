@@ -14,6 +14,7 @@ from lossless import (
     TINY_VOCAB,
     FakeLM,
     ScriptDrafter,
+    StatelessDrafter,
     V,
     events_of,
     hashed_logits,
@@ -26,7 +27,7 @@ from specchat.engine import SpeculativeEngine
 from specchat.events import RoundEvent, TokenEvent, TokenKind
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(StatelessDrafter):
     """Proposes the reference continuation for k tokens, then a wrong token; checks caches."""
 
     name = "scripted"
@@ -50,12 +51,6 @@ class ScriptedDrafter:
             out = out + [(ref[self.k] + 1) % TINY_VOCAB]
         out = out + [0] * (max_tokens - len(out))
         return Draft(torch.tensor(out[:max_tokens]), None, 0)
-
-    def rollback(self, num_valid):
-        pass
-
-    def end(self):
-        pass
 
 
 def test_target_only_matches_naive_loop(engine, reference):

@@ -119,14 +119,21 @@ def test_cut_cache_within_the_sliding_window_is_exact():
             cut_cache(cache, -1)
 
 
-def test_cut_cache_refuses_a_sliding_layer_past_its_window_and_leaves_it_untouched():
+@pytest.mark.parametrize(
+    "num_tokens, cut_to",
+    [
+        (12, 10),  # past the window of 8
+        (8, 6),  # exactly at the window: transformers keeps only window − 1 positions in a full sliding layer
+    ],
+)
+def test_cut_cache_refuses_a_sliding_layer_at_or_past_its_window_and_leaves_it_untouched(num_tokens, cut_to):
     model = sliding_qwen(window=8)
     cache = DynamicCache(config=model.config)
     with torch.inference_mode():
-        model(input_ids=torch.arange(12)[None], cache=cache, use_cache=True)
+        model(input_ids=torch.arange(num_tokens)[None], cache=cache, use_cache=True)
     before = [(layer.get_seq_length(), layer.keys.shape[-2]) for layer in cache.layers]
     with pytest.raises(CacheRollbackError):
-        cut_cache(cache, 10)
+        cut_cache(cache, cut_to)
     assert [(layer.get_seq_length(), layer.keys.shape[-2]) for layer in cache.layers] == before
 
 
@@ -142,16 +149,3 @@ def test_engine_with_sliding_window_target_is_exact_or_refuses_clearly():
     except CacheRollbackError:
         return
     assert list(done.token_ids) == ref
-
-
-def test_cut_cache_at_exactly_the_window_is_refused():
-    """transformers keeps only window − 1 positions in a full sliding layer: at length == window
-    the layer can no longer be cut, so the whole cache must be refused and left untouched."""
-    model = sliding_qwen(window=8)
-    cache = DynamicCache(config=model.config)
-    with torch.inference_mode():
-        model(input_ids=torch.arange(8)[None], cache=cache, use_cache=True)
-    before = [(layer.get_seq_length(), layer.keys.shape[-2]) for layer in cache.layers]
-    with pytest.raises(CacheRollbackError):
-        cut_cache(cache, 6)
-    assert [(layer.get_seq_length(), layer.keys.shape[-2]) for layer in cache.layers] == before

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from lossless import naive_greedy
 
 from specchat import loading
 from specchat.config import GenerationConfig
@@ -35,19 +36,6 @@ def smol(smollm2_dir):
     model = loading.load_model(smollm2_dir, dtype=torch.float32)
     engine = SpeculativeEngine(model, tok, eos_token_ids=eos_token_ids(model, tok))
     return engine, tok, model
-
-
-@torch.inference_mode()
-def naive_greedy(model, ids, n, eos):
-    out = []
-    ids = list(ids)
-    for _ in range(n):
-        t = int(model(torch.tensor([ids])).logits[0, -1].argmax())
-        out.append(t)
-        ids.append(t)
-        if t in eos:
-            break
-    return out
 
 
 def test_chat_template_and_target_only(smol):
