@@ -1,6 +1,6 @@
 """specchat: a local Gradio chat that shows speculative decoding at work.
 
-    python app.py [--target NAME_OR_PATH] [--drafter {none,ngram,int4,sibling}]
+    python app.py [--target NAME_OR_PATH] [--drafter {none,ngram,int4,sibling,sibling-int4}]
                   [--host 127.0.0.1] [--port 7860] [--dtype auto|float32|bfloat16]
 
 Layout and event wiring only: the models live in one module-level ChatService (loaded once,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from specchat.service import ChatService
 
 # Mirrors specchat.registry.DRAFTER_KINDS (a test checks it) so that `--help` needs no torch.
-DRAFTER_CHOICES = ("none", "ngram", "int4", "sibling")
+DRAFTER_CHOICES = ("none", "ngram", "int4", "sibling", "sibling-int4")
 # Drafter selected at start when --drafter is not given: the first one the target offers.
 # sibling first: it loads in seconds, while bitsandbytes re-quantizes the int4 copy on every
 # start (about a minute for the 1.5B target on 2 CPU cores); int4 loads when picked.
@@ -183,6 +183,12 @@ own. So every round commits 1 … γ+1 tokens and the output has exactly the tar
 Some γ gives a speedup only if **α > c**. The best γ is the integer that maximises S(γ)
 (the star on the theory chart).
 
+**Adaptive γ** (on by default) makes that choice every round: it keeps running estimates of
+the acceptance at each draft position and of the drafting and verification times, and drafts
+the γ (up to the slider) with the highest predicted speedup. The γ it chose is the grey step
+line on the acceptance chart. It changes only how many tokens are drafted, never which
+tokens are kept, so the answer's distribution is the same.
+
 **Honest limits.** The gain needs a *memory-bound* decode step: verifying γ+1 tokens must cost
 about as much as generating one. Prefill and large batches are compute-bound and gain little.
 A low α (a poor drafter, a high temperature, text unlike the prompt for n-gram lookup) makes
@@ -228,12 +234,16 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
     drafter0 = _pick_drafter(kinds, default_drafter)
     figures0 = _empty_figures()
 
-    def respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, request: gr.Request = None):
+    def respond(
+        message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+        request: gr.Request = None,
+    ):
         """Stream one reply: yields (textbox, chat, history, stats, 4 figures), throttled."""
         run = _Run()
         _register(request, run)
         try:
-            for update in _respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, run.cancel):
+            settings = (drafter, gamma, temperature, top_p, max_new_tokens, adaptive)
+            for update in _respond(message, history, chat, *settings, run.cancel):
                 if run.discard:  # Clear was pressed: the chat is empty now, keep it so
                     break
                 yield update
@@ -241,7 +251,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds
             _unregister(request, run)
 
-    def _respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, cancel):
+    def _respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, cancel):
         skip = gr.skip()
         message = message or ""
         if not message.strip():
@@ -253,6 +263,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         try:
             config = GenerationConfig(
                 num_speculative_tokens=int(gamma),
+                adaptive_gamma=bool(adaptive),
                 temperature=float(temperature),
                 top_p=float(top_p),
                 max_new_tokens=int(max_new_tokens),
@@ -411,12 +422,19 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             with gr.Column(scale=1, min_width=260):
                 drafter = gr.Dropdown(
                     choices=kinds, value=drafter0, label="drafter",
-                    info="none = target only · ngram = prompt lookup · int4 = 4-bit copy · sibling = smaller model",
+                    info="none = target only · ngram = prompt lookup · int4 = 4-bit copy · sibling = smaller model · sibling-int4 = 4-bit smaller model",
                 )
                 drafter_status = gr.HTML(
                     _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready"))
                 )
-                gamma = gr.Slider(1, MAX_NUM_SPECULATIVE_TOKENS, value=4, step=1, label="γ: draft tokens per round")
+                adaptive = gr.Checkbox(
+                    value=True, label="adaptive γ",
+                    info="pick γ each round (up to the slider) from the measured acceptance and costs",
+                )
+                gamma = gr.Slider(
+                    1, MAX_NUM_SPECULATIVE_TOKENS, value=12, step=1,
+                    label="γ: draft tokens per round (the most, when adaptive)",
+                )
                 temperature = gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)")
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
                 max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="max new tokens")
@@ -432,7 +450,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         with gr.Accordion("How to read this", open=False):
             gr.Markdown(EXPLAIN_MD)
 
-        inputs = [textbox, history_state, chatbot, drafter, gamma, temperature, top_p, max_new_tokens]
+        inputs = [textbox, history_state, chatbot, drafter, gamma, temperature, top_p, max_new_tokens, adaptive]
         outputs = [textbox, chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
         common = dict(
             fn=respond, inputs=inputs, outputs=outputs, show_progress="hidden",

@@ -28,6 +28,7 @@ __all__ = [
     "all_figures",
     "speed_series",
     "theory_curve",
+    "bench_figure",
 ]
 
 FIGURE_HEIGHT = 260  # px
@@ -37,6 +38,7 @@ THEORY_MAX_GAMMA = 10
 ACCEPTED = KIND_COLORS["accepted"]
 RESAMPLED = KIND_COLORS["resampled"]
 GRID = "#e9ecef"
+GAMMA_COLOR = "#868e96"  # γ per round (adaptive γ)
 TEXT = "#495057"
 
 # A minimal template: the built-in ones add ~10 kB of JSON to every figure.
@@ -126,7 +128,8 @@ def _gamma_label(metrics: SpeculationMetrics) -> str:
 
 # ---- 1. acceptance rate over rounds ---------------------------------------------------------
 def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
-    """Cumulative α and accepted/judged drafts per round (per bucket of rounds for long replies).
+    """Cumulative α and accepted/judged drafts per round (per bucket of rounds for long replies),
+    and γ per round on a right-hand axis (it moves when adaptive γ is on).
 
     Judged drafts are the accepted ones plus the first rejected one (metrics.num_verified).
     """
@@ -149,7 +152,18 @@ def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
             x.append(_r((start + 1 + stop) / 2, 2))
             per_bucket.append(_r(accepted / judged))
             custom.append([label, accepted, judged, drafted])
+    gamma_x, gamma_y = [], []
+    for start, stop in _buckets(len(rounds)):
+        drafting = [r.num_speculative_tokens for r in rounds[start:stop] if r.num_speculative_tokens]
+        if drafting:
+            gamma_x.append(_r((start + 1 + stop) / 2, 2))
+            gamma_y.append(_r(sum(drafting) / len(drafting), 2))
     data = [
+        dict(
+            type="scatter", x=gamma_x, y=gamma_y, mode="lines", name="γ", yaxis="y2",
+            line=dict(color=GAMMA_COLOR, width=1.5, shape="hv"),
+            hovertemplate="round %{x}: γ = %{y}<extra></extra>",
+        ),
         dict(
             type="scatter", x=x, y=per_bucket, mode="markers", name="per round",
             marker=dict(color=ACCEPTED, opacity=0.35, size=6), customdata=custom,
@@ -168,6 +182,10 @@ def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
         data, f"Acceptance rate α = {metrics.acceptance_rate:.2f}", show_legend=True,
         xaxis=_axis("round", rangemode="tozero"),
         yaxis=_axis("accepted / judged drafts", range=[-0.03, 1.05]),
+        yaxis2=dict(
+            title=dict(text="γ", font=dict(size=11)), overlaying="y", side="right", showgrid=False,
+            rangemode="tozero", range=[0, max(gamma_y, default=1) * 1.1 + 0.5], color=GAMMA_COLOR,
+        ),
     )
 
 
@@ -357,3 +375,78 @@ def all_figures(
         speed_figure(metrics),
         theory_figure(metrics, num_speculative_tokens),
     )
+
+
+# ---- the benchmark (python -m specchat bench) -------------------------------------------------
+DRAFTER_COLORS = {
+    "none": BASELINE_COLOR, "ngram": "#e67700", "int4": "#1971c2", "sibling": "#2f9e44", "sibling-int4": "#9c36b5",
+}
+
+
+def bench_figure(summary: dict, meta: dict) -> go.Figure:
+    """Two panels from ``bench.summarize``: speedup by prompt group for each drafter (specchat
+    with adaptive γ, solid; transformers' matching call, hatched), and speedup against fixed γ
+    with adaptive γ as a dashed line, per drafter. Speedup is over specchat target-only."""
+    from plotly.subplots import make_subplots
+
+    configs = summary["configs"]
+    groups = [g for g in ("code", "edit", "passage", "chat")
+              if any(g in e["groups"] for e in configs.values())]
+    fig = make_subplots(
+        rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
+        subplot_titles=("speedup by prompt group (median)", "fixed γ vs adaptive γ (median, all prompts)"),
+    )
+    for name, e in configs.items():
+        if e["drafter"] == "none" or e["gamma"] not in ("adaptive", "auto"):
+            continue
+        ours = e["engine"] == "specchat"
+        fig.add_trace(go.Bar(
+            x=groups, y=[_r(e["groups"].get(g, {}).get("speedup"), 3) for g in groups],
+            name=f"{e['drafter']}" if ours else f"{e['drafter']} (transformers)",
+            legendgroup=e["drafter"], marker=dict(
+                color=DRAFTER_COLORS.get(e["drafter"], MEASURED_COLOR),
+                pattern=dict(shape="" if ours else "/", fillmode="overlay" if ours else "replace", solidity=0.4),
+                line=dict(color=DRAFTER_COLORS.get(e["drafter"], MEASURED_COLOR), width=1),
+            ),
+            opacity=1.0 if ours else 0.55,
+            hovertemplate=f"{name}<br>%{{x}}: %{{y:.2f}}×<extra></extra>",
+        ), row=1, col=1)
+    drafters = list(dict.fromkeys(e["drafter"] for e in configs.values() if e["engine"] == "specchat" and e["drafter"] != "none"))
+    for drafter in drafters:
+        fixed = sorted(
+            (int(e["gamma"]), e["overall"]["speedup"]) for e in configs.values()
+            if e["engine"] == "specchat" and e["drafter"] == drafter and e["gamma"].isdigit()
+        )
+        color = DRAFTER_COLORS.get(drafter, MEASURED_COLOR)
+        if fixed:
+            fig.add_trace(go.Scatter(
+                x=[g for g, _ in fixed], y=[_r(s, 3) for _, s in fixed], mode="lines+markers",
+                name=f"{drafter} fixed γ", legendgroup=drafter, showlegend=False, line=dict(color=color),
+                hovertemplate=f"{drafter} γ=%{{x}}: %{{y:.2f}}×<extra></extra>",
+            ), row=1, col=2)
+        adaptive = configs.get(f"specchat {drafter} adaptive", {}).get("overall", {}).get("speedup")
+        if adaptive is not None and fixed:
+            fig.add_trace(go.Scatter(
+                x=[fixed[0][0], fixed[-1][0]], y=[_r(adaptive, 3)] * 2, mode="lines",
+                name=f"{drafter} adaptive", legendgroup=drafter, showlegend=False,
+                line=dict(color=color, dash="dash"),
+                hovertemplate=f"{drafter} adaptive γ: %{{y:.2f}}×<extra></extra>",
+            ), row=1, col=2)
+    for col in (1, 2):
+        fig.add_hline(y=1.0, line=dict(color=BASELINE_COLOR, width=1, dash="dot"), row=1, col=col)
+    machine = f"{meta.get('processor', '?')}, {meta.get('torch_threads', '?')} threads, {meta.get('device', '?')}"
+    fig.update_layout(
+        template=_TEMPLATE, height=430, width=1100, barmode="group",
+        title=dict(
+            text=f"specchat bench: {meta.get('target', '')} ({meta.get('dtype', '')}), greedy, "
+                 f"{meta.get('max_new_tokens', '?')} new tokens<br><sup>{machine}; dashed = adaptive γ, "
+                 "hatched = transformers' matching call; speedup over specchat target-only</sup>",
+            x=0.01, xanchor="left", font=dict(size=14),
+        ),
+        legend=dict(orientation="h", y=-0.18, x=0, font=dict(size=11)),
+        margin=dict(l=56, r=20, t=90, b=80),
+    )
+    fig.update_yaxes(title_text="speedup ×", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="speedup ×", rangemode="tozero", row=1, col=2)
+    fig.update_xaxes(title_text="γ (draft tokens per round)", tickvals=[1, 2, 4, 8], row=1, col=2)
+    return fig

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="generate text from a prompt (headless)")
     gen.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
-    gen.add_argument("--drafter", choices=["none", "sibling", "int4", "ngram"], default="none")
+    gen.add_argument("--drafter", choices=["none", "sibling", "sibling-int4", "int4", "ngram"], default="none")
     gen.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory (default: the target's sibling)")
     gen.add_argument(
         "--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default=None, help="cpu, cuda, … (default: cuda if available)")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
-    aud.add_argument("--drafter", choices=["sibling", "int4", "ngram"], required=True)
+    aud.add_argument("--drafter", choices=["sibling", "sibling-int4", "int4", "ngram"], required=True)
     aud.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     aud.add_argument("--prompt", default=AUDIT_PROMPT, help="chat message to audit on")
     aud.add_argument("--samples", type=_ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
@@ -83,12 +83,42 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
     aud.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     aud.add_argument("--device", default=None)
+    ben = sub.add_parser(
+        "bench", help="time the drafters against target-only and against transformers' assisted generation",
+        description="Greedy decoding of a fixed prompt set (code, code edits, passage questions, open chat), "
+                    "every configuration interleaved in one process; medians per configuration and group.",
+    )
+    ben.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    ben.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
+    ben.add_argument("--drafters", nargs="+", choices=["sibling", "sibling-int4", "int4", "ngram"],
+                     help="drafters to time (default: all the target offers); target-only is always timed")
+    ben.add_argument("--gammas", nargs="+", type=_auto_or(_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"), word="adaptive"),
+                     default=["adaptive", 1, 2, 4, 8], metavar="G",
+                     help="γ settings per drafter: 'adaptive' and/or fixed values (default: adaptive 1 2 4 8)")
+    ben.add_argument("--max-gamma", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=12,
+                     help="largest γ adaptive γ may choose (default 12)")
+    ben.add_argument("--sweep-per-group", type=_ranged(int, 0, None, "an integer >= 0"), default=1,
+                     help="prompts per group that also run the fixed-γ settings (default 1; 0 = all)")
+    ben.add_argument("--no-transformers", dest="transformers", action="store_false",
+                     help="skip transformers' generate(assistant_model=…/prompt_lookup_num_tokens=…) counterparts")
+    ben.add_argument("--prompts", help="prompt set YAML (default: the shipped specchat/bench_prompts.yaml)")
+    ben.add_argument("--groups", nargs="+", choices=["code", "edit", "passage", "chat"], help="only these groups")
+    ben.add_argument("--per-group", type=_ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
+    ben.add_argument("--max-new-tokens", type=_ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    ben.add_argument("--repeats", type=_ranged(int, 1, 1000, "1..1000"), default=1)
+    ben.add_argument("--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
+    ben.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    ben.add_argument("--device", default=None)
+    ben.add_argument("--json", default="assets/bench.json", help="JSON output (default assets/bench.json; '' = none)")
+    ben.add_argument("--csv", default="", help="CSV of every run (default: none)")
+    ben.add_argument("--chart", default="assets/bench", help="chart path without extension: writes .html and .png "
+                     "(default assets/bench; '' = none)")
     return parser
 
 
-def _auto_or(parse):
-    """An argparse type: the word 'auto', or what ``parse`` accepts."""
-    return lambda text: text if text == "auto" else parse(text)
+def _auto_or(parse, word: str = "auto"):
+    """An argparse type: the word 'auto' (or ``word``), or what ``parse`` accepts."""
+    return lambda text: text if text == word else parse(text)
 
 
 AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
@@ -100,7 +130,122 @@ def main(argv: list[str] | None = None) -> int:
         return _generate(args)
     if args.command == "audit":
         return _audit(args)
+    if args.command == "bench":
+        return _bench(args)
     return 2
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specchat import bench
+    from specchat.errors import RegistryError, SpecchatError
+    from specchat.service import ChatService
+
+    try:
+        prompts = bench.load_prompts(args.prompts)
+    except ValueError as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 2
+    if args.groups:
+        prompts = [p for p in prompts if p.group in args.groups]
+    if args.per_group:
+        prompts = _first_per_group(prompts, args.per_group)
+    if not prompts:
+        print("python -m specchat: error: no prompts left after --groups/--per-group", file=sys.stderr)
+        return 2
+    try:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
+    except RegistryError as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        service.load()
+        available = [d for d in service.drafter_kinds() if d != "none"]
+        drafters = args.drafters or available
+        missing = [d for d in drafters if d not in available]
+        if missing:
+            print(f"python -m specchat: error: drafter(s) {', '.join(missing)} not available for "
+                  f"{service.target_name}; allowed: {', '.join(available)}", file=sys.stderr)
+            return 2
+        for drafter in drafters:
+            print(f"loading drafter {drafter} …", file=sys.stderr)
+            service.prepare_drafter(drafter)
+        gammas = [None if g == "adaptive" else g for g in dict.fromkeys(args.gammas)]
+        main_gammas = [g for g in gammas if g is None] or gammas[:1]
+        sweep_gammas = [g for g in gammas if g not in main_gammas]
+        main = bench.build_configs(drafters, transformers=args.transformers, gammas=main_gammas, max_gamma=args.max_gamma)
+        sweep = [c for c in bench.build_configs(drafters, transformers=False, gammas=sweep_gammas, max_gamma=args.max_gamma)
+                 if c.drafter != "none"]
+        sweep_prompts = prompts if args.sweep_per_group == 0 else _first_per_group(prompts, args.sweep_per_group)
+        say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+        say(f"bench: {len(prompts)} prompts × {len(main)} configurations"
+            + (f" + {len(sweep_prompts)} prompts × {len(sweep)} fixed-γ settings" if sweep and sweep_prompts else "")
+            + f", {args.repeats} repeat(s), {args.max_new_tokens} new tokens, greedy")
+        # one interleaved run: the sweep prompts run every configuration, the others the main ones
+        results = bench.run_bench(service, sweep_prompts, main + sweep, max_new_tokens=args.max_new_tokens,
+                                  repeats=args.repeats, progress=say) if sweep and sweep_prompts else []
+        rest = [p for p in prompts if p not in sweep_prompts] if sweep and sweep_prompts else prompts
+        if rest:
+            results += bench.run_bench(service, rest, main, max_new_tokens=args.max_new_tokens,
+                                       repeats=args.repeats, progress=say)
+    except (SpecchatError, ValueError) as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 1
+    summary = bench.summarize(results)
+    meta = bench.machine_description(service) | {
+        "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "num_prompts": len(prompts),
+        "max_gamma": args.max_gamma, "command": "python -m specchat " + " ".join(sys.argv[1:] if argv_is_cli() else []),
+    }
+    print(bench.format_table(summary))
+    print(f"\nmachine: {meta['processor']}, {meta['cpu_count']} CPUs, {meta['torch_threads']} torch threads, "
+          f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}")
+    goals = bench.check_goals(summary)
+    if goals:
+        print("\ngoals (issue 4):")
+        for text, value, met in goals:
+            mark = "not measured" if met is None else ("met" if met else "NOT met")
+            print(f"  {text:<48} {bench._fmt(value):>6}  {mark}")
+    bench.write_outputs(results, summary, meta, json_path=Path(args.json) if args.json else None,
+                        csv_path=Path(args.csv) if args.csv else None)
+    if args.json:
+        print(f"wrote {args.json}")
+    if args.csv:
+        print(f"wrote {args.csv}")
+    if args.chart:
+        from specchat import charts
+
+        fig = charts.bench_figure(summary, meta)
+        base = Path(args.chart)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        fig.write_html(str(base.with_suffix(".html")), include_plotlyjs="cdn")
+        print(f"wrote {base.with_suffix('.html')}")
+        try:
+            fig.write_image(str(base.with_suffix(".png")), scale=1)
+            print(f"wrote {base.with_suffix('.png')}")
+        except Exception as exc:  # kaleido needs a Chrome/Chromium; the HTML is still written
+            print(f"note: no PNG ({type(exc).__name__}: {exc}); install Chromium and kaleido for one", file=sys.stderr)
+    return 0
+
+
+def _first_per_group(prompts: list, n: int) -> list:
+    """The first ``n`` prompts of each group, in their original order."""
+    seen: dict[str, int] = {}
+    kept = []
+    for p in prompts:
+        seen[p.group] = seen.get(p.group, 0) + 1
+        if seen[p.group] <= n:
+            kept.append(p)
+    return kept
+
+
+def argv_is_cli() -> bool:
+    """True when running as ``python -m specchat`` (sys.argv holds the command line)."""
+    return bool(sys.argv) and sys.argv[0].endswith(("__main__.py", "specchat"))
 
 
 def _load_service(args: argparse.Namespace):

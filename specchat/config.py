@@ -16,7 +16,10 @@ class GenerationConfig:
 
     Attributes:
         num_speculative_tokens: γ, draft tokens proposed per round, 1…16. Ignored (0 drafts)
-            for the target-only drafter ``none``.
+            for the target-only drafter ``none``. With ``adaptive_gamma`` it is γ_max, the
+            largest γ the engine may choose.
+        adaptive_gamma: choose γ each round in 1…num_speculative_tokens to maximise the
+            predicted speedup (:mod:`specchat.adaptive`); False drafts γ every round.
         temperature: 0 means greedy (argmax); otherwise 0 < T <= 2.
         top_k: keep the k most likely tokens; 0 disables.
         top_p: nucleus sampling mass in (0, 1]; 1 disables.
@@ -36,6 +39,7 @@ class GenerationConfig:
     seed: int | None = None
     max_new_tokens: int = 256
     stop_strings: tuple[str, ...] = field(default_factory=tuple)
+    adaptive_gamma: bool = False
 
     def __post_init__(self) -> None:
         errors = validate(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from specchat.adaptive import AdaptiveGamma
 from specchat.config import GenerationConfig
 from specchat.drafters.base import Drafter, embedding_rows
 from specchat.events import DoneEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
@@ -57,6 +58,8 @@ class SpeculativeEngine:
         self.vocab_size = embedding_rows(target_model, output=True)
         self.target_cache: DynamicCache | None = None
         self._current: object | None = None
+        # adaptive γ: one controller per (drafter name, γ_max), kept across generations
+        self.gamma_controllers: dict[tuple[str, int], AdaptiveGamma] = {}
 
     # -- public ---------------------------------------------------------------------------
     def generate(
@@ -129,14 +132,22 @@ class SpeculativeEngine:
         prefill_ms = (self._now() - t0) * 1000
         state.decode_start = self._now()
 
+        controller = None
+        if drafter is not None and config.adaptive_gamma:
+            key = (drafter.name, config.num_speculative_tokens)
+            controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
+
         final_text = ""
         while state.stop is None:
             if cancel is not None and cancel.is_set():
                 state.stop = StopReason.CANCELLED
                 final_text = state.detok.flush()  # text held back for a possible stop string
                 break
+            gamma = controller.choose() if controller is not None else config.num_speculative_tokens
             with torch.inference_mode():
-                events = self._round(state, drafter, config, generator)
+                events = self._round(state, drafter, config, generator, gamma)
+            if controller is not None:
+                controller.update(events[-1])
             yield from events  # outside inference mode: the consumer's code runs normally
 
         yield DoneEvent(
@@ -151,14 +162,20 @@ class SpeculativeEngine:
         )
 
     def _round(
-        self, state: _Generation, drafter: Drafter | None, config: GenerationConfig, generator: torch.Generator
+        self,
+        state: _Generation,
+        drafter: Drafter | None,
+        config: GenerationConfig,
+        generator: torch.Generator,
+        num_speculative_tokens: int,
     ) -> list[Event]:
-        """Draft → verify → roll back → commit one round; return its events (tokens, round)."""
+        """Draft → verify → roll back → commit one round of γ = ``num_speculative_tokens``;
+        return its events (tokens, then the round)."""
         ids = state.ids
         remaining = config.max_new_tokens - len(state.token_ids)
         room = self.context_length - len(ids)
         # a round commits at most n_draft + 1 tokens: stay within budget and context
-        max_draft = min(config.num_speculative_tokens, remaining - 1, room - 1)
+        max_draft = min(num_speculative_tokens, remaining - 1, room - 1)
 
         t_draft = self._now()
         draft_ids = torch.empty(0, dtype=torch.long, device=self.device)
@@ -221,7 +238,7 @@ class SpeculativeEngine:
         events.append(
             RoundEvent(
                 round_index=state.round_index,
-                num_speculative_tokens=config.num_speculative_tokens if drafter is not None else 0,
+                num_speculative_tokens=num_speculative_tokens if drafter is not None else 0,
                 num_drafted=num_drafted,
                 num_accepted=num_accepted,
                 num_committed=num_committed,

@@ -77,7 +77,8 @@ class RoundEvent:
 
     Attributes:
         round_index: 0-based.
-        num_speculative_tokens: γ requested for this round (before shrinking for budget/context).
+        num_speculative_tokens: γ for this round, the adaptive choice when adaptive γ is on
+            (before shrinking for budget/context).
         num_drafted: draft tokens actually proposed (0…γ).
         num_accepted: accepted draft tokens committed this round: the leading run of
             acceptances (0…num_drafted), cut at the stop when a stop truncated the round, so it

@@ -30,8 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from specchat.errors import RegistryError
 
-DRAFTER_KINDS: tuple[str, ...] = ("none", "ngram", "int4", "sibling")
-"""Drafter kinds known to the app; ``sibling`` is the only one that needs configuring."""
+DRAFTER_KINDS: tuple[str, ...] = ("none", "ngram", "int4", "sibling", "sibling-int4")
+"""Drafter kinds known to the app; ``sibling`` is the only one that needs configuring, and
+``sibling-int4`` (the sibling quantized to NF4 while loading) comes with it."""
 
 ALWAYS_AVAILABLE_DRAFTERS: tuple[str, ...] = ("none", "ngram", "int4")
 
@@ -131,6 +132,8 @@ class ModelEntry(BaseModel):
         for kind, setting in value.items():
             if kind not in DRAFTER_KINDS:
                 raise ValueError(f"unknown drafter kind {kind!r} (known: {', '.join(DRAFTER_KINDS)})")
+            if kind == "sibling-int4":
+                raise ValueError("sibling-int4: comes with sibling (the sibling quantized to int4); do not list it")
             if kind == "sibling":
                 if not isinstance(setting, str) or not setting:
                     raise ValueError("sibling: must name another entry of this file")
@@ -151,8 +154,9 @@ class ModelEntry(BaseModel):
         return self.drafters.get("sibling")
 
     def drafter_kinds(self) -> list[str]:
-        """Drafter kinds this entry can use as a target: none, ngram, int4, and sibling if configured."""
-        return list(ALWAYS_AVAILABLE_DRAFTERS) + (["sibling"] if self.sibling else [])
+        """Drafter kinds this entry can use as a target: none, ngram, int4, and sibling and
+        sibling-int4 if a sibling is configured."""
+        return list(ALWAYS_AVAILABLE_DRAFTERS) + (["sibling", "sibling-int4"] if self.sibling else [])
 
 
 class Registry(BaseModel):

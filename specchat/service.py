@@ -143,7 +143,7 @@ class ChatService:
         """Drafter kinds available for this target, in display order."""
         kinds = self.target_entry.drafter_kinds()
         if self.drafter_model and "sibling" not in kinds:
-            kinds.append("sibling")
+            kinds += ["sibling", "sibling-int4"]
         return kinds
 
     def prepare_drafter(self, kind: str) -> Drafter | None:
@@ -175,16 +175,19 @@ class ChatService:
             drafter = ModelDrafter(
                 model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name="int4", device=self.device
             )
-        else:  # sibling
+        else:  # sibling, sibling-int4
             entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
             BOARD.stage(f"Preparing sibling drafter {entry.name} (the first start converts it once)")
             path = loading.ensure_local(entry)
             loading.check_same_tokenizer(
                 self.tokenizer, loading.load_tokenizer(path), target_name=self.target_name, drafter_name=entry.name
             )
-            model = loading.load_model(path, dtype=self.dtype, device=str(self.device))
+            int4 = kind == "sibling-int4"
+            if int4:
+                BOARD.stage(f"Quantizing sibling {entry.name} to int4 (about 10 s on 2 CPU cores)")
+            model = loading.load_model(path, dtype=self.dtype, device=str(self.device), int4=int4)
             drafter = ModelDrafter(
-                model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name="sibling", device=self.device
+                model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name=kind, device=self.device
             )
         self._drafters[kind] = drafter
         return drafter

@@ -182,7 +182,7 @@ def served():
 def _chat(client: Client, message: str, *, drafter: str = "int4", gamma: int = 4):
     """The final (textbox, chat, stats, 4 plots); the textbox is the first update's value
     (the final update leaves it alone, so that a message typed meanwhile survives)."""
-    job = client.submit(message, [], drafter, gamma, 0.0, 1.0, 256, api_name="/chat")
+    job = client.submit(message, [], drafter, gamma, 0.0, 1.0, 256, True, api_name="/chat")
     final = list(job.result(timeout=30))
     first = job.outputs()[0]
     if isinstance(final[0], dict):  # gr.skip()
@@ -377,7 +377,7 @@ def test_stop_button_stops_between_rounds_and_the_reply_says_stopped():
     fake = FakeService(delay_s=0.01, rounds=50)
     respond = _respond_fn(app.build_ui(fake))
     mine, other = FakeRequest("session-a"), FakeRequest("session-b")
-    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, mine)
+    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, True, mine)
     updates = [next(gen) for _ in range(3)]
     app.stop_generation(other)  # another tab's Stop does not touch this generation
     assert not fake.cancels[-1].is_set()
@@ -396,7 +396,7 @@ def test_clear_discards_a_running_generation():
     demo = app.build_ui(fake)
     respond = _respond_fn(demo)
     req = FakeRequest("session-c")
-    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, req)
+    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, True, req)
     next(gen)
     app.stop_generation(req, discard=True)  # what the Clear button does
     assert list(gen) == []  # no update puts the old chat back

@@ -16,6 +16,11 @@ from specchat.drafters.base import Draft, embedding_rows
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs
 
+# With adaptive γ, drafting stops early once the drafter's own top probability (softmax of its
+# raw logits) falls below this: a draft it is unsure of is likely rejected, and every further
+# draft step would build on it. 0.4 is transformers' default assistant_confidence_threshold.
+CONFIDENCE_THRESHOLD = 0.4
+
 
 class ModelDrafter:
     """Draft with a causal LM that shares the target's tokenizer.
@@ -62,9 +67,13 @@ class ModelDrafter:
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
     ) -> Draft:
-        """Draw ``max_tokens`` tokens autoregressively from the drafter (q warped like p).
+        """Draw up to ``max_tokens`` tokens autoregressively from the drafter (q warped like p).
 
         Greedy (temperature 0) drafts are the argmax and q is one-hot (``draft_probs=None``).
+        With ``config.adaptive_gamma`` drafting stops after a token whose drafter top
+        probability is below :data:`CONFIDENCE_THRESHOLD` (at least one token is drafted).
+        How many tokens are drafted never changes which are committed (verification decides),
+        so the output distribution is unchanged.
         """
         if self.cache is None:
             raise RuntimeError("ModelDrafter.propose called before begin()")
@@ -77,11 +86,9 @@ class ModelDrafter:
             return Draft(torch.empty(0, dtype=torch.long, device=self.device), None, 0)
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
-        for step in range(max_tokens):
-            logits = self._forward(pending, logits=True)
-            q = logits_to_probs(
-                self._align(logits), temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
-            )[0]
+        while len(tokens) < max_tokens:
+            logits = self._align(self._forward(pending, logits=True))
+            q = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0]
             if config.greedy:
                 token = int(q.argmax())
             else:
@@ -89,8 +96,10 @@ class ModelDrafter:
                 probs.append(q)
             tokens.append(token)
             pending = [token]
+            if config.adaptive_gamma and float(torch.softmax(logits[0], dim=-1).max()) < CONFIDENCE_THRESHOLD:
+                break
         draft_probs = torch.stack(probs) if probs else None
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, max_tokens)
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens))
 
     def rollback(self, num_valid: int) -> None:
         """Cut the cache to at most ``num_valid`` tokens (the engine passes committed_len − 1)."""

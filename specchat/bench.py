@@ -1,0 +1,568 @@
+"""The speed benchmark: specchat's drafters side by side with transformers' assisted generation.
+
+``python -m specchat bench`` runs every configuration on a fixed prompt set
+(``bench_prompts.yaml``: code from scratch, code edits, passage questions, open chat) in one
+process, interleaved (prompt by prompt, the configurations in a rotating order), so machine
+drift hits all of them alike. It is a benchmark, not a test: the numbers depend on the machine.
+
+What is measured per run (one configuration, one prompt, one repeat), all wall-clock:
+
+- ``ttft_s``: from the call to the first streamed token (prefill plus the first round);
+- ``e2e_tokens_per_s``: new tokens / time from the call to the last token (prefill included);
+- ``prefill_s``: specchat's prefill of the prompt (target and drafter), which speculation does
+  not speed up. transformers prefills inside its first round, so its prefill is taken to be
+  specchat's for the same prompt, models and drafter (same forward passes over the same tokens);
+- ``decode_tokens_per_s``: new tokens / (total time − prefill_s), the rate the app shows;
+- ``speedup``: decode tokens/s ÷ specchat target-only decode tokens/s on the same prompt and
+  repeat;
+- α, tokens per round, c and the predicted S(γ) (specchat runs only; transformers exposes no
+  per-round acceptance). The prediction is Leviathan et al. 2023, Theorem 3.8, summed over the
+  rounds actually run: S = Σ_r E[N](α, γ_r) / Σ_r (γ_r·c + 1), which for a fixed γ is S(γ);
+  c = drafter time per drafted token ÷ target-only time per token (same prompt and repeat);
+- ``peak_mem_mb``: the process's peak resident memory during the run on CPU (all loaded models
+  included, sampled every 10 ms), or the peak CUDA memory allocated on a GPU;
+- ``identical``: greedy output equals specchat target-only output token for token.
+
+Results are medians over prompts and repeats. Output: a table on the terminal, JSON, an
+optional CSV, and a plotly chart (HTML, and PNG when kaleido can start a Chrome/Chromium).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from specchat import theory
+from specchat.config import GenerationConfig
+from specchat.events import DoneEvent, RoundEvent, TokenEvent
+
+GROUPS = ("code", "edit", "passage", "chat")
+SPECCHAT, TRANSFORMERS = "specchat", "transformers"
+# The n-gram drafter's transformers counterpart: prompt lookup decoding with its documented
+# example setting (transformers' docs and MODELS.md use 10).
+PROMPT_LOOKUP_NUM_TOKENS = 10
+
+
+# ---- prompts ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchPrompt:
+    """One chat message of the prompt set; ``group`` is one of :data:`GROUPS`."""
+
+    id: str
+    group: str
+    message: str
+
+
+def load_prompts(path: str | Path | None = None) -> list[BenchPrompt]:
+    """Read a prompt set (default: the shipped ``bench_prompts.yaml``).
+
+    Format: ``groups: {code: [{id, message}, …], edit: …, passage: …, chat: …}``.
+
+    Raises:
+        ValueError: unreadable YAML, an unknown group, a prompt without an id or a message,
+            or a duplicate id (the message names the place).
+    """
+    if path is None:
+        text = resources.files("specchat").joinpath("bench_prompts.yaml").read_text(encoding="utf-8")
+        source = "bench_prompts.yaml"
+    else:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"cannot read the prompt set {path}: {exc}") from exc
+        source = str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{source}: not valid YAML: {exc}") from exc
+    groups = data.get("groups") if isinstance(data, dict) else None
+    if not isinstance(groups, dict) or not groups:
+        raise ValueError(f"{source}: needs a top-level 'groups:' mapping of {', '.join(GROUPS)}")
+    prompts: list[BenchPrompt] = []
+    seen: set[str] = set()
+    for group, items in groups.items():
+        if group not in GROUPS:
+            raise ValueError(f"{source}: groups.{group}: unknown group; allowed: {', '.join(GROUPS)}")
+        for i, item in enumerate(items or []):
+            where = f"{source}: groups.{group}[{i}]"
+            if not isinstance(item, dict) or not str(item.get("id") or "").strip() or not str(item.get("message") or "").strip():
+                raise ValueError(f"{where}: each prompt needs a non-empty 'id' and 'message'")
+            if item["id"] in seen:
+                raise ValueError(f"{where}: duplicate id {item['id']!r}")
+            seen.add(item["id"])
+            prompts.append(BenchPrompt(str(item["id"]), group, str(item["message"])))
+    if not prompts:
+        raise ValueError(f"{source}: the prompt set is empty")
+    return prompts
+
+
+# ---- configurations and runs --------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchConfig:
+    """One thing to time: an engine, a drafter kind and, for specchat, γ.
+
+    ``num_speculative_tokens`` is a fixed γ, or None for adaptive γ (up to ``max_gamma``).
+    """
+
+    engine: str
+    drafter: str
+    num_speculative_tokens: int | None = None
+    max_gamma: int = 8
+
+    @property
+    def name(self) -> str:
+        if self.engine == TRANSFORMERS:
+            return f"transformers {self.drafter}"
+        if self.drafter == "none":
+            return "specchat none"
+        gamma = "adaptive" if self.num_speculative_tokens is None else f"γ={self.num_speculative_tokens}"
+        return f"specchat {self.drafter} {gamma}"
+
+
+@dataclass
+class RunResult:
+    """One timed run (see the module docstring for each measure)."""
+
+    config: str
+    engine: str
+    drafter: str
+    gamma: str
+    prompt: str
+    group: str
+    repeat: int
+    num_prompt_tokens: int
+    num_tokens: int
+    ttft_s: float
+    total_s: float
+    e2e_tokens_per_s: float
+    prefill_s: float | None
+    decode_tokens_per_s: float | None
+    num_rounds: int
+    tokens_per_round: float
+    peak_mem_mb: float
+    token_ids: list[int] = field(repr=False)
+    alpha: float | None = None
+    mean_gamma: float | None = None
+    draft_ms_per_token: float | None = None
+    gammas: list[int] = field(default_factory=list, repr=False)
+    # filled in against the target-only run of the same prompt and repeat
+    speedup: float | None = None
+    cost_ratio: float | None = None
+    predicted_speedup: float | None = None
+    measured_over_predicted: float | None = None
+    identical: bool | None = None
+
+
+class _PeakMemory:
+    """Peak memory during a block: CUDA allocated (GPU) or process RSS sampled every 10 ms."""
+
+    def __init__(self, device):
+        self.device = device
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        import psutil
+
+        process = psutil.Process()
+        self.peak_mb = process.memory_info().rss / 2**20
+
+        def sample():
+            while not self._stop.wait(0.01):
+                self.peak_mb = max(self.peak_mb, process.memory_info().rss / 2**20)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        if self.device.type == "cuda":
+            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
+        else:
+            self._stop.set()
+            self._thread.join()
+        return False
+
+
+def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int) -> dict:
+    """One greedy generation with specchat's engine; raw measures for a :class:`RunResult`."""
+    gamma = config.num_speculative_tokens or config.max_gamma
+    gen_config = GenerationConfig(
+        num_speculative_tokens=gamma, max_new_tokens=max_new_tokens, temperature=0.0,
+        adaptive_gamma=config.num_speculative_tokens is None,
+    )
+    rounds: list[RoundEvent] = []
+    tokens: list[int] = []
+    first_s = None
+    with _PeakMemory(service.device) as memory:
+        t0 = time.perf_counter()
+        for event in service.generate(prompt_ids, drafter=config.drafter, config=gen_config):
+            if isinstance(event, TokenEvent):
+                tokens.append(event.token_id)
+                if first_s is None:
+                    first_s = time.perf_counter() - t0
+            elif isinstance(event, RoundEvent):
+                rounds.append(event)
+            elif isinstance(event, DoneEvent):
+                prefill_s = event.prefill_ms / 1000
+        total_s = time.perf_counter() - t0
+    judged = sum(len(r.accepted_mask) for r in rounds)
+    drafted = sum(r.num_drafted for r in rounds)
+    drafting = [r.num_drafted for r in rounds if r.num_drafted]
+    return dict(
+        num_tokens=len(tokens), token_ids=tokens, ttft_s=first_s or total_s, total_s=total_s,
+        e2e_tokens_per_s=len(tokens) / total_s, prefill_s=prefill_s,
+        decode_tokens_per_s=len(tokens) / (total_s - prefill_s) if total_s > prefill_s else None,
+        num_rounds=len(rounds), tokens_per_round=len(tokens) / max(len(rounds), 1),
+        peak_mem_mb=memory.peak_mb,
+        alpha=sum(r.num_accepted for r in rounds) / judged if judged else None,
+        mean_gamma=sum(drafting) / len(drafting) if drafting else None,
+        draft_ms_per_token=sum(r.draft_ms for r in rounds) / drafted if drafted else None,
+        gammas=[r.num_drafted for r in rounds],
+    )
+
+
+class _ChunkClock:
+    """A transformers streamer that only records when each chunk of new tokens arrives."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.times: list[float] = []
+        self.sizes: list[int] = []
+        self._prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self._prompt_seen:  # generate() first puts the prompt
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter() - self.t0)
+        self.sizes.append(int(value.numel()))
+
+    def end(self) -> None:
+        pass
+
+
+def transformers_kwargs(service, drafter: str) -> dict:
+    """The ``generate`` arguments of transformers' counterpart of a specchat drafter.
+
+    none → plain greedy; sibling / int4 / sibling-int4 → ``assistant_model=`` the same loaded
+    drafter model (transformers' defaults: 20 assistant tokens with its confidence threshold);
+    ngram → ``prompt_lookup_num_tokens=10``.
+    """
+    if drafter == "none":
+        return {}
+    if drafter == "ngram":
+        return {"prompt_lookup_num_tokens": PROMPT_LOOKUP_NUM_TOKENS}
+    return {"assistant_model": service.prepare_drafter(drafter).model}
+
+
+def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int) -> dict:
+    """One greedy ``target_model.generate(...)`` call on the same loaded models."""
+    import torch
+    from transformers import GenerationConfig as HFGenerationConfig
+
+    engine = service.engine
+    eos = sorted(engine.eos_token_ids)
+    # an explicit config: greedy, no repetition penalty or sampling defaults from the model files
+    gen_config = HFGenerationConfig(
+        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0]
+    )
+    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=engine.device)
+    with _PeakMemory(service.device) as memory:
+        clock = _ChunkClock()
+        with torch.inference_mode():
+            out = engine.target_model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=gen_config,
+                streamer=clock, **transformers_kwargs(service, config.drafter),
+            )
+        total_s = time.perf_counter() - clock.t0
+    tokens = out[0, len(prompt_ids):].tolist()
+    # generate() stops after an EOS but may pad nothing; cut at the first EOS like specchat
+    for i, token in enumerate(tokens):
+        if token in engine.eos_token_ids:
+            tokens = tokens[: i + 1]
+            break
+    return dict(
+        num_tokens=len(tokens), token_ids=tokens, ttft_s=clock.times[0] if clock.times else total_s,
+        total_s=total_s, e2e_tokens_per_s=len(tokens) / total_s,
+        prefill_s=None, decode_tokens_per_s=None,  # set from the paired specchat run (_fill_relative)
+        num_rounds=len(clock.sizes), tokens_per_round=len(tokens) / max(len(clock.sizes), 1),
+        peak_mem_mb=memory.peak_mb,
+    )
+
+
+def _fill_relative(results: list[RunResult]) -> None:
+    """Speedup, c, predicted S and identical, against the target-only run of the same prompt;
+    transformers' prefill and decode rate from the specchat run with the same drafter."""
+    base = {(r.prompt, r.repeat): r for r in results if r.engine == SPECCHAT and r.drafter == "none"}
+    ours = {(r.drafter, r.prompt, r.repeat): r for r in results if r.engine == SPECCHAT}
+    for r in results:
+        pair = ours.get((r.drafter, r.prompt, r.repeat))
+        if r.engine == TRANSFORMERS and pair is not None and r.total_s > pair.prefill_s:
+            r.prefill_s = pair.prefill_s
+            r.decode_tokens_per_s = r.num_tokens / (r.total_s - r.prefill_s)
+    for r in results:
+        b = base.get((r.prompt, r.repeat))
+        if b is None:
+            continue
+        r.identical = r.token_ids == b.token_ids
+        if r.decode_tokens_per_s and b.decode_tokens_per_s:
+            r.speedup = r.decode_tokens_per_s / b.decode_tokens_per_s
+        if r.engine != SPECCHAT or r.drafter == "none" or not b.decode_tokens_per_s:
+            continue
+        target_ms = 1000.0 / b.decode_tokens_per_s
+        r.cost_ratio = (r.draft_ms_per_token or 0.0) / target_ms
+        if r.alpha is not None and r.gammas:
+            tokens = sum(theory.expected_tokens_per_round(r.alpha, g) for g in r.gammas)
+            steps = sum(g * r.cost_ratio + 1.0 for g in r.gammas)
+            r.predicted_speedup = tokens / steps
+            if r.speedup is not None:
+                r.measured_over_predicted = r.speedup / r.predicted_speedup
+
+
+# ---- the whole benchmark ------------------------------------------------------------------
+def build_configs(
+    drafters: Iterable[str], *, transformers: bool, gammas: Iterable[int | None], max_gamma: int
+) -> list[BenchConfig]:
+    """specchat none + each drafter at each γ (None = adaptive) + transformers' counterparts."""
+    configs = [BenchConfig(SPECCHAT, "none")]
+    drafters = [d for d in drafters if d != "none"]
+    for drafter in drafters:
+        for gamma in gammas:
+            configs.append(BenchConfig(SPECCHAT, drafter, gamma, max_gamma))
+    if transformers:
+        configs.append(BenchConfig(TRANSFORMERS, "none"))
+        configs += [BenchConfig(TRANSFORMERS, d) for d in drafters]
+    return configs
+
+
+def run_bench(
+    service,
+    prompts: list[BenchPrompt],
+    configs: list[BenchConfig],
+    *,
+    max_new_tokens: int,
+    repeats: int,
+    warmup_tokens: int = 8,
+    progress: Callable[[str], None] | None = None,
+) -> list[RunResult]:
+    """Run every configuration on every prompt ``repeats`` times, interleaved; return the runs.
+
+    One untimed warm-up generation per configuration comes first (the first forward passes
+    of a process are slower). The order of the configurations rotates from prompt to prompt.
+    """
+    encoded = {p.id: service.encode_chat([], p.message, max_new_tokens)[0] for p in prompts}
+    runners = {SPECCHAT: run_specchat, TRANSFORMERS: run_transformers}
+    say = progress or (lambda _: None)
+    for config in configs:
+        say(f"warm-up: {config.name}")
+        runners[config.engine](service, encoded[prompts[0].id], config, warmup_tokens)
+    results: list[RunResult] = []
+    total, done = repeats * len(prompts) * len(configs), 0
+    for repeat in range(repeats):
+        for i, prompt in enumerate(prompts):
+            shift = (i + repeat) % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                raw = runners[config.engine](service, encoded[prompt.id], config, max_new_tokens)
+                gamma = "-" if config.drafter == "none" else (
+                    "auto" if config.engine == TRANSFORMERS
+                    else "adaptive" if config.num_speculative_tokens is None else str(config.num_speculative_tokens)
+                )
+                results.append(RunResult(
+                    config=config.name, engine=config.engine, drafter=config.drafter, gamma=gamma,
+                    prompt=prompt.id, group=prompt.group, repeat=repeat,
+                    num_prompt_tokens=len(encoded[prompt.id]), **raw,
+                ))
+                done += 1
+                rate = raw["decode_tokens_per_s"]
+                say(f"[{done}/{total}] {prompt.id:<22} {config.name:<28} "
+                    f"{'n/a' if rate is None else f'{rate:6.2f}'} tokens/s")
+    _fill_relative(results)
+    return results
+
+
+# ---- summaries ----------------------------------------------------------------------------
+def _median(values: Iterable[float | None]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+SUMMARY_FIELDS = (
+    "decode_tokens_per_s", "e2e_tokens_per_s", "prefill_s", "speedup", "alpha", "tokens_per_round", "cost_ratio", "predicted_speedup",
+    "measured_over_predicted", "ttft_s", "peak_mem_mb", "mean_gamma",
+)
+
+
+def summarize(results: list[RunResult]) -> dict:
+    """Medians per configuration, overall and per group, and specchat ÷ transformers ratios.
+
+    Returns ``{"configs": {name: {"overall": {...}, "groups": {group: {...}}, ...}},
+    "vs_transformers": {drafter: {"overall": r, "groups": {...}}}}`` where each ratio is the
+    median over runs of specchat adaptive decode tokens/s ÷ transformers' on the same prompt
+    and repeat.
+    """
+    names = list(dict.fromkeys(r.config for r in results))
+    configs = {}
+    for name in names:
+        runs = [r for r in results if r.config == name]
+        entry = {"engine": runs[0].engine, "drafter": runs[0].drafter, "gamma": runs[0].gamma,
+                 "runs": len(runs), "identical": sum(bool(r.identical) for r in runs)}
+        entry["overall"] = {f: _median(getattr(r, f) for r in runs) for f in SUMMARY_FIELDS}
+        entry["groups"] = {
+            g: {f: _median(getattr(r, f) for r in runs if r.group == g) for f in SUMMARY_FIELDS}
+            for g in GROUPS if any(r.group == g for r in runs)
+        }
+        configs[name] = entry
+    ratios = {}
+    hf = {(r.drafter, r.prompt, r.repeat): r for r in results if r.engine == TRANSFORMERS}
+    for r in results:
+        if r.engine != SPECCHAT or r.gamma not in ("adaptive", "-"):
+            continue
+        other = hf.get((r.drafter, r.prompt, r.repeat))
+        if other is None or not r.decode_tokens_per_s or not other.decode_tokens_per_s:
+            continue
+        ratios.setdefault(r.drafter, []).append((r.group, r.decode_tokens_per_s / other.decode_tokens_per_s))
+    vs = {
+        d: {"overall": _median(v for _, v in pairs),
+            "groups": {g: _median(v for gg, v in pairs if gg == g) for g in GROUPS if any(gg == g for gg, _ in pairs)}}
+        for d, pairs in ratios.items()
+    }
+    return {"configs": configs, "vs_transformers": vs}
+
+
+def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
+    """Issue 4's goals on the default pair: (goal, measured value, met). None = not measured."""
+    configs = summary["configs"]
+
+    def speedup(name: str, group: str | None = None) -> float | None:
+        entry = configs.get(name)
+        if entry is None:
+            return None
+        return (entry["overall"] if group is None else entry["groups"].get(group, {})).get("speedup")
+
+    goals: list[tuple[str, float | None, bool | None]] = []
+
+    def goal(text: str, value: float | None, ok: Callable[[float], bool]) -> None:
+        goals.append((text, value, None if value is None else ok(value)))
+
+    for group in ("code", "edit"):
+        goal(f"int4 >= 2.0x target-only on {group}", speedup("specchat int4 adaptive", group), lambda v: v >= 2.0)
+    goal("sibling >= 1.5x target-only", speedup("specchat sibling adaptive"), lambda v: v >= 1.5)
+    for group in ("edit", "passage"):
+        goal(f"ngram >= 2.0x on {group}", speedup("specchat ngram adaptive", group), lambda v: v >= 2.0)
+    ngram = configs.get("specchat ngram adaptive")
+    if ngram is not None:
+        worst = min((g["speedup"] for g in ngram["groups"].values() if g["speedup"] is not None), default=None)
+        goal("ngram never below 0.95x on any group", worst, lambda v: v >= 0.95)
+    for drafter, entry in summary["vs_transformers"].items():
+        if drafter != "none":
+            goal(f"{drafter} >= 1.2x transformers' call", entry["overall"], lambda v: v >= 1.2)
+    for name, entry in configs.items():
+        if entry["engine"] == SPECCHAT and entry["gamma"] == "adaptive":
+            goal(f"{entry['drafter']}: measured >= 0.85 of predicted S", entry["overall"]["measured_over_predicted"],
+                 lambda v: v >= 0.85)
+    return goals
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(summary: dict) -> str:
+    """The terminal table: one row per configuration (medians), then speedup by group."""
+    head = (f"{'configuration':<30} {'tok/s':>6} {'e2e':>6} {'speedup':>7} {'α':>5} {'tok/rnd':>7} {'c':>5} "
+            f"{'pred S':>6} {'meas/pred':>9} {'TTFT s':>6} {'peak MB':>7} {'same':>5}")
+    lines = [head, "-" * len(head)]
+    for name, e in summary["configs"].items():
+        o = e["overall"]
+        lines.append(
+            f"{name:<30} {_fmt(o['decode_tokens_per_s']):>6} {_fmt(o['e2e_tokens_per_s']):>6} {_fmt(o['speedup']):>7} {_fmt(o['alpha']):>5} "
+            f"{_fmt(o['tokens_per_round']):>7} {_fmt(o['cost_ratio'], '.3f'):>5} {_fmt(o['predicted_speedup']):>6} "
+            f"{_fmt(o['measured_over_predicted']):>9} {_fmt(o['ttft_s']):>6} {_fmt(o['peak_mem_mb'], '.0f'):>7} "
+            f"{e['identical']:>2}/{e['runs']:<2}"
+        )
+    lines.append("tok/s: decode tokens/s (prefill excluded) · e2e: tokens/s from the call (prefill included) · "
+                 "speedup: decode tok/s ÷ specchat target-only · α, tok/rnd, c, pred S: specchat only · "
+                 "same: greedy output identical to target-only")
+    lines += ["", "speedup over specchat target-only, median by group", f"{'configuration':<30} "
+              + " ".join(f"{g:>8}" for g in GROUPS)]
+    for name, e in summary["configs"].items():
+        lines.append(f"{name:<30} " + " ".join(f"{_fmt(e['groups'].get(g, {}).get('speedup')):>8}" for g in GROUPS))
+    if summary["vs_transformers"]:
+        lines += ["", "specchat (adaptive γ) ÷ transformers' matching call, decode tokens/s, median",
+                  f"{'drafter':<30} {'all':>8} " + " ".join(f"{g:>8}" for g in GROUPS)]
+        for drafter, e in summary["vs_transformers"].items():
+            lines.append(f"{drafter:<30} {_fmt(e['overall']):>8} "
+                         + " ".join(f"{_fmt(e['groups'].get(g)):>8}" for g in GROUPS))
+    return "\n".join(lines)
+
+
+def machine_description(service) -> dict:
+    """What the numbers came from: CPU / GPU, threads, versions, models and dtype."""
+    import torch
+    import transformers
+
+    info = {
+        "platform": platform.platform(),
+        "processor": _cpu_name(),
+        "cpu_count": __import__("os").cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(service.device),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "target": service.target_name,
+        "dtype": str(service.dtype).replace("torch.", ""),
+    }
+    if service.device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(service.device)
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_outputs(results: list[RunResult], summary: dict, meta: dict, *, json_path: Path | None,
+                  csv_path: Path | None) -> None:
+    """JSON (meta, summary, goals, every run) and an optional CSV of the runs."""
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "meta": meta, "summary": summary,
+            "goals": [{"goal": g, "value": v, "met": m} for g, v, m in check_goals(summary)],
+            "runs": [asdict(r) for r in results],
+        }
+        json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False), encoding="utf-8")
+    if csv_path is not None:
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        rows = [asdict(r) for r in results]
+        for row in rows:
+            row["token_ids"] = " ".join(map(str, row["token_ids"]))
+            row["gammas"] = " ".join(map(str, row["gammas"]))
+        with csv_path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)

@@ -1,0 +1,139 @@
+"""Adaptive γ: the controller's estimates and choice against hand-computed numbers, and the
+engine with adaptive γ on stays lossless (greedy identity, exact distribution)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from lossless import (
+    FakeLM,
+    V,
+    assert_matches,
+    events_of,
+    exact_sequences,
+    hashed_logits,
+    make_drafter,
+    model_drafter,
+    naive_greedy_fn,
+    run_many,
+)
+
+from specchat import adaptive
+from specchat.adaptive import AdaptiveGamma
+from specchat.engine import SpeculativeEngine
+from specchat.events import RoundEvent
+
+
+def _round(mask, *, drafted=None, draft_ms=30.0, verify_ms=100.0, gamma=8):
+    drafted = len(mask) if drafted is None else drafted
+    accepted = next((i for i, a in enumerate(mask) if not a), len(mask))
+    return RoundEvent(
+        round_index=0, num_speculative_tokens=gamma, num_drafted=drafted, num_accepted=accepted,
+        num_committed=accepted + 1, accepted_mask=tuple(mask), draft_ms=draft_ms, draft_steps=drafted,
+        verify_ms=verify_ms, elapsed_ms=0.0,
+    )
+
+
+def test_one_round_gives_the_hand_computed_estimates_and_choice():
+    """After one round (accept, accept, reject; 30 ms drafting 3 tokens; 100 ms verify):
+    pooled α = (2 + 0.6·2)/(3 + 2) = 0.64; β1 = β2 = (1 + 1.28)/3 = 0.76, β3 = 1.28/3,
+    β4… = 0.64; t_draft = 10 ms; v0 = 100, v1 = 0 (one n seen).
+    S(γ) = E[N](γ)·100/(10γ + 100): S(1) = 1.6, S(2) = 1.948, S(3) = 1.98772, S(4) = 1.95840."""
+    assert adaptive.PRIOR_ACCEPTANCE == 0.6 and adaptive.PRIOR_WEIGHT == 2.0  # the numbers below use them
+    c = AdaptiveGamma(8)
+    assert c.choose() == 4  # nothing timed yet: the initial γ
+    c.update(_round([True, True, False]))
+    assert c.pooled_acceptance == pytest.approx(0.64)
+    beta = c.acceptance_by_position()
+    assert beta[:4] == pytest.approx([0.76, 0.76, 1.28 / 3, 0.64])
+    assert beta[4:] == pytest.approx([0.64] * 4)
+    assert c.draft_ms_per_token == pytest.approx(10.0)
+    assert c.verify_ms_fit() == pytest.approx((100.0, 0.0))
+    assert c.expected_tokens_per_round(3) == pytest.approx(1 + 0.76 + 0.5776 + 0.5776 * 1.28 / 3)
+    speedups = [c.predicted_speedup(g) for g in (1, 2, 3, 4)]
+    assert speedups == pytest.approx([1.6, 1.948, 1.98772, 1.95840], abs=1e-5)
+    assert c.choose() == 3
+
+
+def test_uniform_acceptance_reproduces_leviathan_equation_1():
+    """With the same β at every position, E[N](γ) = (1 − α^(γ+1)) / (1 − α)."""
+    c = AdaptiveGamma(6)
+    alpha = c.pooled_acceptance  # the prior alone: every position equals it
+    for gamma in range(7):
+        assert c.expected_tokens_per_round(gamma) == pytest.approx((1 - alpha ** (gamma + 1)) / (1 - alpha))
+
+
+def test_verify_cost_fit_on_a_line_is_the_shrunk_slope_and_ignores_rounds_without_drafts():
+    """Points on 100 + 10·n at n = 2 and n = 6 (weights 0.81 and 0.9 after decay): least squares
+    gives slope 10, shrunk by S_nn/(S_nn + SLOPE_PRIOR) with S_nn = Σw(n − n̄)²; the intercept
+    passes through the weighted means."""
+    c = AdaptiveGamma(8)
+    c.update(_round([True, False], verify_ms=120.0))  # n = 2
+    c.update(_round([True] * 6, verify_ms=160.0))  # n = 6
+    c.update(_round([], drafted=0, verify_ms=500.0))  # no drafts: not part of the fit
+    w2, w6 = 0.9 * 0.9, 0.9  # both decayed once more by the third update
+    mean_n = (2 * w2 + 6 * w6) / (w2 + w6)
+    s_nn = w2 * (2 - mean_n) ** 2 + w6 * (6 - mean_n) ** 2
+    slope = 10.0 * s_nn / (s_nn + adaptive.SLOPE_PRIOR)
+    v0, v1 = c.verify_ms_fit()
+    assert v1 == pytest.approx(slope)
+    assert v0 == pytest.approx(100.0 + 10.0 * mean_n - slope * mean_n)
+
+
+def test_choice_goes_to_the_ends_for_a_perfect_and_a_useless_drafter():
+    good, bad = AdaptiveGamma(8), AdaptiveGamma(8)
+    for _ in range(30):
+        good.update(_round([True] * 8, draft_ms=8.0))  # 1 ms per draft, always right
+        bad.update(_round([False], drafted=8, draft_ms=80.0))  # 10 ms per draft, always wrong
+    assert good.choose() == 8
+    assert bad.choose() == 1
+
+
+def test_estimates_follow_a_change_of_regime():
+    """Exponential decay: after 40 rounds of rejections the earlier acceptances barely count."""
+    c = AdaptiveGamma(8)
+    for _ in range(40):
+        c.update(_round([True] * 8, draft_ms=8.0))
+    assert c.choose() == 8
+    for _ in range(40):
+        c.update(_round([False], drafted=8, draft_ms=8.0))
+    assert c.acceptance_by_position()[0] < 0.1
+    assert c.choose() == 1
+
+
+def test_max_gamma_must_be_positive():
+    with pytest.raises(ValueError, match="max_num_speculative_tokens"):
+        AdaptiveGamma(0)
+
+
+# -- the engine with adaptive γ ----------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["self", "other", "ngram"])
+def test_adaptive_greedy_output_is_target_only_greedy(kind):
+    """Whatever γ the controller picks, greedy output equals the naive target-only loop."""
+    fn_t = hashed_logits(V, seed=11, scale=2.0)
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    prompt = [3, 1, 4, 1, 5, 3, 1, 4]
+    expected = naive_greedy_fn(fn_t, prompt, 30)
+    for _ in range(2):  # twice: the second generation starts from the learned estimates
+        events = events_of(engine, prompt, make_drafter(kind), num_speculative_tokens=6, max_new_tokens=30,
+                           adaptive_gamma=True)
+        assert list(events[-1].token_ids) == expected
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        assert all(1 <= r.num_speculative_tokens <= 6 and r.num_drafted <= r.num_speculative_tokens for r in rounds)
+    assert (make_drafter(kind).name, 6) in engine.gamma_controllers
+
+
+def test_adaptive_gamma_keeps_the_exact_distribution():
+    """Sampled 3-token replies at T = 1 with adaptive γ (γ_max 3), 2000 seeds: chi-square against
+    exact enumeration (fails at p < 1e-4), with both accept and residual paths exercised."""
+    fn_t = hashed_logits(V, seed=11, scale=2.0)
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    prompt = [3, 1]
+    drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
+    exact = exact_sequences(fn_t, prompt, 3, temperature=1.0)
+    stats = Counter()
+    counts = run_many(engine, prompt, drafter, 2000, stats=stats, num_speculative_tokens=3, max_new_tokens=3,
+                      temperature=1.0, adaptive_gamma=True)
+    assert stats["accepted"] >= 100 and stats["resampled"] >= 100
+    assert_matches(counts, exact, 2000)
