@@ -391,9 +391,8 @@ def run_bench(
                     num_prompt_tokens=len(encoded[prompt.id]), **raw,
                 ))
                 done += 1
-                rate = raw["decode_tokens_per_s"]
-                say(f"[{done}/{total}] {prompt.id:<22} {config.name:<28} "
-                    f"{'n/a' if rate is None else f'{rate:6.2f}'} tokens/s")
+                say(f"[{done}/{total}] {prompt.id:<22} {config.name:<30} {raw['num_tokens']:4d} tokens, "
+                    f"{raw['e2e_tokens_per_s']:6.2f} tokens/s from the call")
     _fill_relative(results)
     return results
 

@@ -42,8 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory (default: the target's sibling)")
     gen.add_argument(
         "--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
-        default=4, help="γ: draft tokens per round (default 4)",
+        default=4, help="γ: draft tokens per round (default 4); with --adaptive-gamma the most per round",
     )
+    gen.add_argument("--adaptive-gamma", action="store_true",
+                     help="choose γ each round (up to -k) to maximise the predicted speedup, as the app does by default")
     gen.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
     gen.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
     gen.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
@@ -131,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "audit":
         return _audit(args)
     if args.command == "bench":
-        return _bench(args)
+        return _bench(args, sys.argv[1:] if argv is None else argv)
     return 2
 
 
-def _bench(args: argparse.Namespace) -> int:
+def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     from pathlib import Path
 
     from specchat import bench
@@ -199,7 +201,7 @@ def _bench(args: argparse.Namespace) -> int:
     summary = bench.summarize(results)
     meta = bench.machine_description(service) | {
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "num_prompts": len(prompts),
-        "max_gamma": args.max_gamma, "command": "python -m specchat " + " ".join(sys.argv[1:] if argv_is_cli() else []),
+        "max_gamma": args.max_gamma, "command": "python -m specchat " + " ".join(argv),
     }
     print(bench.format_table(summary))
     print(f"\nmachine: {meta['processor']}, {meta['cpu_count']} CPUs, {meta['torch_threads']} torch threads, "
@@ -242,10 +244,6 @@ def _first_per_group(prompts: list, n: int) -> list:
             kept.append(p)
     return kept
 
-
-def argv_is_cli() -> bool:
-    """True when running as ``python -m specchat`` (sys.argv holds the command line)."""
-    return bool(sys.argv) and sys.argv[0].endswith(("__main__.py", "specchat"))
 
 
 def _load_service(args: argparse.Namespace):
@@ -352,6 +350,7 @@ def _generate(args: argparse.Namespace) -> int:
         for i in range(args.num_samples):
             config = GenerationConfig(
                 num_speculative_tokens=args.num_speculative_tokens,
+                adaptive_gamma=args.adaptive_gamma,
                 temperature=args.temperature,
                 top_k=args.top_k,
                 top_p=args.top_p,
