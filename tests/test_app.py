@@ -477,7 +477,7 @@ def test_main_default_drafter_and_no_warning_on_loopback(monkeypatch, capsys):
     assert app.main(["--host", "127.0.0.1"]) == 0
     fake.ready.wait(5)
     assert "WARNING" not in capsys.readouterr().err
-    assert fake.prepared == ["sibling"]  # first of DEFAULT_DRAFTER_ORDER that the target offers
+    assert fake.prepared == ["sibling-int4"]  # first of DEFAULT_DRAFTER_ORDER that the target offers
     # a drafter that fails to load in the background: the page shows the error, no traceback
     fake.failing_drafters = {"int4"}
     assert app.main(["--drafter", "int4"]) == 0
