@@ -16,11 +16,17 @@ import json
 import tempfile
 import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
-from selenium.webdriver.common.by import By
-from selenium.webdriver.common.keys import Keys
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+except ImportError:
+    raise SystemExit(
+        "scripts/drive_app.py needs selenium and a Chromium: pip install selenium; "
+        "apt-get install chromium chromium-driver"
+    ) from None
 
 FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -22,6 +22,7 @@ decided by verification alone, so the output distribution is unchanged (lossless
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from specchat.events import RoundEvent
@@ -100,6 +101,8 @@ class AdaptiveGamma:
         s_nn = s2 - s0 * mean_n**2
         slope = (sny - s0 * mean_n * mean_y) / s_nn if s_nn > 1e-9 else 0.0
         slope = max(slope, 0.0) * max(s_nn, 0.0) / (max(s_nn, 0.0) + SLOPE_PRIOR)
+        if mean_y - slope * mean_n <= 0:  # a convex cost curve: keep the mean, drop the slope
+            return mean_y, 0.0
         return mean_y - slope * mean_n, slope
 
     def expected_tokens_per_round(self, num_speculative_tokens: int) -> float:
@@ -136,23 +139,28 @@ class AdaptiveGamma:
         return best
 
     def update(self, event: RoundEvent) -> None:
-        """Fold one round in: its judged positions, its draft time and its verify time."""
-        for values in (self._accepted, self._reached, self._w):
+        """Fold one round in: its judged positions, its draft time and its verify time.
+
+        A round that drafted nothing (an n-gram lookup that found nothing) carries no news about
+        acceptance or costs of drafting and changes nothing; timings that are not finite and
+        non-negative are ignored.
+        """
+        if not event.num_drafted:
+            return
+        for values in (self._accepted, self._reached):
             for i in range(len(values)):
                 values[i] *= DECAY
-        self._draft_ms *= DECAY
-        self._draft_tokens *= DECAY
         # judged positions: the accepted drafts and the first rejected one (accepted_mask)
         for i, accepted in enumerate(event.accepted_mask[: self.max_num_speculative_tokens]):
             self._reached[i] += 1.0
             self._accepted[i] += 1.0 if accepted else 0.0
-        if event.num_drafted:
-            self._draft_ms += event.draft_ms
-            self._draft_tokens += event.num_drafted
-        if event.num_drafted:
-            # rounds without drafts are left out of the fit: a 1-token forward pass can take
-            # another kernel path (on this project's CPU a bf16 1-token pass was slower than a
-            # 2-token one), and a fit through it would extrapolate that jump to every γ
+        if math.isfinite(event.draft_ms) and event.draft_ms >= 0:
+            self._draft_ms = self._draft_ms * DECAY + event.draft_ms
+            self._draft_tokens = self._draft_tokens * DECAY + event.num_drafted
+        # rounds without drafts are left out of the fit (above): a 1-token forward pass can take
+        # another kernel path (on this project's CPU a bf16 1-token pass was slower than a
+        # 2-token one), and a fit through it would extrapolate that jump to every γ
+        if math.isfinite(event.verify_ms) and event.verify_ms > 0:
             n, y = float(event.num_drafted), event.verify_ms
             for i, value in enumerate((1.0, n, n * n, y, n * y)):
-                self._w[i] += value
+                self._w[i] = self._w[i] * DECAY + value

@@ -93,14 +93,21 @@ def load_prompts(path: str | Path | None = None) -> list[BenchPrompt]:
     for group, items in groups.items():
         if group not in GROUPS:
             raise ValueError(f"{source}: groups.{group}: unknown group; allowed: {', '.join(GROUPS)}")
+        if items is not None and not isinstance(items, list):
+            raise ValueError(f"{source}: groups.{group}: needs a list of prompts")
         for i, item in enumerate(items or []):
             where = f"{source}: groups.{group}[{i}]"
-            if not isinstance(item, dict) or not str(item.get("id") or "").strip() or not str(item.get("message") or "").strip():
-                raise ValueError(f"{where}: each prompt needs a non-empty 'id' and 'message'")
-            if item["id"] in seen:
-                raise ValueError(f"{where}: duplicate id {item['id']!r}")
-            seen.add(item["id"])
-            prompts.append(BenchPrompt(str(item["id"]), group, str(item["message"])))
+            ident = item.get("id") if isinstance(item, dict) else None
+            message = item.get("message") if isinstance(item, dict) else None
+            if isinstance(ident, bool) or not isinstance(ident, (str, int)) or not str(ident).strip():
+                raise ValueError(f"{where}: each prompt needs an 'id' (text or a number)")
+            if not isinstance(message, str) or not message.strip():
+                raise ValueError(f"{where}: each prompt needs a non-empty text 'message'")
+            ident = str(ident).strip()
+            if ident in seen:
+                raise ValueError(f"{where}: duplicate id {ident!r}")
+            seen.add(ident)
+            prompts.append(BenchPrompt(ident, group, message))
     if not prompts:
         raise ValueError(f"{source}: the prompt set is empty")
     return prompts
@@ -281,8 +288,10 @@ def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_ne
     engine = service.engine
     eos = sorted(engine.eos_token_ids)
     # an explicit config: greedy, no repetition penalty or sampling defaults from the model files
+    kwargs = transformers_kwargs(service, config.drafter)
     gen_config = HFGenerationConfig(
-        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0]
+        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0],
+        prompt_lookup_num_tokens=kwargs.pop("prompt_lookup_num_tokens", None),
     )
     input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=engine.device)
     with _PeakMemory(service.device) as memory:
@@ -290,7 +299,7 @@ def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_ne
         with torch.inference_mode():
             out = engine.target_model.generate(
                 input_ids, attention_mask=torch.ones_like(input_ids), generation_config=gen_config,
-                streamer=clock, **transformers_kwargs(service, config.drafter),
+                streamer=clock, **kwargs,
             )
         total_s = time.perf_counter() - clock.t0
     tokens = out[0, len(prompt_ids):].tolist()
@@ -498,8 +507,11 @@ def format_table(summary: dict) -> str:
             f"{e['identical']:>2}/{e['runs']:<2}"
         )
     lines.append("tok/s: decode tokens/s (prefill excluded) · e2e: tokens/s from the call (prefill included) · "
-                 "speedup: decode tok/s ÷ specchat target-only · α, tok/rnd, c, pred S: specchat only · "
-                 "same: greedy output identical to target-only")
+                 "speedup: decode tok/s ÷ specchat target-only, same prompt · α, tok/rnd (tokens per round), "
+                 "c (drafter time per draft ÷ target time per token), pred S (Leviathan S over the rounds run), "
+                 "meas/pred: specchat only · TTFT: seconds to the first token · peak MB: the process's peak "
+                 "memory during the run, all loaded models included · same: greedy replies identical to "
+                 "target-only / runs")
     lines += ["", "speedup over specchat target-only, median by group", f"{'configuration':<30} "
               + " ".join(f"{g:>8}" for g in GROUPS)]
     for name, e in summary["configs"].items():

@@ -426,8 +426,9 @@ def bench_figure(summary: dict, meta: dict) -> go.Figure:
             ), row=1, col=2)
         adaptive = configs.get(f"specchat {drafter} adaptive", {}).get("overall", {}).get("speedup")
         if adaptive is not None and fixed:
+            lo, hi = fixed[0][0], fixed[-1][0]
             fig.add_trace(go.Scatter(
-                x=[fixed[0][0], fixed[-1][0]], y=[_r(adaptive, 3)] * 2, mode="lines",
+                x=[lo - 0.5, hi + 0.5] if lo == hi else [lo, hi], y=[_r(adaptive, 3)] * 2, mode="lines",
                 name=f"{drafter} adaptive", legendgroup=drafter, showlegend=False,
                 line=dict(color=color, dash="dash"),
                 hovertemplate=f"{drafter} adaptive γ: %{{y:.2f}}×<extra></extra>",

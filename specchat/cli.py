@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=4, help="γ: draft tokens per round (default 4); with --adaptive-gamma the most per round",
     )
     gen.add_argument("--adaptive-gamma", action="store_true",
-                     help="choose γ each round (up to -k) to maximise the predicted speedup, as the app does by default")
+                     help="choose γ each round (up to -k) to maximise the predicted speedup, as the app does by "
+                          "default. γ then depends on measured timings, so with temperature > 0 a --seed no longer "
+                          "fixes the reply (the distribution is unchanged)")
     gen.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
     gen.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
     gen.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
@@ -169,6 +171,10 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         service.load()
         available = [d for d in service.drafter_kinds() if d != "none"]
         drafters = args.drafters or available
+        if args.drafter_model and not {"sibling", "sibling-int4"} & set(drafters):
+            print("python -m specchat: error: --drafter-model names a sibling, but --drafters has neither "
+                  "sibling nor sibling-int4", file=sys.stderr)
+            return 2
         missing = [d for d in drafters if d not in available]
         if missing:
             print(f"python -m specchat: error: drafter(s) {', '.join(missing)} not available for "

@@ -19,7 +19,10 @@ class GenerationConfig:
             for the target-only drafter ``none``. With ``adaptive_gamma`` it is γ_max, the
             largest γ the engine may choose.
         adaptive_gamma: choose γ each round in 1…num_speculative_tokens to maximise the
-            predicted speedup (:mod:`specchat.adaptive`); False drafts γ every round.
+            predicted speedup (:mod:`specchat.adaptive`); False drafts γ every round. γ then
+            depends on measured timings and on earlier generations, and γ decides how many
+            random draws a round uses, so with temperature > 0 a seed no longer fixes the reply
+            (its distribution is unchanged); greedy replies are unaffected.
         temperature: 0 means greedy (argmax); otherwise 0 < T <= 2.
         top_k: keep the k most likely tokens; 0 disables.
         top_p: nucleus sampling mass in (0, 1]; 1 disables.

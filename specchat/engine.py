@@ -58,8 +58,8 @@ class SpeculativeEngine:
         self.vocab_size = embedding_rows(target_model, output=True)
         self.target_cache: DynamicCache | None = None
         self._current: object | None = None
-        # adaptive γ: one controller per (drafter name, γ_max), kept across generations
-        self.gamma_controllers: dict[tuple[str, int], AdaptiveGamma] = {}
+        # adaptive γ: one controller per (drafter name, γ_max, greedy), kept across generations
+        self.gamma_controllers: dict[tuple[str, int, bool], AdaptiveGamma] = {}
 
     # -- public ---------------------------------------------------------------------------
     def generate(
@@ -134,7 +134,7 @@ class SpeculativeEngine:
 
         controller = None
         if drafter is not None and config.adaptive_gamma:
-            key = (drafter.name, config.num_speculative_tokens)
+            key = (drafter.name, config.num_speculative_tokens, config.greedy)
             controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
 
         final_text = ""

@@ -65,20 +65,41 @@ def test_uniform_acceptance_reproduces_leviathan_equation_1():
 
 
 def test_verify_cost_fit_on_a_line_is_the_shrunk_slope_and_ignores_rounds_without_drafts():
-    """Points on 100 + 10·n at n = 2 and n = 6 (weights 0.81 and 0.9 after decay): least squares
+    """Points on 100 + 10·n at n = 2 and n = 6 (weights 0.9 and 1 after decay): least squares
     gives slope 10, shrunk by S_nn/(S_nn + SLOPE_PRIOR) with S_nn = Σw(n − n̄)²; the intercept
     passes through the weighted means."""
     c = AdaptiveGamma(8)
     c.update(_round([True, False], verify_ms=120.0))  # n = 2
     c.update(_round([True] * 6, verify_ms=160.0))  # n = 6
     c.update(_round([], drafted=0, verify_ms=500.0))  # no drafts: not part of the fit
-    w2, w6 = 0.9 * 0.9, 0.9  # both decayed once more by the third update
+    w2, w6 = 0.9, 1.0  # the n = 2 round decayed once; the no-draft round changes nothing
     mean_n = (2 * w2 + 6 * w6) / (w2 + w6)
     s_nn = w2 * (2 - mean_n) ** 2 + w6 * (6 - mean_n) ** 2
     slope = 10.0 * s_nn / (s_nn + adaptive.SLOPE_PRIOR)
     v0, v1 = c.verify_ms_fit()
     assert v1 == pytest.approx(slope)
     assert v0 == pytest.approx(100.0 + 10.0 * mean_n - slope * mean_n)
+
+
+def test_rounds_without_drafts_and_broken_timings_change_nothing():
+    c = AdaptiveGamma(8)
+    c.update(_round([True, True, False]))
+    before = (c.acceptance_by_position(), c.draft_ms_per_token, c.verify_ms_fit(), c.choose())
+    for _ in range(40):
+        c.update(_round([], drafted=0, draft_ms=0.1, verify_ms=300.0))
+    c.update(_round([True, True, False], draft_ms=float("nan"), verify_ms=float("inf")))
+    after = (c.acceptance_by_position(), c.draft_ms_per_token, c.verify_ms_fit(), c.choose())
+    assert after[1:] == before[1:]  # costs untouched by no-draft rounds and non-finite timings
+    assert after[0][:3] != before[0][:3]  # (the last round's acceptance still counts)
+
+
+def test_a_convex_verify_cost_keeps_a_positive_intercept():
+    c = AdaptiveGamma(8)
+    for n, ms in ((1, 10.0), (2, 12.0), (8, 200.0)):
+        c.update(_round([True] * n, verify_ms=ms))
+    v0, v1 = c.verify_ms_fit()
+    assert v0 > 0 and v1 >= 0
+    assert c.predicted_speedup(1) is not None
 
 
 def test_choice_goes_to_the_ends_for_a_perfect_and_a_useless_drafter():
@@ -121,7 +142,21 @@ def test_adaptive_greedy_output_is_target_only_greedy(kind):
         assert list(events[-1].token_ids) == expected
         rounds = [e for e in events if isinstance(e, RoundEvent)]
         assert all(1 <= r.num_speculative_tokens <= 6 and r.num_drafted <= r.num_speculative_tokens for r in rounds)
-    assert (make_drafter(kind).name, 6) in engine.gamma_controllers
+    assert (make_drafter(kind).name, 6, True) in engine.gamma_controllers
+
+
+def test_confidence_stop_is_greedy_only():
+    """A drafter that is the target itself with a flat distribution (top p < 0.4): when greedy it
+    stops after one unsure token; when sampling every draft matches q = p, so it drafts all γ."""
+    fn_t = hashed_logits(V, seed=11, scale=0.3)  # nearly uniform over 6 ids: top p < 0.4
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    drafter = model_drafter(FakeLM(V, fn_t), V)
+    greedy = events_of(engine, [3, 1], drafter, num_speculative_tokens=5, max_new_tokens=20, adaptive_gamma=True)
+    assert {e.num_drafted for e in greedy if isinstance(e, RoundEvent)} <= {1}
+    sampled = events_of(engine, [3, 1], drafter, num_speculative_tokens=5, max_new_tokens=20, adaptive_gamma=True,
+                        temperature=1.0, seed=0)
+    first = next(e for e in sampled if isinstance(e, RoundEvent))
+    assert first.num_drafted == 4  # the initial γ, not cut by the confidence stop
 
 
 def test_adaptive_gamma_keeps_the_exact_distribution():

@@ -29,7 +29,11 @@ def test_shipped_prompt_set_has_four_groups_of_at_least_three():
     [
         ("groups:\n  poetry:\n    - {id: a, message: hi}\n", "unknown group"),
         ("groups:\n  code:\n    - {id: a, message: hi}\n    - {id: a, message: ho}\n", "duplicate id"),
-        ("groups:\n  code:\n    - {id: a}\n", "non-empty 'id' and 'message'"),
+        ("groups:\n  code:\n    - {id: a}\n", "non-empty text 'message'"),
+        ("groups:\n  code:\n    - {id: 1, message: hi}\n  chat:\n    - {id: '1', message: ho}\n", "duplicate id '1'"),
+        ("groups:\n  code:\n    - {id: [1], message: hi}\n", "needs an 'id'"),
+        ("groups:\n  code:\n    - {id: a, message: [1, 2]}\n", "non-empty text 'message'"),
+        ("groups:\n  code: 5\n", "needs a list of prompts"),
         ("- just a list\n", "top-level 'groups:'"),
         ("groups: [unclosed\n", "not valid YAML"),
     ],

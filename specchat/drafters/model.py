@@ -16,9 +16,12 @@ from specchat.drafters.base import Draft, embedding_rows
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs
 
-# With adaptive γ, drafting stops early once the drafter's own top probability (softmax of its
-# raw logits) falls below this: a draft it is unsure of is likely rejected, and every further
-# draft step would build on it. 0.4 is transformers' default assistant_confidence_threshold.
+# With adaptive γ and greedy decoding, drafting stops early once the drafter's own top
+# probability (softmax of its raw logits) falls below this: a greedy draft is accepted when the
+# two argmaxes agree, which an unsure drafter often misses, and every further draft step would
+# build on it. 0.4 is transformers' default assistant_confidence_threshold. Not when sampling:
+# there acceptance depends on how close q is to p, not on how peaked q is (a flat q equal to p
+# is always accepted), so the γ controller alone decides.
 CONFIDENCE_THRESHOLD = 0.4
 
 
@@ -70,8 +73,8 @@ class ModelDrafter:
         """Draw up to ``max_tokens`` tokens autoregressively from the drafter (q warped like p).
 
         Greedy (temperature 0) drafts are the argmax and q is one-hot (``draft_probs=None``).
-        With ``config.adaptive_gamma`` drafting stops after a token whose drafter top
-        probability is below :data:`CONFIDENCE_THRESHOLD` (at least one token is drafted).
+        With ``config.adaptive_gamma`` and greedy decoding, drafting stops after a token whose
+        drafter top probability is below :data:`CONFIDENCE_THRESHOLD` (at least one is drafted).
         How many tokens are drafted never changes which are committed (verification decides),
         so the output distribution is unchanged.
         """
@@ -96,7 +99,11 @@ class ModelDrafter:
                 probs.append(q)
             tokens.append(token)
             pending = [token]
-            if config.adaptive_gamma and float(torch.softmax(logits[0], dim=-1).max()) < CONFIDENCE_THRESHOLD:
+            if (
+                config.adaptive_gamma
+                and config.greedy
+                and float(torch.softmax(logits[0], dim=-1).max()) < CONFIDENCE_THRESHOLD
+            ):
                 break
         draft_probs = torch.stack(probs) if probs else None
         return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens))
