@@ -438,6 +438,14 @@ def summarize(results: list[RunResult]) -> dict:
             for g in GROUPS if any(r.group == g for r in runs)
         }
         configs[name] = entry
+    # adaptive γ against fixed γ on the same prompts (the fixed settings may run on fewer)
+    for name, entry in configs.items():
+        fixed = {(r.prompt, r.repeat) for r in results
+                 if r.engine == SPECCHAT and r.drafter == entry["drafter"] and r.gamma.isdigit()}
+        if entry["gamma"] == "adaptive" and fixed:
+            entry["speedup_on_fixed_gamma_prompts"] = _median(
+                r.speedup for r in results if r.config == name and (r.prompt, r.repeat) in fixed
+            )
     ratios = {}
     hf = {(r.drafter, r.prompt, r.repeat): r for r in results if r.engine == TRANSFORMERS}
     for r in results:

@@ -394,7 +394,7 @@ def bench_figure(summary: dict, meta: dict) -> go.Figure:
               if any(g in e["groups"] for e in configs.values())]
     fig = make_subplots(
         rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.08,
-        subplot_titles=("speedup by prompt group (median)", "fixed γ vs adaptive γ (median, all prompts)"),
+        subplot_titles=("speedup by prompt group (median)", "fixed γ vs adaptive γ (median, same prompts)"),
     )
     for name, e in configs.items():
         if e["drafter"] == "none" or e["gamma"] not in ("adaptive", "auto"):
@@ -424,7 +424,7 @@ def bench_figure(summary: dict, meta: dict) -> go.Figure:
                 name=f"{drafter} fixed γ", legendgroup=drafter, showlegend=False, line=dict(color=color),
                 hovertemplate=f"{drafter} γ=%{{x}}: %{{y:.2f}}×<extra></extra>",
             ), row=1, col=2)
-        adaptive = configs.get(f"specchat {drafter} adaptive", {}).get("overall", {}).get("speedup")
+        adaptive = configs.get(f"specchat {drafter} adaptive", {}).get("speedup_on_fixed_gamma_prompts")
         if adaptive is not None and fixed:
             lo, hi = fixed[0][0], fixed[-1][0]
             fig.add_trace(go.Scatter(

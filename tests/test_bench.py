@@ -77,6 +77,9 @@ def test_bench_runs_end_to_end_on_a_real_small_model(smollm2_dir, tmp_path, caps
     tps = [r["decode_tokens_per_s"] for r in runs if r["config"] == "specchat int4 adaptive" and r["decode_tokens_per_s"]]
     summary = data["summary"]["configs"]["specchat int4 adaptive"]["overall"]["decode_tokens_per_s"]
     assert summary == pytest.approx(statistics.median(tps))
+    same = [r["speedup"] for r in runs if r["config"] == "specchat int4 adaptive" and r["speedup"] is not None]
+    assert data["summary"]["configs"]["specchat int4 adaptive"]["speedup_on_fixed_gamma_prompts"] == pytest.approx(
+        statistics.median(same))  # γ=2 ran on the same two prompts
     assert data["meta"]["max_new_tokens"] == 6 and data["meta"]["target"]
     assert "specchat bench" in (out / "b.html").read_text()
     assert (out / "b.csv").read_text().startswith("config,")
