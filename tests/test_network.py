@@ -1,0 +1,77 @@
+"""No outgoing connection: a socket audit hook watches the real app serve a chat and the CLI.
+
+The check runs in a fresh Python process (an audit hook cannot be removed once added): it
+installs the hook before anything is imported, loads SmolLM2-135M through ChatService, serves
+the Gradio app on 127.0.0.1, sends a message with gradio_client, and runs the CLI. Every
+``socket.connect`` / ``socket.getaddrinfo`` whose host is not loopback is recorded; the test
+fails if there is one, and also if no loopback connection was seen (then the hook saw nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = r'''
+import json, sys
+outside, loopback = [], []
+LOCAL = ("127.0.0.1", "localhost", "::1", "0.0.0.0", None, "")
+
+def hook(event, args):
+    if event == "socket.connect":
+        address = args[1]
+        host = address[0] if isinstance(address, tuple) else str(address)
+    elif event == "socket.getaddrinfo":
+        host = args[0]
+    else:
+        return
+    host = host.decode() if isinstance(host, bytes) else host
+    (loopback if host in LOCAL or str(host).startswith("/") else outside).append(f"{event} {host!r}")
+
+sys.addaudithook(hook)
+sys.path.insert(0, sys.argv[2])
+target = sys.argv[1]
+
+import app  # sets the offline environment before gradio is imported
+from gradio_client import Client
+from specchat.service import ChatService
+from specchat.cli import main as cli_main
+
+service = ChatService(target=target, dtype="float32")
+service.start("ngram").join()
+assert service.startup_error is None, service.startup_error
+demo = app.build_ui(service)
+demo.queue(default_concurrency_limit=1)
+_, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False,
+                        share=False, css=app.CSS)
+try:
+    client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
+    job = client.submit("Say hello.", [], "ngram", 4, 0.0, 1.0, 16, True, api_name="/chat")
+    final = job.result(timeout=120)
+    reply = final[1][-1]["content"]
+finally:
+    demo.close()
+status = cli_main(["generate", "--target", target, "--drafter", "ngram", "--prompt", "Hi", "--max-new-tokens", "4",
+                   "--dtype", "float32", "--json"])
+print("RESULT " + json.dumps({"outside": outside, "loopback": len(loopback), "cli": status, "reply": str(reply)[:200]}))
+'''
+
+
+def test_no_outgoing_connection_while_serving_a_chat_and_running_the_cli(smollm2_dir, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADIO_", "HF_"))}
+    env.update(SPECCHAT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(smollm2_dir), str(ROOT)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    result = json.loads(lines[-1][len("RESULT "):])
+    assert result["cli"] == 0
+    assert result["loopback"] > 0, "the audit hook saw no connection at all: it is not watching"
+    assert result["outside"] == [], result["outside"]
