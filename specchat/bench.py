@@ -44,7 +44,8 @@ import yaml
 
 from specchat import theory
 from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, RoundEvent, TokenEvent
+from specchat.events import TokenEvent
+from specchat.metrics import SpeculationMetrics
 
 GROUPS = ("code", "edit", "passage", "chat")
 SPECCHAT, TRANSFORMERS = "specchat", "transformers"
@@ -215,32 +216,26 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         num_speculative_tokens=gamma, max_new_tokens=max_new_tokens, temperature=0.0,
         adaptive_gamma=config.num_speculative_tokens is None,
     )
-    rounds: list[RoundEvent] = []
-    tokens: list[int] = []
+    metrics = SpeculationMetrics()  # α, tokens per round, mean γ: the numbers the app shows
     first_s = None
     with _PeakMemory(service.device) as memory:
         t0 = time.perf_counter()
         for event in service.generate(prompt_ids, drafter=config.drafter, config=gen_config):
-            if isinstance(event, TokenEvent):
-                tokens.append(event.token_id)
-                if first_s is None:
-                    first_s = time.perf_counter() - t0
-            elif isinstance(event, RoundEvent):
-                rounds.append(event)
-            elif isinstance(event, DoneEvent):
-                prefill_s = event.prefill_ms / 1000
+            metrics.update(event)
+            if first_s is None and isinstance(event, TokenEvent):
+                first_s = time.perf_counter() - t0
         total_s = time.perf_counter() - t0
-    judged = sum(len(r.accepted_mask) for r in rounds)
-    drafted = sum(r.num_drafted for r in rounds)
-    drafting = [r.num_drafted for r in rounds if r.num_drafted]
+    done, rounds = metrics.done, metrics.rounds
+    tokens, prefill_s = list(done.token_ids), done.prefill_ms / 1000
+    drafted = metrics.num_drafted
     return dict(
         num_tokens=len(tokens), token_ids=tokens, ttft_s=first_s or total_s, total_s=total_s,
         e2e_tokens_per_s=len(tokens) / total_s, prefill_s=prefill_s,
         decode_tokens_per_s=len(tokens) / (total_s - prefill_s) if total_s > prefill_s else None,
-        num_rounds=len(rounds), tokens_per_round=len(tokens) / max(len(rounds), 1),
+        num_rounds=metrics.num_rounds, tokens_per_round=metrics.mean_tokens_per_round or 0.0,
         peak_mem_mb=memory.peak_mb,
-        alpha=sum(r.num_accepted for r in rounds) / judged if judged else None,
-        mean_gamma=sum(drafting) / len(drafting) if drafting else None,
+        alpha=metrics.acceptance_rate,
+        mean_gamma=metrics.mean_num_speculative_tokens,
         draft_ms_per_token=sum(r.draft_ms for r in rounds) / drafted if drafted else None,
         gammas=[r.num_drafted for r in rounds],
     )
