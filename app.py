@@ -216,6 +216,22 @@ def _status_html(text: str, *, error: bool = False) -> str:
     return f'<div class="{cls}">{html.escape(text)}</div>'
 
 
+class BoundedSlider(gr.Slider):
+    """A slider whose out-of-range error (an API call can send any number) names the control
+    and the whole allowed range; Gradio's own message gives one bound and no name. NaN is
+    refused too (it passes Gradio's ``<`` and ``>`` checks)."""
+
+    def preprocess(self, payload: float) -> float:
+        if payload is None or not isinstance(payload, (int, float)) or isinstance(payload, bool) or not (
+            self.minimum <= payload <= self.maximum
+        ):
+            raise gr.Error(
+                f"{self.label}: {payload!r} is out of range; allowed {self.minimum:g} to {self.maximum:g}",
+                title="Invalid setting", print_exception=False,
+            )
+        return super().preprocess(payload)
+
+
 def _pick_drafter(kinds: list[str], preferred: str | None) -> str:
     if preferred in kinds:
         return preferred
@@ -269,10 +285,8 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 top_p=float(top_p),
                 max_new_tokens=int(max_new_tokens),
             )
-        except ValueError as exc:
-            gr.Warning(f"Invalid setting: {exc}")
-            yield (message,) + (skip,) * 7
-            return
+        except ValueError as exc:  # nothing was yielded: the textbox keeps the message
+            raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
 
         if loading_html(service) is not None:  # still loading in the background: wait, visibly
             waiting = {"role": "assistant", "content": _status_html("waiting for the models to finish loading…")}
@@ -432,13 +446,13 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                     value=True, label="adaptive γ",
                     info="pick γ each round (up to the slider) from the measured acceptance and costs",
                 )
-                gamma = gr.Slider(
+                gamma = BoundedSlider(
                     1, MAX_NUM_SPECULATIVE_TOKENS, value=12, step=1,
                     label="γ: draft tokens per round (the most, when adaptive)",
                 )
-                temperature = gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)")
-                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
-                max_new_tokens = gr.Slider(16, 2048, value=256, step=16, label="max new tokens")
+                temperature = BoundedSlider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)")
+                top_p = BoundedSlider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
+                max_new_tokens = BoundedSlider(16, 2048, value=256, step=16, label="max new tokens")
                 baseline_btn = gr.Button("Re-measure baseline", variant="secondary", size="sm")
                 clear_btn = gr.Button("Clear chat", variant="secondary")
                 gr.Examples(EXAMPLES, inputs=textbox, label="examples")

@@ -305,12 +305,15 @@ def test_notice_is_shown_in_the_reply(served):
 
 
 def test_invalid_setting_keeps_message():
-    """The sliders bound γ in the browser; a value the engine rejects still reaches the user."""
+    """The sliders bound γ in the browser; a value the engine rejects still reaches the user
+    as an error naming the range, and nothing is yielded, so the textbox keeps the message."""
     fake = FakeService()
     respond = _respond_fn(app.build_ui(fake))
-    updates = list(respond("hi", [], [], "int4", 0, 0.0, 1.0, 256))  # γ must be >= 1
-    assert updates[-1][0] == "hi"  # the message stays in the textbox
-    assert fake.calls == []
+    updates = []
+    with pytest.raises(gr.Error, match=r"num_speculative_tokens must be an integer in 1\.\.16, got 0"):
+        for update in respond("hi", [], [], "int4", 0, 0.0, 1.0, 256):  # γ must be >= 1
+            updates.append(update)
+    assert updates == [] and fake.calls == []
 
 
 def test_progress_bars_started_before_the_ui_keep_working():
