@@ -29,7 +29,7 @@ import gradio as gr  # noqa: E402
 
 from specchat import charts  # noqa: E402
 from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig  # noqa: E402
-from specchat.events import DoneEvent, RoundEvent, TokenEvent  # noqa: E402
+from specchat.events import DoneEvent, DrafterFailedEvent, RoundEvent, TokenEvent  # noqa: E402
 from specchat.metrics import SpeculationMetrics  # noqa: E402
 from specchat.ui_render import CSS, ReplyRenderer, legend_html, render_user, stats_html  # noqa: E402
 
@@ -221,6 +221,9 @@ class BoundedSlider(gr.Slider):
     and the whole allowed range; Gradio's own message gives one bound and no name. NaN is
     refused too (it passes Gradio's ``<`` and ``>`` checks)."""
 
+    def get_block_name(self) -> str:
+        return "slider"  # the frontend draws it with Gradio's own slider
+
     def preprocess(self, payload: float) -> float:
         if payload is None or not isinstance(payload, (int, float)) or isinstance(payload, bool) or not (
             self.minimum <= payload <= self.maximum
@@ -332,10 +335,13 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 elif isinstance(item, DoneEvent):
                     metrics.update(item)
                     reply.finish(item)
-                else:  # a Notice: shown in the reply bubble and as a toast
+                else:  # a Notice or DrafterFailedEvent: shown in the reply bubble and as a toast
                     text = str(getattr(item, "text", item))
                     reply.add_notice(text)
-                    gr.Info(text)
+                    if isinstance(item, DrafterFailedEvent) or getattr(item, "warning", False):
+                        gr.Warning(text)  # the drafter is gone for this reply: the user must see why
+                    else:
+                        gr.Info(text)
                 now = time.monotonic()
                 if now - last_text >= TEXT_INTERVAL_S:
                     figures = (skip,) * 4
@@ -487,19 +493,24 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             concurrency_limit=1, concurrency_id="model", api_visibility="private",
         )
         def show_loading():
-            """On page load: mirror the background loading progress until the models are ready."""
+            """On page load: mirror the background loading progress until the models are ready;
+            if the start-up drafter failed to load, switch this page to target-only and say why."""
+            skip = gr.skip()
             for banner in wait_until_ready(service):
-                yield banner, gr.skip(), gr.skip()
+                yield banner, skip, skip, skip, skip
             if getattr(service, "startup_error", None) is not None:
                 return
-            yield (
-                "",
-                stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s),
-                _status_html(f"drafter '{drafter0}' ready"),
-            )
+            stats_now = stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s)
+            error = getattr(service, "drafter_errors", {}).get(drafter0)
+            if error is not None:
+                text = f"drafter '{drafter0}' could not be loaded ({error}): answering with the target only"
+                gr.Warning(text)
+                yield "", stats_now, _status_html(text, error=True), "none", "none"
+                return
+            yield "", stats_now, _status_html(f"drafter '{drafter0}' ready"), skip, skip
 
         demo.load(
-            show_loading, None, [load_banner, stats, drafter_status], show_progress="hidden",
+            show_loading, None, [load_banner, stats, drafter_status, drafter, active_drafter], show_progress="hidden",
             concurrency_limit=None,  # every open tab polls; no model work happens here
         )
         cleared = [chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]

@@ -70,6 +70,42 @@ def pick_drafter(d: webdriver.Chrome, kind: str, timeout: float) -> None:
         time.sleep(1)
 
 
+def send(d: webdriver.Chrome, message: str) -> None:
+    """Type ``message`` into the chat box (Shift+Enter between lines) and click Send."""
+    box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+    for i, line in enumerate(message.split("\n")):  # Enter sends; Shift+Enter is a newline
+        if i:
+            box.send_keys(Keys.SHIFT, Keys.ENTER)
+        box.send_keys(line)
+    button(d, "Send").click()
+
+
+def wait_done(d: webdriver.Chrome, timeout: float, *, min_tokens: int = 1) -> dict:
+    """Poll the page until the reply has stopped streaming; return PAGE_STATE.
+
+    Done = the stats line no longer ends in "…" (it does while a reply streams) and the token
+    count has not changed for two polls. Raises TimeoutError with the last state otherwise.
+    """
+    start, last, stable = time.time(), -1, 0
+    while time.time() - start < timeout:
+        time.sleep(1)
+        state = d.execute_script(PAGE_STATE)
+        streaming = state["stats"].rstrip().endswith("…")
+        stable = stable + 1 if state["tokens"] == last and not streaming else 0
+        last = state["tokens"]
+        if stable >= 2 and state["tokens"] >= min_tokens:
+            return state
+    raise TimeoutError(f"the reply did not finish in {timeout:.0f} s: {state}")
+
+
+def screenshot(d: webdriver.Chrome, out: str, width: int = 1440) -> None:
+    """A full-page PNG: the window is grown to the page's height first."""
+    height = d.execute_script("return document.body.scrollHeight")
+    d.set_window_size(width, height + 40)
+    time.sleep(1.5)
+    d.save_screenshot(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("url")
@@ -85,34 +121,19 @@ def main() -> None:
         time.sleep(4)
         if args.drafter:
             pick_drafter(d, args.drafter, args.timeout)
-        box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
-        for i, line in enumerate(args.message.split("\n")):  # Enter sends; Shift+Enter is a newline
-            if i:
-                box.send_keys(Keys.SHIFT, Keys.ENTER)
-            box.send_keys(line)
-        button(d, "Send").click()
-        start, last, stable = time.time(), -1, 0
-        while time.time() - start < args.timeout:
-            time.sleep(1)
-            state = d.execute_script(PAGE_STATE)
-            if args.stop_after is not None and time.time() - start >= args.stop_after:
-                button(d, "Stop").click()
-                time.sleep(2)
-                before = d.execute_script(PAGE_STATE)["tokens"]
-                time.sleep(3)
-                state = d.execute_script(PAGE_STATE)
-                state["tokens_after_stop_then_3s"] = [before, state["tokens"]]
-                break
-            # the stats line ends in "…" while a reply streams; done once it is gone
-            stable = stable + 1 if state["tokens"] == last and not state["stats"].rstrip().endswith("…") else 0
-            last = state["tokens"]
-            if stable >= 2 and state["tokens"] > 0:
-                break
-        height = d.execute_script("return document.body.scrollHeight")
-        d.set_window_size(1440, height + 40)
-        time.sleep(1.5)
-        d.save_screenshot(args.out)
-        print(json.dumps(d.execute_script(PAGE_STATE) | {k: v for k, v in state.items() if k.startswith("tokens_after")}, indent=1))
+        send(d, args.message)
+        extra = {}
+        if args.stop_after is not None:
+            time.sleep(args.stop_after)
+            button(d, "Stop").click()
+            time.sleep(2)
+            before = d.execute_script(PAGE_STATE)["tokens"]
+            time.sleep(3)
+            extra["tokens_after_stop_then_3s"] = [before, d.execute_script(PAGE_STATE)["tokens"]]
+        else:
+            wait_done(d, args.timeout)
+        screenshot(d, args.out)
+        print(json.dumps(d.execute_script(PAGE_STATE) | extra, indent=1))
     finally:
         d.quit()
 

@@ -97,8 +97,8 @@ MUTANTS = [
         "drafter-not-rolled-back",
         1,
         "specchat/engine.py",
-        "            drafter.rollback(committed_before + result.num_accepted)\n",
-        "            pass\n",
+        "            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted)\n",
+        "            ok = True\n",
         "the drafter's cache keeps its rejected drafts",
     ),
     Mutant(
@@ -436,8 +436,8 @@ MUTANTS = [
         "drafter-rollback-one-long",
         1,
         "specchat/engine.py",
-        "            drafter.rollback(committed_before + result.num_accepted)\n",
-        "            drafter.rollback(committed_before + result.num_accepted + 1)\n",
+        "            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted)\n",
+        "            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted + 1)\n",
         "the drafter's cache keeps one rejected draft",
     ),
     Mutant(

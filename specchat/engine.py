@@ -14,8 +14,9 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -23,7 +24,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from specchat.adaptive import AdaptiveGamma
 from specchat.config import GenerationConfig
 from specchat.drafters.base import Drafter, embedding_rows
-from specchat.events import DoneEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs, verify_draft
 from specchat.text import StreamingDetokenizer
@@ -82,11 +83,14 @@ class SpeculativeEngine:
             cancel: when set, generation stops before the next round (stop_reason cancelled).
 
         Yields:
-            For each round, its TokenEvents then one RoundEvent; finally one DoneEvent.
+            For each round, its TokenEvents then one RoundEvent; finally one DoneEvent. If the
+            drafter raises (in ``begin``, ``propose`` or ``rollback``; e.g. out of memory), one
+            DrafterFailedEvent, and the generation goes on with the target only.
 
         Raises:
             ValueError: empty prompt, or a prompt that leaves no room in the context window.
-            RuntimeError: a drafter broke its contract (too many tokens, ids outside the vocab).
+            RuntimeError: a drafter broke its contract (too many tokens, ids outside the vocab):
+                a bug, so it is raised rather than hidden by the fallback.
             CacheRollbackError: a KV cache cannot be cut back (e.g. past a sliding window).
         """
         prompt_ids = [int(t) for t in prompt_ids]
@@ -128,9 +132,12 @@ class SpeculativeEngine:
             if len(state.ids) > 1:
                 self._target_forward(state.ids[:-1], logits_to_keep=1)
             if drafter is not None:
-                drafter.begin(state.ids)
+                ok, _ = self._call_drafter(state, drafter, drafter.begin, state.ids)
+                drafter = drafter if ok else None
         prefill_ms = (self._now() - t0) * 1000
         state.decode_start = self._now()
+        if state.drafter_failure is not None:
+            yield state.drafter_failure
 
         controller = None
         if drafter is not None and config.adaptive_gamma:
@@ -144,9 +151,13 @@ class SpeculativeEngine:
                 final_text = state.detok.flush()  # text held back for a possible stop string
                 break
             gamma = controller.choose() if controller is not None else config.num_speculative_tokens
+            failed_before = state.drafter_failure
             with torch.inference_mode():
                 events = self._round(state, drafter, config, generator, gamma)
-            if controller is not None:
+            if state.drafter_failure is not failed_before:  # the drafter failed this round
+                drafter = controller = None
+                events.insert(0, state.drafter_failure)
+            elif controller is not None:
                 controller.update(events[-1])
             yield from events  # outside inference mode: the consumer's code runs normally
 
@@ -181,9 +192,12 @@ class SpeculativeEngine:
         draft_ids = torch.empty(0, dtype=torch.long, device=self.device)
         draft_probs, draft_steps = None, 0
         if drafter is not None and max_draft > 0:
-            draft = drafter.propose(ids, max_draft, config, generator)
-            draft_ids, draft_probs, draft_steps = draft.token_ids, draft.draft_probs, draft.num_steps
-            self._check_draft(drafter, draft_ids, draft_probs, max_draft)
+            ok, draft = self._call_drafter(state, drafter, drafter.propose, ids, max_draft, config, generator)
+            if not ok:  # it failed: this round and the rest are target-only
+                drafter = None
+            else:
+                draft_ids, draft_probs, draft_steps = draft.token_ids, draft.draft_probs, draft.num_steps
+                self._check_draft(drafter, draft_ids, draft_probs, max_draft)
         num_drafted = int(draft_ids.shape[0])
         draft_ms = (self._now() - t_draft) * 1000
 
@@ -202,7 +216,8 @@ class SpeculativeEngine:
         # roll back: keep the prefix the target verified (last input + accepted drafts)
         cut_cache(self.target_cache, committed_before + result.num_accepted)
         if drafter is not None:
-            drafter.rollback(committed_before + result.num_accepted)
+            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted)
+            drafter = drafter if ok else None
 
         events: list[Event] = []
         for pos, (token, kind) in enumerate(zip(new_tokens, new_kinds)):
@@ -233,12 +248,13 @@ class SpeculativeEngine:
             # stats count only the committed (all accepted) drafts
             cut_cache(self.target_cache, len(ids) - 1)
             if drafter is not None:
-                drafter.rollback(len(ids) - 1)
+                ok, _ = self._call_drafter(state, drafter, drafter.rollback, len(ids) - 1)
+                drafter = drafter if ok else None
             num_accepted, judged = num_committed, judged[:num_committed]
         events.append(
             RoundEvent(
                 round_index=state.round_index,
-                num_speculative_tokens=num_speculative_tokens if drafter is not None else 0,
+                num_speculative_tokens=num_speculative_tokens if num_drafted or drafter is not None else 0,
                 num_drafted=num_drafted,
                 num_accepted=num_accepted,
                 num_committed=num_committed,
@@ -251,6 +267,25 @@ class SpeculativeEngine:
         )
         state.round_index += 1
         return events
+
+    def _call_drafter(self, state: _Generation, drafter: Drafter, method: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+        """``(True, method(*args))``; or, if the drafter raises, ``(False, None)`` after recording
+        a DrafterFailedEvent in ``state`` and releasing the drafter's caches (the caller then
+        goes on with the target only)."""
+        try:
+            result = method(*args)
+        except Exception as exc:  # out of memory, a broken drafter model: fall back, visibly
+            state.drafter_failure = DrafterFailedEvent(
+                drafter_name=drafter.name, error=f"{type(exc).__name__}: {exc}", round_index=state.round_index
+            )
+            try:
+                drafter.end()
+            except Exception:  # noqa: BLE001 - already failing; the target-only path needs nothing from it
+                pass
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return False, None
+        return True, result
 
     def _check_draft(
         self, drafter: Drafter, draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, max_draft: int
@@ -293,6 +328,7 @@ class _Generation:
     token_ids: list[int] = field(default_factory=list)
     kinds: list[TokenKind] = field(default_factory=list)
     stop: StopReason | None = None
+    drafter_failure: DrafterFailedEvent | None = None
     round_index: int = 0
     decode_start: float = 0.0
 

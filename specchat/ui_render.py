@@ -242,8 +242,8 @@ CSS = (
 .spec-loading-bar { height: 8px; background: #eaeef2; border-radius: 4px; margin: 6px 0 4px; overflow: hidden; }
 .spec-loading-bar > div { height: 100%; background: #2f9e44; transition: width 0.4s; }
 .spec-loading-detail { font-size: 0.8rem; opacity: 0.75; font-family: ui-monospace, monospace; }
-.spec-status { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-top: 4px; }
-.spec-error { color: #c92a2a; font-weight: 600; font-size: 0.9rem; margin-top: 4px; }
+.spec-status { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-top: 4px; overflow-wrap: anywhere; }
+.spec-error { color: #c92a2a; font-weight: 600; font-size: 0.9rem; margin-top: 4px; overflow-wrap: anywhere; }
 .spec-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center;
   font-size: 0.82rem; padding: 2px 2px 6px; }
 .spec-legend-item { display: inline-flex; gap: 6px; align-items: center; }

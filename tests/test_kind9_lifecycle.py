@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import threading
 import warnings
+from collections import Counter
 
 import pytest
 import torch
@@ -19,7 +20,9 @@ from lossless import (
     FakeLM,
     RecordingDrafter,
     V,
+    assert_matches,
     events_of,
+    exact_sequences,
     hashed_logits,
     model_drafter,
     naive_greedy,
@@ -30,7 +33,7 @@ from tiny_models import tiny_model
 from specchat.config import GenerationConfig
 from specchat.drafters import ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent, StopReason
+from specchat.events import DrafterFailedEvent, RoundEvent, StopReason
 
 
 def test_cancel_stops_between_rounds_and_engine_is_reusable(engine, reference):
@@ -86,15 +89,95 @@ class ExplodingDrafter(ModelDrafter):
         super().end()
 
 
-def test_drafter_exception_mid_generation_leaves_engine_usable():
+def test_drafter_exception_mid_generation_falls_back_to_the_target_alone():
+    """The drafter raises in round 2: one DrafterFailedEvent, the rest is target-only, and the
+    greedy reply is still exactly the target's (naive full-sequence greedy reference)."""
     fn_t = hashed_logits(V, seed=10, scale=3.0)
     engine = SpeculativeEngine(FakeLM(V, fn_t), None)
     drafter = ExplodingDrafter(FakeLM(V, fn_t), target_vocab_size=V, num_tokenizer_ids=V, name="boom")
-    with pytest.raises(RuntimeError, match="exploded"):
-        list(engine.generate([1, 2], drafter, GenerationConfig(num_speculative_tokens=2, max_new_tokens=30)))
-    assert engine.target_cache is None and drafter.cache is None and drafter.ended == 1
+    events = list(engine.generate([1, 2], drafter, GenerationConfig(num_speculative_tokens=2, max_new_tokens=30)))
+    failures = [e for e in events if isinstance(e, DrafterFailedEvent)]
+    assert len(failures) == 1 and failures[0].drafter_name == "boom" and failures[0].round_index == 2
+    assert failures[0].error == "RuntimeError: drafter exploded" and "target alone" in failures[0].text
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert [r.num_drafted > 0 for r in rounds[:2]] == [True, True]
+    assert all(r.num_drafted == 0 and r.num_speculative_tokens == 0 for r in rounds[2:])
+    assert drafter.calls == 3  # never asked again after it failed
+    assert events.index(failures[0]) < events.index(rounds[2])  # announced before that round's tokens
+    assert list(events[-1].token_ids) == naive_greedy_fn(fn_t, [1, 2], 30)
+    assert engine.target_cache is None and drafter.cache is None and drafter.ended >= 1
+    # the next generation uses the drafter again (a transient failure, e.g. memory, may pass)
     done = events_of(engine, [1, 2], drafter, num_speculative_tokens=2, max_new_tokens=30)[-1]
     assert list(done.token_ids) == naive_greedy_fn(fn_t, [1, 2], 30)
+
+
+class _FailingIn(ModelDrafter):
+    """Raises ``exc`` from one method (begin, propose or rollback) on its ``at``-th call."""
+
+    def __init__(self, *a, method: str, exc: BaseException, at: int = 1, **k):
+        super().__init__(*a, **k)
+        self.method, self.exc, self.at, self.counts = method, exc, at, {}
+
+    def _maybe_fail(self, method):
+        self.counts[method] = self.counts.get(method, 0) + 1
+        if method == self.method and self.counts[method] == self.at:
+            raise self.exc
+
+    def begin(self, prompt_ids):
+        self._maybe_fail("begin")
+        super().begin(prompt_ids)
+
+    def propose(self, ids, max_tokens, config, generator):
+        self._maybe_fail("propose")
+        return super().propose(ids, max_tokens, config, generator)
+
+    def rollback(self, num_valid):
+        self._maybe_fail("rollback")
+        super().rollback(num_valid)
+
+
+@pytest.mark.parametrize(
+    "method, at, exc",
+    [
+        ("begin", 1, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")),
+        ("propose", 4, torch.OutOfMemoryError("out of memory")),
+        ("rollback", 2, RuntimeError("cache broke")),
+        ("propose", 1, ValueError("bad weights")),
+    ],
+)
+def test_drafter_failing_anywhere_falls_back_and_keeps_the_exact_greedy_reply(method, at, exc):
+    fn_t = hashed_logits(V, seed=21, scale=3.0)
+    fn_d = hashed_logits(V, seed=22, scale=3.0)  # a different model: rejections happen too
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    drafter = _FailingIn(FakeLM(V, fn_d), method=method, at=at, exc=exc, target_vocab_size=V, num_tokenizer_ids=V, name="d")
+    events = list(engine.generate([3, 1, 4], drafter, GenerationConfig(num_speculative_tokens=3, max_new_tokens=25)))
+    failures = [e for e in events if isinstance(e, DrafterFailedEvent)]
+    assert len(failures) == 1 and failures[0].error == f"{type(exc).__name__}: {exc}"
+    if method == "begin":
+        assert events[0] is failures[0] and failures[0].round_index == 0
+        assert all(e.num_drafted == 0 for e in events if isinstance(e, RoundEvent))
+    assert list(events[-1].token_ids) == naive_greedy_fn(fn_t, [3, 1, 4], 25)
+    assert events[-1].stop_reason is StopReason.MAX_NEW_TOKENS
+    assert engine.target_cache is None and drafter.cache is None
+
+
+def test_fallback_keeps_the_exact_sampled_distribution():
+    """T = 1, the drafter fails in its second propose: every reply's frequency matches the
+    target's exact sequence probabilities (chi-square), as if it had never been there."""
+    fn_t = hashed_logits(4, seed=31, scale=1.5)
+    fn_d = hashed_logits(4, seed=32, scale=1.5)
+    engine = SpeculativeEngine(FakeLM(4, fn_t), None)
+    exact = exact_sequences(fn_t, [0, 1], 4, temperature=1.0)
+    counts: Counter = Counter()
+    n = 3000
+    for seed in range(n):
+        drafter = _FailingIn(FakeLM(4, fn_d), method="propose", at=2, exc=torch.OutOfMemoryError("oom"),
+                             target_vocab_size=4, num_tokenizer_ids=4, name="d")
+        cfg = GenerationConfig(num_speculative_tokens=2, temperature=1.0, seed=seed, max_new_tokens=4)
+        events = list(engine.generate([0, 1], drafter, cfg))
+        assert sum(isinstance(e, DrafterFailedEvent) for e in events) <= 1
+        counts[tuple(events[-1].token_ids)] += 1
+    assert_matches(counts, exact, n)
 
 
 def test_generator_stepped_from_several_threads_runs_without_autograd():

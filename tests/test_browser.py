@@ -1,0 +1,356 @@
+"""End to end: the real app, served with SmolLM2-135M on 127.0.0.1, driven in headless Chromium.
+
+Each test acts as a user (types, clicks Send / Stop, opens several tabs, closes one) and checks
+what the page shows against first principles: the token colors against the legend's, the
+reply's visible text against the target-only reply, injected HTML against its literal text.
+Screenshots go to ``test-output/browser/`` (look at them after a run).
+
+Needs Debian's ``chromium`` and ``chromium-driver`` and ``pip install selenium``; skipped
+without them unless ``SPECCHAT_REQUIRE_BROWSER=1`` (set by ``.ci/run``), which turns the skip
+into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "test-output" / "browser"
+MISSING = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not Path(p).exists()]
+try:
+    import selenium  # noqa: F401
+except ImportError:
+    MISSING.append("selenium (pip install selenium)")
+if MISSING:
+    if os.environ.get("SPECCHAT_REQUIRE_BROWSER") == "1":
+        raise RuntimeError(f"browser tests required but missing: {', '.join(MISSING)}")
+    pytest.skip(f"needs {', '.join(MISSING)}", allow_module_level=True)
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import drive_app  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+import app  # noqa: E402
+from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
+from specchat.service import ChatService  # noqa: E402
+
+pytestmark = pytest.mark.real_model
+
+PALINDROME = "Write a Python function that checks whether a string is a palindrome."
+SCRIPT_PROMPT = 'Write a tiny HTML page whose <script> tag calls alert("hi"). Only the code.'
+
+
+class RecordingService(ChatService):
+    """The real ChatService; each chat turn is recorded (message, start/end, tokens, stop)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.runs: list[dict] = []
+
+    def stream_chat(self, history, message, **kwargs):
+        run = {"message": message, "start": time.monotonic(), "end": None, "tokens": 0, "shown": 0, "rounds": 0,
+               "stop": None, "text": None, "kinds": {}}
+        self.runs.append(run)
+        try:
+            for item in super().stream_chat(history, message, **kwargs):
+                if isinstance(item, TokenEvent):
+                    run["tokens"] += 1
+                    run["shown"] += bool(item.text)  # a span only for tokens that add text (not EOS)
+                elif isinstance(item, RoundEvent):
+                    run["rounds"] += 1
+                elif isinstance(item, DoneEvent):
+                    run["stop"], run["text"] = item.stop_reason, item.text
+                    run["shown"] += bool(item.final_text)
+                    run["kinds"] = {k: sum(x is k for x in item.kinds) for k in TokenKind}
+                yield item
+        finally:
+            run["end"] = time.monotonic()
+
+    def run_for(self, message: str) -> dict:
+        return next(r for r in reversed(self.runs) if r["message"] == message)
+
+
+def _serve(service) -> tuple:
+    demo = app.build_ui(service, default_drafter="ngram")
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(
+        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS
+    )
+    return demo, url
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_dir):
+    """(url, service): the app on SmolLM2 (float32, drafter ngram), loaded and measured."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    service = RecordingService(target=str(smollm2_dir), dtype="float32")
+    service.start("ngram").join()
+    assert service.startup_error is None, service.startup_error
+    demo, url = _serve(service)
+    yield url, service
+    demo.close()
+
+
+@pytest.fixture
+def browser():
+    """A factory of headless Chromium pages; every page is quit at the end of the test."""
+    drivers = []
+
+    def open_page(url: str):
+        d = drive_app.driver(1280, 900)
+        drivers.append(d)
+        d.get(url)
+        _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready")
+        return d
+
+    yield open_page
+    for d in drivers:
+        try:
+            d.quit()
+        except Exception:  # noqa: BLE001 - already closed by the test
+            pass
+
+
+def _wait_for(condition, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _set_slider(d, label: str, value: int) -> None:
+    """Type a value into a slider's number box (the sliders of the side panel)."""
+    box = d.execute_script(
+        """const lab = [...document.querySelectorAll('label, span')].find(e => e.textContent.trim().startsWith(arguments[0]));
+           const block = lab && lab.closest('.block'); return block && block.querySelector('input[type=number]');""",
+        label,
+    )
+    box.clear()
+    box.send_keys(str(value))
+    box.send_keys("\t")
+
+
+REPLY_TEXT = "const b = document.querySelectorAll('#spec-chat .message.bot, #spec-chat [data-testid=bot]'); " \
+    "return b.length ? b[b.length - 1].innerText : '';"
+USER_TEXTS = "return [...document.querySelectorAll('#spec-chat [data-testid=user]')].map(e => e.innerText);"
+
+
+def _tokens_text(d) -> str:
+    """The reply's text as the page shows it: the concatenated text of the colored token spans."""
+    return d.execute_script(
+        "const t = document.querySelectorAll('#spec-chat .tok'); return [...t].map(e => e.textContent).join('');"
+    )
+
+
+def test_three_token_colors_match_the_legend_and_the_charts_render(served, browser):
+    url, service = served
+    d = browser(url)
+    drive_app.pick_drafter(d, "int4", 120)  # the NF4 copy of SmolLM2: long accepted runs and rejections
+    assert "'int4' ready" in d.execute_script(drive_app.PAGE_STATE)["status"]
+    drive_app.send(d, PALINDROME)
+    state = drive_app.wait_done(d, 300)
+    drive_app.screenshot(d, str(OUT / "colors_and_charts.png"), width=1280)
+    run = service.run_for(PALINDROME)
+    # every kind appears (SmolLM2 + its int4 copy, greedy: the CLI gave 45 accepted, 8 resampled, 17 bonus)
+    assert {"tok-accepted", "tok-resampled", "tok-bonus"} <= set(state["kinds"]), state["kinds"]
+    assert sum(state["kinds"].values()) == run["shown"]
+    # the stats line counts what the engine committed
+    k = run["kinds"]
+    assert (
+        f"{run['tokens']} tokens in {run['rounds']} rounds: {k[TokenKind.ACCEPTED]} accepted, "
+        f"{k[TokenKind.RESAMPLED]} resampled" in state["stats"]
+    ), state["stats"]
+    legend = d.execute_script(
+        "const o = {}; document.querySelectorAll('.spec-legend .tok').forEach(e => "
+        "{ o[e.className.replace('tok tok-', '')] = getComputedStyle(e).backgroundColor; }); return o;"
+    )
+    for kind in ("accepted", "resampled", "bonus"):
+        assert state["colors"][f"tok-{kind}"] == legend[kind], (kind, state["colors"], legend)
+        assert legend[kind] not in ("rgba(0, 0, 0, 0)", "transparent")
+    assert len(set(legend[k] for k in ("accepted", "resampled", "bonus"))) == 3  # three different colors
+    # the page shows exactly the reply the target produced (no lost or doubled text)
+    assert _tokens_text(d) == run["text"]
+    # four plotly charts with data: acceptance, per position, speed, theory
+    plots = d.execute_script(
+        "return [...document.querySelectorAll('.spec-plot .js-plotly-plot')].map(p => "
+        "({id: p.closest('.spec-plot').id, traces: (p.data || []).length, "
+        "  points: (p.data || []).reduce((n, t) => n + ((t.y || []).length), 0), "
+        "  svg: p.querySelectorAll('.main-svg').length}));"
+    )
+    assert sorted(p["id"] for p in plots) == ["plot-alpha", "plot-position", "plot-speed", "plot-theory"], plots
+    assert all(p["traces"] >= 1 and p["points"] >= 1 and p["svg"] >= 1 for p in plots), plots
+    assert "α" in state["stats"] and "tok/s" in state["stats"]
+
+
+def test_html_in_the_prompt_and_in_the_reply_stays_inert_text(served, browser):
+    url, service = served
+    d = browser(url)
+    d.execute_script("window.__pwned = 0;")
+    injected = (
+        '<img src=x onerror="window.__pwned=1"> <script>window.__pwned=2</script> '
+        '<div style="position:fixed;inset:0;background:red">cover</div> **bold** '
+    )
+    message = injected + SCRIPT_PROMPT
+    drive_app.send(d, message)
+    drive_app.wait_done(d, 180)
+    drive_app.screenshot(d, str(OUT / "html_inert.png"), width=1280)
+    run = service.run_for(message)
+    assert "<script>" in run["text"] and "alert" in run["text"]  # the model did write a script tag
+    with pytest.raises(NoAlertPresentException):
+        d.switch_to.alert.text  # noqa: B018 - alert("hi") never ran
+    assert d.execute_script("return window.__pwned") == 0
+    chat = d.find_element(By.ID, "spec-chat")
+    assert chat.find_elements(By.TAG_NAME, "script") == [] and chat.find_elements(By.TAG_NAME, "img") == []
+    assert chat.find_elements(By.TAG_NAME, "strong") == [] and chat.find_elements(By.TAG_NAME, "b") == []
+    # shown as the literal text: the user's message whole, the reply exactly as generated
+    assert d.execute_script(USER_TEXTS)[-1].strip() == message.strip()
+    assert _tokens_text(d) == run["text"]
+    # nothing covers the page: the textbox is still the element at its own center
+    assert d.execute_script(
+        "const e = document.querySelector('#spec-input textarea'); const r = e.getBoundingClientRect();"
+        "return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === e;"
+    )
+
+
+def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser):
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 1024)
+    message = "Write a long story about a lighthouse keeper, in ten paragraphs."
+    drive_app.send(d, message)
+    _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 8, 60, "tokens to stream")
+    drive_app.button(d, "Stop").click()
+    run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 30, "the run to end")
+    assert run["stop"] is StopReason.CANCELLED and 8 <= run["tokens"] < 1024
+    state = drive_app.wait_done(d, 30)
+    drive_app.screenshot(d, str(OUT / "stopped.png"), width=1280)
+    assert state["tokens"] == run["shown"]  # the partial reply stays on the page, whole
+    assert "stopped" in d.execute_script(REPLY_TEXT)
+    assert service.engine.target_cache is None  # the engine released its state
+    # the next message works and the stopped reply stays in the conversation
+    drive_app.send(d, "Say hi.")
+    drive_app.wait_done(d, 120)
+    assert service.run_for("Say hi.")["stop"] in (StopReason.EOS, StopReason.MAX_NEW_TOKENS)
+    assert d.execute_script(USER_TEXTS)[-2:] == [message, "Say hi."]
+
+
+def test_closing_the_tab_mid_stream_stops_the_work_on_the_server(served, browser):
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 1024)
+    message = "Write a long essay about the history of computing, in twelve paragraphs."
+    drive_app.send(d, message)
+    _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 8, 60, "tokens to stream")
+    closed_at = time.monotonic()
+    d.quit()
+    run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 60, "the server to stop")
+    assert run["stop"] in (StopReason.CANCELLED, None), run  # None: the stream was closed by the server
+    assert run["tokens"] < 1024 and run["end"] - closed_at < 30, run
+    assert service.engine.target_cache is None
+
+
+def test_three_sessions_at_once_queue_and_stay_separate(served, browser):
+    url, service = served
+    pages = [browser(url) for _ in range(3)]
+    messages = ["Name three fruits.", "Name three colors.", "Name three animals."]
+    for d in pages:
+        _set_slider(d, "max new tokens", 32)
+    for d, message in zip(pages, messages):  # sent within a second: they queue behind one another
+        drive_app.send(d, message)
+    states = [drive_app.wait_done(d, 240) for d in pages]
+    for i, d in enumerate(pages):
+        drive_app.screenshot(d, str(OUT / f"session_{i}.png"), width=1280)
+    runs = [service.run_for(m) for m in messages]
+    for d, message, state, run in zip(pages, messages, states, runs):
+        assert d.execute_script(USER_TEXTS) == [message]  # only its own message
+        assert _tokens_text(d) == run["text"]  # only its own reply
+        assert state["tokens"] == run["shown"]
+        assert f"{run['tokens']} tokens in {run['rounds']} rounds" in state["stats"], state["stats"]  # its own stats
+    # the model ran one request at a time (concurrency_limit=1): the runs never overlap
+    spans = sorted((r["start"], r["end"]) for r in runs)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
+
+
+def test_a_drafter_that_fails_to_load_falls_back_to_target_only_visibly(smollm2_dir, browser, tmp_path):
+    """The sibling drafter points at a directory that does not exist: the app starts anyway,
+    says so, answers with the target only, and keeps the chat."""
+    service = RecordingService(target=str(smollm2_dir), dtype="float32", drafter_model=str(tmp_path / "missing"))
+    service.start("sibling").join()
+    assert service.startup_error is None and "sibling" in service.drafter_errors
+    demo = app.build_ui(service, default_drafter="sibling")
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(
+        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS
+    )
+    try:
+        d = drive_app.driver(1280, 900)
+        try:
+            d.get(url)
+            status = _wait_for(
+                lambda: "could not be loaded" in (s := d.execute_script(drive_app.PAGE_STATE)["status"]) and s,
+                60, "the fallback message",
+            )
+            assert "sibling" in status and "target only" in status
+            drive_app.send(d, "Say hi.")
+            state = drive_app.wait_done(d, 120)
+            drive_app.screenshot(d, str(OUT / "drafter_fallback.png"), width=1280)
+            run = service.run_for("Say hi.")
+            assert state["kinds"].keys() == {"tok-target"}  # target-only rounds, drawn as such
+            assert _tokens_text(d) == run["text"] and run["text"]
+        finally:
+            d.quit()
+    finally:
+        demo.close()
+
+
+def test_a_drafter_that_runs_out_of_memory_mid_reply_falls_back_visibly(served, browser, monkeypatch):
+    url, service = served
+    ngram = service.prepare_drafter("ngram")
+    calls = {"n": 0}
+    real_propose = ngram.propose
+
+    def propose(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise MemoryError("simulated: out of memory while drafting")
+        return real_propose(*args, **kwargs)
+
+    monkeypatch.setattr(ngram, "propose", propose)
+    d = browser(url)
+    drive_app.send(d, PALINDROME)
+    drive_app.wait_done(d, 180)
+    drive_app.screenshot(d, str(OUT / "drafter_oom.png"), width=1280)
+    run = service.run_for(PALINDROME)
+    assert calls["n"] == 3  # never asked again in that reply
+    reply = d.execute_script(REPLY_TEXT)
+    assert "The drafter 'ngram' failed (MemoryError: simulated" in reply and "target alone" in reply
+    assert _tokens_text(d) == run["text"]
+    # the reply is the target's own greedy reply (as generated by the target alone)
+    monkeypatch.undo()
+    alone = [e for e in service.stream_chat([], PALINDROME, drafter="none", config=_greedy(256))]
+    assert alone[-1].text == run["text"]
+
+
+def _greedy(max_new_tokens: int):
+    from specchat.config import GenerationConfig
+
+    return GenerationConfig(max_new_tokens=max_new_tokens)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads():
+    """The server's handler threads and the test share 2 cores: keep torch on one thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
