@@ -216,23 +216,48 @@ def _status_html(text: str, *, error: bool = False) -> str:
     return f'<div class="{cls}">{html.escape(text)}</div>'
 
 
-class BoundedSlider(gr.Slider):
-    """A slider whose out-of-range error (an API call can send any number) names the control
-    and the whole allowed range; Gradio's own message gives one bound and no name. NaN is
-    refused too (it passes Gradio's ``<`` and ``>`` checks)."""
+def bounded(slider: gr.Slider, *, integer: bool = False) -> gr.Slider:
+    """Make ``slider`` refuse out-of-range values (an API call can send any number) with an
+    error that names the control and the whole allowed range; Gradio's own message gives one
+    bound and no name. NaN is refused too (it passes Gradio's ``<`` and ``>`` checks).
 
-    def get_block_name(self) -> str:
-        return "slider"  # the frontend draws it with Gradio's own slider
+    With ``integer`` a fractional value is refused too (``int()`` would silently truncate it).
+    The check replaces the instance's ``preprocess``: a gr.Slider subclass would make Gradio
+    write a ``.pyi`` stub next to this file on every start.
+    """
 
-    def preprocess(self, payload: float) -> float:
-        if payload is None or not isinstance(payload, (int, float)) or isinstance(payload, bool) or not (
-            self.minimum <= payload <= self.maximum
+    def preprocess(payload: Any) -> float:
+        if isinstance(payload, bool) or not isinstance(payload, (int, float)) or not (
+            slider.minimum <= payload <= slider.maximum
         ):
             raise gr.Error(
-                f"{self.label}: {payload!r} is out of range; allowed {self.minimum:g} to {self.maximum:g}",
+                f"{slider.label}: {payload!r} is out of range; allowed {slider.minimum:g} to {slider.maximum:g}",
                 title="Invalid setting", print_exception=False,
             )
-        return super().preprocess(payload)
+        if integer and payload != int(payload):
+            raise gr.Error(
+                f"{slider.label}: {payload!r} is not a whole number; allowed {slider.minimum:g} to {slider.maximum:g}",
+                title="Invalid setting", print_exception=False,
+            )
+        return int(payload) if integer else gr.Slider.preprocess(slider, payload)
+
+    slider.preprocess = preprocess
+    return slider
+
+
+def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
+    """Make ``checkbox`` refuse anything but true or false from an API call (Gradio passes
+    ``"false"`` through, and ``bool("false")`` is True)."""
+
+    def preprocess(payload: Any) -> bool:
+        if not isinstance(payload, bool):
+            raise gr.Error(
+                f"{checkbox.label}: {payload!r} is not true or false", title="Invalid setting", print_exception=False
+            )
+        return payload
+
+    checkbox.preprocess = preprocess
+    return checkbox
 
 
 def _pick_drafter(kinds: list[str], preferred: str | None) -> str:
@@ -273,8 +298,10 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
 
     def _respond(message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, cancel):
         skip = gr.skip()
+        from specchat.chat import is_blank  # here: `app.py --help` must not import transformers
+
         message = message or ""
-        if not message.strip():
+        if is_blank(message):  # empty, whitespace or only invisible characters
             gr.Warning("Type a message first.")
             yield (skip,) * 8
             return
@@ -448,17 +475,17 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 drafter_status = gr.HTML(
                     _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready"))
                 )
-                adaptive = gr.Checkbox(
+                adaptive = strict(gr.Checkbox(
                     value=True, label="adaptive γ",
                     info="pick γ each round (up to the slider) from the measured acceptance and costs",
-                )
-                gamma = BoundedSlider(
+                ))
+                gamma = bounded(gr.Slider(
                     1, MAX_NUM_SPECULATIVE_TOKENS, value=12, step=1,
                     label="γ: draft tokens per round (the most, when adaptive)",
-                )
-                temperature = BoundedSlider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)")
-                top_p = BoundedSlider(0.05, 1.0, value=1.0, step=0.05, label="top-p")
-                max_new_tokens = BoundedSlider(16, 2048, value=256, step=16, label="max new tokens")
+                ), integer=True)
+                temperature = bounded(gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)"))
+                top_p = bounded(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p"))
+                max_new_tokens = bounded(gr.Slider(16, 2048, value=256, step=16, label="max new tokens"), integer=True)
                 baseline_btn = gr.Button("Re-measure baseline", variant="secondary", size="sm")
                 clear_btn = gr.Button("Clear chat", variant="secondary")
                 gr.Examples(EXAMPLES, inputs=textbox, label="examples")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
@@ -41,7 +42,7 @@ def build_chat_prompt(
         ValueError: the message is empty or whitespace only; the tokenizer has no chat
             template; or the message alone does not fit the context window.
     """
-    if not message or not message.strip():
+    if is_blank(message):
         raise ValueError("the message is empty: type something to send")
     if tokenizer.chat_template is None:
         raise ValueError("this model's tokenizer has no chat template; use plain-text prompts")
@@ -63,6 +64,12 @@ def build_chat_prompt(
             f"{context_length}: shorten it"
         )
     return ChatPrompt(ids, dropped)
+
+
+def is_blank(text: str | None) -> bool:
+    """True if ``text`` shows nothing: empty, or only whitespace and invisible format
+    characters (category Cf: zero-width space / joiners, BOM, word joiner, …)."""
+    return not text or all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
 
 
 def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:

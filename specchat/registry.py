@@ -222,6 +222,9 @@ def load_registry(path: str | Path | None = None) -> Registry:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and start is not None and mark is not None and start.line != mark.line:
+            problem += f" ({context} that starts at line {start.line + 1}, column {start.column + 1})"
         raise RegistryError(f"{path}: not valid YAML: {where}{problem}") from None
     return registry_from_data(data, source=path)
 

@@ -135,8 +135,11 @@ class ChatService:
             BOARD.stage(f"Preparing target {self.target_name} (the first start converts it once)")
             self.target_path = loading.ensure_local(self.target_entry)
             BOARD.stage(f"Loading target {self.target_name}")
-            self.tokenizer = loading.load_tokenizer(self.target_path)
-            model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device))
+            try:
+                self.tokenizer = loading.load_tokenizer(self.target_path)
+                model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device))
+            except loading.ModelSourceError as exc:
+                raise loading.damaged_cache_error(self.target_entry, self.target_path, exc) from exc
             self.engine = SpeculativeEngine(
                 model,
                 self.tokenizer,
@@ -217,13 +220,17 @@ class ChatService:
             entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
             BOARD.stage(f"Preparing sibling drafter {entry.name} (the first start converts it once)")
             path = loading.ensure_local(entry)
-            loading.check_same_tokenizer(
-                self.tokenizer, loading.load_tokenizer(path), target_name=self.target_name, drafter_name=entry.name
-            )
-            int4 = kind == "sibling-int4"
-            if int4:
-                BOARD.stage(f"Quantizing sibling {entry.name} to int4 (about 10 s on 2 CPU cores)")
-            model = loading.load_model(path, dtype=self.dtype, device=str(self.device), int4=int4)
+            try:
+                drafter_tokenizer = loading.load_tokenizer(path)
+                loading.check_same_tokenizer(
+                    self.tokenizer, drafter_tokenizer, target_name=self.target_name, drafter_name=entry.name
+                )
+                int4 = kind == "sibling-int4"
+                if int4:
+                    BOARD.stage(f"Quantizing sibling {entry.name} to int4 (about 10 s on 2 CPU cores)")
+                model = loading.load_model(path, dtype=self.dtype, device=str(self.device), int4=int4)
+            except loading.ModelSourceError as exc:
+                raise loading.damaged_cache_error(entry, path, exc) from exc
             drafter = ModelDrafter(
                 model, target_vocab_size=vocab, num_tokenizer_ids=len(self.tokenizer), name=kind, device=self.device
             )
