@@ -326,7 +326,7 @@ def _load_gguf_model(gguf_path: Path) -> torch.nn.Module:
         gguf_file=gguf_path.name,
         dtype=STORAGE_DTYPE,
         quantization_config=GgufConfig(dequantize=True),
-        local_files_only=True,
+        local_files_only=True, trust_remote_code=False,
     )
     odd = {key: t.dtype for key, t in model.state_dict().items() if t.dtype != STORAGE_DTYPE}
     if odd:
@@ -370,7 +370,7 @@ def _save_tokenizer(gguf_path: Path, directory: Path, entry: ModelEntry) -> None
     """Convert the GGUF's tokenizer, keep its chat template, save it and check that it reloads identically."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True, trust_remote_code=False)
     if tokenizer.chat_template is None:
         template = _gguf_chat_template(gguf_path)
         if template:
@@ -378,7 +378,7 @@ def _save_tokenizer(gguf_path: Path, directory: Path, entry: ModelEntry) -> None
         else:
             logger.warning("model %s: its GGUF has no chat template; chat prompts cannot be built", entry.name)
     tokenizer.save_pretrained(directory)
-    reloaded = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    reloaded = AutoTokenizer.from_pretrained(str(directory), local_files_only=True, trust_remote_code=False)
     if reloaded.chat_template != tokenizer.chat_template or reloaded.get_vocab() != tokenizer.get_vocab():
         raise ModelSourceError(
             f"model {entry.name!r}: the tokenizer converted from its GGUF did not reload identically "
@@ -499,7 +499,10 @@ def load_model(path: Path, *, dtype: torch.dtype, device: str = "cpu", int4: boo
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     _require_model_dir(path)
-    kwargs: dict = {"dtype": dtype, "local_files_only": True, "attn_implementation": "sdpa", "device_map": {"": device}}
+    kwargs: dict = {
+        "dtype": dtype, "local_files_only": True, "trust_remote_code": False,  # model files are data, never code
+        "attn_implementation": "sdpa", "device_map": {"": device},
+    }
     if int4:
         # bitsandbytes warns on import that it could not fetch an optional CPU kernel from the
         # Hub (the `kernels` package, which specchat does not install: it would go online).
@@ -515,6 +518,11 @@ def load_model(path: Path, *, dtype: torch.dtype, device: str = "cpu", int4: boo
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     except (OSError, SafetensorError) as exc:  # missing, truncated or corrupt weight files
         raise ModelSourceError(f"cannot load a model from {path}: {exc}") from exc
+    except ValueError as exc:  # e.g. an architecture that needs the model's own code (auto_map)
+        raise ModelSourceError(
+            f"cannot load a model from {path}: {exc}. specchat never runs code shipped with a model "
+            "(no trust_remote_code); use a model whose architecture transformers supports."
+        ) from exc
     # Not model.requires_grad_(False): measured here, it made every drafter forward 1.6x (bf16)
     # to 4.8x (NF4) slower on CPU. The engine runs all model work under torch.inference_mode().
     return model.eval()
@@ -533,7 +541,7 @@ def _int4_skip_modules(path: Path) -> list[str] | None:
     """
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(path), local_files_only=True).get_text_config()
+    config = AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False).get_text_config()
     tied = getattr(config, "tie_word_embeddings", False)
     return None if tied or config.vocab_size % 32 else []
 
@@ -560,7 +568,7 @@ def load_tokenizer(path: Path):  # -> transformers.PreTrainedTokenizerBase
 
     _require_model_dir(path)
     try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:
         raise ModelSourceError(f"cannot load a tokenizer from {path}: {exc}") from exc
 
