@@ -49,15 +49,35 @@ def build_chat_prompt(
     system = [m for m in history[:1] if m.get("role") == "system"]
     turns = [m for m in history[len(system) :] if m.get("content")]
     current = {"role": "user", "content": message}
-    dropped = 0
-    while True:
-        ids = _template(tokenizer, [*system, *turns, current])
-        if len(ids) + max_new_tokens <= context_length or not turns:
-            break
-        # drop the oldest message, and a following assistant reply with it, keeping user-first order
-        drop = 2 if len(turns) > 1 and turns[1].get("role") == "assistant" else 1
-        turns = turns[drop:]
-        dropped += drop
+    # The start indices the oldest-first drop rule visits (listing them needs no templating).
+    starts, s = [0], 0
+    while s < len(turns):
+        s += 2 if len(turns) - s > 1 and turns[s + 1].get("role") == "assistant" else 1
+        starts.append(s)
+    cache: dict[int, list[int]] = {}
+
+    def ids_from(k: int) -> list[int]:  # the prompt keeping turns[starts[k]:]
+        if k not in cache:
+            cache[k] = _template(tokenizer, [*system, *turns[starts[k] :], current])
+        return cache[k]
+
+    def fits(k: int) -> bool:
+        return len(ids_from(k)) + max_new_tokens <= context_length or k == len(starts) - 1
+
+    # The first start that fits, searched from the newest end (galloping, then bisection; a
+    # prompt with fewer messages is never longer), so the cost depends on the messages kept,
+    # not on the whole history: dropping one start at a time from the oldest re-templated the
+    # whole history once per dropped message, quadratic in the length of the chat.
+    hi, step = len(starts) - 1, 1
+    lo = hi - step
+    while lo >= 0 and fits(lo):
+        hi, step = lo, step * 2
+        lo = hi - step
+    lo = max(lo, -1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        hi, lo = (mid, lo) if fits(mid) else (hi, mid)
+    ids, dropped = ids_from(hi), starts[hi]
     if len(ids) >= context_length:
         raise ValueError(
             f"the message is {len(ids)} tokens with the chat template; the context window holds "

@@ -1,5 +1,7 @@
 """Incremental detokenization, stop strings and chat prompts."""
 
+import math
+
 import pytest
 from tiny_models import byte_tokenizer
 
@@ -109,3 +111,32 @@ def test_trimming_drops_whole_exchanges_so_the_history_starts_with_a_user():
 def test_an_exact_fit_drops_nothing():
     out = build_chat_prompt(CountingTokenizer(), HISTORY, "q" * 5, context_length=96 + 10, max_new_tokens=10)
     assert out.num_dropped_messages == 0
+
+
+class TallyTokenizer(TemplateTokenizer):
+    """TemplateTokenizer that counts how many times the chat template was applied."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
+        self.calls += 1
+        return super().apply_chat_template(messages, add_generation_prompt, tokenize)
+
+
+@pytest.mark.parametrize("num_exchanges", [10, 100, 400])
+def test_trimming_a_long_chat_templates_it_a_logarithmic_number_of_times(num_exchanges):
+    """Each exchange costs (10 + 2) + (10 + 2) = 24 ids; with a window of 24·5 + 7 + 1 + 10 the
+    last 5 exchanges fit with the message "q" * 5 and 10 new tokens, so the rest are dropped.
+    Dropping one exchange at a time re-templated the whole chat once per drop (quadratic in its
+    length: 400 exchanges took 11-15 s on SmolLM2's tokenizer); a search needs O(log n) calls."""
+    tok = TallyTokenizer()
+    history = [
+        {"role": role, "content": ch * 10}
+        for i in range(num_exchanges)
+        for role, ch in (("user", "u"), ("assistant", "a"))
+    ]
+    prompt = build_chat_prompt(tok, history, "q" * 5, context_length=24 * 5 + 8 + 10, max_new_tokens=10)
+    assert prompt.num_dropped_messages == 2 * (num_exchanges - 5)
+    assert len(prompt.input_ids) == 24 * 5 + 7 + 1
+    assert tok.calls <= 2 * math.ceil(math.log2(num_exchanges + 1)) + 2, tok.calls
