@@ -1,6 +1,7 @@
 """Shared test settings."""
 
 import os
+import sys
 
 import pytest
 import torch
@@ -9,6 +10,35 @@ import torch
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# No outgoing connection during the tests: every socket connect / name lookup of this process
+# whose host is not loopback is recorded, and the session fails if there was one (an audit hook
+# stays for the life of the process; tests/test_network.py checks the app in a fresh process).
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "", None)
+OUTSIDE_CONNECTIONS: list[str] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "socket.connect":
+        address = args[1]
+        host = address[0] if isinstance(address, tuple) else str(address)
+    elif event == "socket.getaddrinfo":
+        host = args[0]
+    else:
+        return
+    host = host.decode() if isinstance(host, bytes) else host
+    if host not in _LOOPBACK and not str(host).startswith(("/", "127.")):
+        OUTSIDE_CONNECTIONS.append(f"{event} {host!r}")
+
+
+sys.addaudithook(_audit)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if OUTSIDE_CONNECTIONS:
+        print(f"\nFAILED: outgoing connections during the tests: {sorted(set(OUTSIDE_CONNECTIONS))}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 # Tiny test models run fastest on one thread, and a second OpenMP thread on a busy 2-core
 # machine spins and slows every matmul by 10x or more.
