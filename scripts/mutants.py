@@ -640,6 +640,22 @@ MUTANTS = [
         "        return position\n",
         "the audit samples at the first drafted position even where the draft is nearly always rejected",
     ),
+    Mutant(
+        "failed-drafter-asked-again",
+        9,
+        "specchat/engine.py",
+        "                drafter = controller = None\n",
+        "                controller = None\n",
+        "after a drafter raised (out of memory), later rounds keep calling it",
+    ),
+    Mutant(
+        "drafter-failure-not-announced",
+        9,
+        "specchat/engine.py",
+        "                events.insert(0, state.drafter_failure)\n",
+        "                pass\n",
+        "the fallback to target-only is silent: no DrafterFailedEvent reaches the user",
+    ),
 ]
 
 
