@@ -311,6 +311,7 @@ def test_a_drafter_that_fails_to_load_falls_back_to_target_only_visibly(smollm2_
         demo.close()
 
 
+@pytest.mark.drafter_failure
 def test_a_drafter_that_runs_out_of_memory_mid_reply_falls_back_visibly(served, browser, monkeypatch):
     url, service = served
     ngram = service.prepare_drafter("ngram")

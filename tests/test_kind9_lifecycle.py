@@ -89,6 +89,7 @@ class ExplodingDrafter(ModelDrafter):
         super().end()
 
 
+@pytest.mark.drafter_failure
 def test_drafter_exception_mid_generation_falls_back_to_the_target_alone():
     """The drafter raises in round 2: one DrafterFailedEvent, the rest is target-only, and the
     greedy reply is still exactly the target's (naive full-sequence greedy reference)."""
@@ -136,6 +137,7 @@ class _FailingIn(ModelDrafter):
         super().rollback(num_valid)
 
 
+@pytest.mark.drafter_failure
 @pytest.mark.parametrize(
     "method, at, exc",
     [
@@ -161,6 +163,7 @@ def test_drafter_failing_anywhere_falls_back_and_keeps_the_exact_greedy_reply(me
     assert engine.target_cache is None and drafter.cache is None
 
 
+@pytest.mark.drafter_failure
 def test_fallback_keeps_the_exact_sampled_distribution():
     """T = 1, the drafter fails in its second propose: every reply's frequency matches the
     target's exact sequence probabilities (chi-square), as if it had never been there."""
