@@ -124,6 +124,9 @@ class _Run:
 
 _ACTIVE: dict[str, _Run] = {}
 _ACTIVE_LOCK = threading.Lock()
+# messages sent but not started yet (waiting in the queue), and Stop / Clear pressed meanwhile
+_QUEUED: dict[str, int] = {}
+_STOP_QUEUED: dict[str, bool] = {}  # session -> discard (Clear) or not (Stop)
 
 
 def _session(request: gr.Request | None) -> str | None:
@@ -131,9 +134,22 @@ def _session(request: gr.Request | None) -> str | None:
 
 
 def _register(request: gr.Request | None, run: _Run) -> None:
+    """Make ``run`` this session's running generation; a Stop or Clear pressed while its
+    message waited in the queue applies to it at once."""
     if (key := _session(request)) is not None:
         with _ACTIVE_LOCK:
             _ACTIVE[key] = run
+            if _QUEUED.get(key, 0) > 0:
+                _QUEUED[key] -= 1
+            if key in _STOP_QUEUED:
+                run.discard = _STOP_QUEUED.pop(key)
+                run.cancel.set()
+
+
+def _note_queued(request: gr.Request | None) -> None:
+    if (key := _session(request)) is not None:
+        with _ACTIVE_LOCK:
+            _QUEUED[key] = _QUEUED.get(key, 0) + 1
 
 
 def _unregister(request: gr.Request | None, run: _Run) -> None:
@@ -144,10 +160,13 @@ def _unregister(request: gr.Request | None, run: _Run) -> None:
 
 
 def stop_generation(request: gr.Request | None = None, *, discard: bool = False) -> None:
-    """Ask this browser session's running generation to stop after its current round."""
+    """Ask this browser session's running generation to stop after its current round; if
+    none runs but a message waits in the queue, that one stops before any model work."""
     if (key := _session(request)) is not None:
         with _ACTIVE_LOCK:
             run = _ACTIVE.get(key)
+            if run is None and _QUEUED.get(key, 0) > 0:
+                _STOP_QUEUED[key] = _STOP_QUEUED.get(key, False) or discard
         if run is not None:
             run.discard = run.discard or discard
             run.cancel.set()
@@ -279,19 +298,32 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
     drafter0 = _pick_drafter(kinds, default_drafter)
     figures0 = _empty_figures()
 
+    def take_message(message, request: gr.Request = None):
+        """Sending, step 1 (instant, not queued): empty the box at once, so the user can type
+        the next message while this one waits or streams; the message goes on in ``pending``."""
+        _note_queued(request)
+        return "", message
+
     def respond(
         message, history, chat, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
         request: gr.Request = None,
     ):
-        """Stream one reply: yields (textbox, chat, history, stats, 4 figures), throttled."""
+        """Sending, step 2: stream one reply. ``chat`` is the displayed conversation, kept on
+        the server (a gr.State read when this runs, not when the message was sent: a message
+        queued behind a streaming reply must not redraw that reply as it was at send time).
+        Yields (textbox, chatbot, chat state, history, stats, 4 figures), throttled."""
         run = _Run()
         _register(request, run)
+        skip = gr.skip()
         try:
             settings = (drafter, gamma, temperature, top_p, max_new_tokens, adaptive)
             for update in _respond(message, history, chat, *settings, run.cancel):
-                if run.discard:  # Clear was pressed: the chat is empty now, keep it so
-                    break
-                yield update
+                if run.discard:  # Clear was pressed: end on an empty chat (Gradio re-sends the last update)
+                    baseline = service.baseline_tokens_per_s
+                    yield (skip, [], [], [], stats_html(None, baseline_tokens_per_s=baseline), *_empty_figures())
+                    return
+                textbox_value, shown, *rest = update
+                yield (textbox_value, shown, shown, *rest)
         finally:
             run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds
             _unregister(request, run)
@@ -303,7 +335,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         message = message or ""
         if is_blank(message):  # empty, whitespace or only invisible characters
             gr.Warning("Type a message first.")
-            yield (skip,) * 8
+            yield (message or skip,) + (skip,) * 7  # whitespace goes back to the box as typed
             return
         history = list(history or [])
         chat = list(chat or [])
@@ -315,14 +347,14 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 top_p=float(top_p),
                 max_new_tokens=int(max_new_tokens),
             )
-        except ValueError as exc:  # nothing was yielded: the textbox keeps the message
+        except ValueError as exc:  # only an API call can get here (the sliders are bounded)
             raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
 
         if loading_html(service) is not None:  # still loading in the background: wait, visibly
             waiting = {"role": "assistant", "content": _status_html("waiting for the models to finish loading…")}
             pending = chat + [{"role": "user", "content": render_user(message)}, waiting]
             for _ in wait_until_ready(service, cancel=cancel):
-                yield ("", pending, skip, skip, *(skip,) * 4)
+                yield (skip, pending, skip, skip, *(skip,) * 4)
             if service.startup_error is not None or cancel.is_set():
                 if service.startup_error is not None:
                     gr.Warning(f"The models could not be loaded: {service.startup_error}")
@@ -346,8 +378,8 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         def stats_now(running: bool) -> str:
             return stats_html(metrics, baseline_tokens_per_s=baseline, running=running)
 
-        # first update: clear the textbox, show the user's message and a placeholder reply
-        yield ("", chat_now(), history_now(), stats_now(True), *figures0)
+        # first update: the user's message and a placeholder reply (take_message emptied the box)
+        yield (skip, chat_now(), history_now(), stats_now(True), *figures0)
 
         stream = None
         last_text = last_plot = time.monotonic()
@@ -428,7 +460,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
 
     def clear(request: gr.Request = None):
         stop_generation(request, discard=True)
-        return [], [], stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s), *_empty_figures()
+        return [], [], [], stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s), *_empty_figures()
 
     with gr.Blocks(title="specchat · speculative decoding") as demo:
         gr.Markdown(
@@ -438,7 +470,8 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             f"it accepted, resampled, or added as a bonus. The output is exactly the target's.",
             elem_classes="spec-subtitle",
         )
-        history_state = gr.State([])
+        history_state = gr.State([])  # plain-text turns: what the model sees
+        display_state = gr.State([])  # the rendered chat: what the page shows
         active_drafter = gr.State(drafter0)
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
@@ -462,6 +495,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                         lines=1, max_lines=8, scale=8, container=False, elem_id="spec-input",
                     )
                     send = gr.Button("Send", variant="primary", scale=1, min_width=80)
+                    pending = gr.Textbox(visible=False, label="message")
                     stop = gr.Button("Stop", variant="stop", scale=1, min_width=80)
                 stats = gr.HTML(
                     stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s),
@@ -498,14 +532,16 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         with gr.Accordion("How to read this", open=False):
             gr.Markdown(EXPLAIN_MD)
 
-        inputs = [textbox, history_state, chatbot, drafter, gamma, temperature, top_p, max_new_tokens, adaptive]
-        outputs = [textbox, chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
+        inputs = [pending, history_state, display_state, drafter, gamma, temperature, top_p, max_new_tokens, adaptive]
+        outputs = [textbox, chatbot, display_state, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
         common = dict(
             fn=respond, inputs=inputs, outputs=outputs, show_progress="hidden",
             concurrency_limit=1, concurrency_id="model",
+            trigger_mode="multiple",  # a message sent while another streams queues; "once" would drop it
         )
-        send.click(api_name="chat", **common)
-        textbox.submit(api_visibility="private", **common)
+        take = dict(fn=take_message, inputs=[textbox], outputs=[textbox, pending], queue=False, api_visibility="private")
+        send.click(**take).then(api_name="chat", **common)
+        textbox.submit(**take).then(api_visibility="private", **common)
         stop.click(stop_generation, None, None, concurrency_limit=None, api_visibility="private")
         # .select fires once per user choice (Gradio 6.31's Dropdown fires .input twice) and
         # not when prepare_drafter puts the previous value back after a failure
@@ -538,9 +574,10 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
 
         demo.load(
             show_loading, None, [load_banner, stats, drafter_status, drafter, active_drafter], show_progress="hidden",
+            api_visibility="private",
             concurrency_limit=None,  # every open tab polls; no model work happens here
         )
-        cleared = [chatbot, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
+        cleared = [chatbot, display_state, history_state, stats, plot_alpha, plot_position, plot_speed, plot_theory]
         clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
         # the Chatbot's own trash button empties the display: empty the history with it
         chatbot.clear(clear, None, cleared, concurrency_limit=None, api_visibility="private")

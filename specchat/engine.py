@@ -122,6 +122,9 @@ class SpeculativeEngine:
         config: GenerationConfig,
         cancel: threading.Event | None,
     ) -> Iterator[Event]:
+        if cancel is not None and cancel.is_set():  # stopped while it waited (e.g. in the app's queue)
+            yield DoneEvent(StopReason.CANCELLED, (), (), "", 0.0, 0.0, len(prompt_ids))
+            return
         seed = config.seed if config.seed is not None else random.randrange(2**63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         state = _Generation(ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings))

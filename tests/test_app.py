@@ -180,13 +180,12 @@ def served():
 
 
 def _chat(client: Client, message: str, *, drafter: str = "int4", gamma: int = 4):
-    """The final (textbox, chat, stats, 4 plots); the textbox is the first update's value
-    (the final update leaves it alone, so that a message typed meanwhile survives)."""
-    job = client.submit(message, [], drafter, gamma, 0.0, 1.0, 256, True, api_name="/chat")
+    """The final (textbox, chat, stats, 4 plots); the textbox is the last value /chat set, or
+    None if it never touched it (the page empties the box itself when sending: take_message)."""
+    job = client.submit(message, drafter, gamma, 0.0, 1.0, 256, True, api_name="/chat")
     final = list(job.result(timeout=30))
-    first = job.outputs()[0]
-    if isinstance(final[0], dict):  # gr.skip()
-        final[0] = first[0]
+    set_values = [out[0] for out in job.outputs() if not isinstance(out[0], dict)]  # dict: gr.skip()
+    final[0] = set_values[-1] if set_values else None
     return final
 
 
@@ -248,7 +247,7 @@ def test_drafter_choices_match_service():
 def test_streamed_reply_is_colored_and_escaped(served):
     client, fake, _ = served
     textbox, chat, stats, *plots = _chat(_new_session(client), "hello <b>there</b>")
-    assert textbox == ""
+    assert textbox is None  # a reply never writes into the box (the user may be typing the next message)
     assert [m["role"] for m in chat] == ["user", "assistant"]
     user, reply = _text(chat[0]["content"]), _text(chat[1]["content"])
     assert "hello &lt;b&gt;there&lt;/b&gt;" in user
@@ -344,7 +343,7 @@ def test_stream_is_throttled_and_ends_with_a_full_update():
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False)
     try:
         client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
-        job = client.submit("stream", [], "int4", 4, 0.0, 1.0, 256, api_name="/chat")
+        job = client.submit("stream", "int4", 4, 0.0, 1.0, 256, api_name="/chat")
         final = job.result(timeout=30)
         updates = job.outputs()
     finally:
@@ -364,7 +363,7 @@ def test_closing_the_stream_sets_cancel_and_keeps_the_partial_reply():
     assert isinstance(cancel, threading.Event) and not cancel.is_set()
     gen.close()
     assert cancel.is_set()
-    history = updates[-1][2]  # the last yielded history already holds the partial reply
+    history = updates[-1][3]  # the last yielded history already holds the partial reply
     assert history[0] == {"role": "user", "content": "go"}
     assert history[1]["role"] == "assistant" and history[1]["content"]
     assert (REPLY_TEXT * 50).startswith(history[1]["content"])
@@ -389,7 +388,8 @@ def test_stop_button_stops_between_rounds_and_the_reply_says_stopped():
     updates += list(gen)  # runs to its end: no GeneratorExit, no error
     final = updates[-1]
     assert 'class="spec-status">stopped<' in final[1][-1]["content"]
-    partial = final[2][-1]["content"]
+    assert final[2] == final[1]  # the chat state holds what the page shows
+    partial = final[3][-1]["content"]
     assert partial and (REPLY_TEXT * 50).startswith(partial) and len(partial) < len(REPLY_TEXT * 50)
     assert "session-a" not in app._ACTIVE
 
@@ -402,7 +402,33 @@ def test_clear_discards_a_running_generation():
     gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, True, req)
     next(gen)
     app.stop_generation(req, discard=True)  # what the Clear button does
-    assert list(gen) == []  # no update puts the old chat back
+    rest = list(gen)
+    # it ends on an empty chat: Gradio re-sends a stream's last update when it completes, so
+    # stopping without one put the old chat back on the page after Clear had emptied it
+    assert len(rest) == 1 and rest[0][1:4] == ([], [], [])
+
+
+@pytest.mark.parametrize("discard", [False, True])
+def test_stop_or_clear_while_the_message_waits_in_the_queue(discard):
+    """Sent (take_message), then Stop / Clear before it started: no model work, ends stopped / empty."""
+    fake = FakeService(delay_s=0.01, rounds=50)
+    demo = app.build_ui(fake)
+    respond = _respond_fn(demo)
+    take = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "take_message")
+    req = FakeRequest(f"session-q{discard}")
+    assert take("queued one", req) == ("", "queued one")  # the box empties at once
+    app.stop_generation(req, discard=discard)  # pressed while it waits
+    updates = list(respond("queued one", [], [], "int4", 4, 0.0, 1.0, 256, True, req))
+    if discard:
+        assert updates[-1][1:4] == ([], [], []) and fake.calls == []  # never reached the model
+    else:
+        assert fake.cancels[-1].is_set() and len(fake.calls) == 1  # cancelled before its first round
+        assert 'class="spec-status">stopped<' in updates[-1][1][-1]["content"]
+        assert updates[-1][3][0] == {"role": "user", "content": "queued one"}  # the message is kept
+    # the stop was used up: the next message runs normally
+    assert take("next", req) == ("", "next")
+    updates = list(respond("next", [], [], "int4", 4, 0.0, 1.0, 256, True, req))
+    assert "stopped" not in updates[-1][1][-1]["content"] and updates[-1][3][-1]["content"] == REPLY_TEXT * 50
 
 
 def test_engine_side_cancel_marks_the_reply_stopped():
@@ -417,7 +443,7 @@ def test_engine_side_cancel_marks_the_reply_stopped():
     *_, last = respond("go", [], [], "int4", 4, 0.0, 1.0, 256)
     reply = last[1][-1]["content"]
     assert 'class="spec-status">stopped<' in reply
-    assert last[2][-1] == {"role": "assistant", "content": "Sure! Here"}
+    assert last[3][-1] == {"role": "assistant", "content": "Sure! Here"}
 
 
 def test_cli_help_lists_options():
@@ -504,7 +530,7 @@ def test_reply_waits_for_background_loading_and_shows_progress():
     respond = next(fn for fn in demo.fns.values() if getattr(fn, "api_name", None) == "chat").fn
     stream = respond("hello", [], [], "ngram", 4, 0.0, 1.0, 64)
     first = next(stream)
-    assert "waiting for the models" in str(first[1][-1]["content"]) and first[0] == ""
+    assert "waiting for the models" in str(first[1][-1]["content"]) and isinstance(first[0], dict)  # skip
     fake.ready.set()
     updates = list(stream)
     assert "tok-accepted" in str(updates[-1][1][-1]["content"])

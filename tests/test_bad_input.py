@@ -473,7 +473,7 @@ def served():
 def _submit(client, message="hi", **settings):
     s = {**VALID, **settings}
     job = client.submit(
-        message, [], s["drafter"], s["gamma"], s["temperature"], s["top_p"], s["max_new_tokens"], s["adaptive"],
+        message, s["drafter"], s["gamma"], s["temperature"], s["top_p"], s["max_new_tokens"], s["adaptive"],
         api_name="/chat",
     )
     return job.result(timeout=30)
@@ -530,10 +530,10 @@ def test_api_refuses_an_unknown_drafter(served):
 @pytest.mark.parametrize(
     "position, literal, message",
     [
-        (3, "NaN", f"{GAMMA}: nan is out of range; allowed 1 to 16"),
-        (4, "Infinity", "temperature (0 = greedy): inf is out of range; allowed 0 to 2"),
-        (5, "-Infinity", "top-p: -inf is out of range; allowed 0.05 to 1"),
-        (6, "NaN", "max new tokens: nan is out of range; allowed 16 to 2048"),
+        (2, "NaN", f"{GAMMA}: nan is out of range; allowed 1 to 16"),
+        (3, "Infinity", "temperature (0 = greedy): inf is out of range; allowed 0 to 2"),
+        (4, "-Infinity", "top-p: -inf is out of range; allowed 0.05 to 1"),
+        (5, "NaN", "max new tokens: nan is out of range; allowed 16 to 2048"),
     ],
 )
 def test_nan_and_infinity_over_raw_http_are_refused(served, position, literal, message):
@@ -544,7 +544,7 @@ def test_nan_and_infinity_over_raw_http_are_refused(served, position, literal, m
     client, fake, url = served
     with pytest.raises(ValueError, match="not JSON compliant"):
         _submit(client, gamma=float("nan"))  # refused client-side, nothing sent
-    data = ['"hi"', "[]", '"int4"', "4", "0.0", "1.0", "256", "true"]
+    data = ['"hi"', '"int4"', "4", "0.0", "1.0", "256", "true"]
     data[position] = literal
     before = len(fake.calls)
     posted = httpx.post(

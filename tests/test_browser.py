@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import drive_app  # noqa: E402
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 import app  # noqa: E402
 from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
@@ -240,6 +241,54 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     drive_app.wait_done(d, 120)
     assert service.run_for("Say hi.")["stop"] in (StopReason.EOS, StopReason.MAX_NEW_TOKENS)
     assert d.execute_script(USER_TEXTS)[-2:] == [message, "Say hi."]
+
+
+BUBBLE_TOKENS = (
+    "return [...document.querySelectorAll('#spec-chat [data-testid=bot]')].map(b => "
+    "[...b.querySelectorAll('.tok')].map(e => e.textContent).join(''));"
+)
+
+
+def test_a_message_sent_while_a_reply_streams_waits_and_nothing_typed_is_lost(served, browser):
+    """Enter pressed while a reply streams: the new message queues; the streaming reply is not
+    redrawn as it was at that moment; text typed afterwards stays in the box."""
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 160)
+    first, second = "Write a long story about a lighthouse keeper.", "Name three colors."
+    drive_app.send(d, first)
+    _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 5, 60, "tokens to stream")
+    box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+    box.send_keys(second, Keys.ENTER)
+    _wait_for(lambda: box.get_attribute("value") == "", 10, "the box to empty")
+    box.send_keys("a draft I am still typing")
+    _wait_for(lambda: any(r["message"] == second and r["end"] for r in service.runs), 240, "the second reply")
+    drive_app.wait_done(d, 60)
+    drive_app.screenshot(d, str(OUT / "sent_while_streaming.png"), width=1280)
+    runs = [service.run_for(first), service.run_for(second)]
+    assert runs[0]["end"] <= runs[1]["start"]  # queued behind the first, not interleaved
+    assert d.execute_script(USER_TEXTS) == [first, second]
+    assert d.execute_script(BUBBLE_TOKENS) == [runs[0]["text"], runs[1]["text"]]  # both whole
+    assert box.get_attribute("value") == "a draft I am still typing"
+
+
+def test_clear_mid_stream_empties_the_chat_for_good(served, browser):
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 512)
+    message = "Write a long poem about the sea."
+    drive_app.send(d, message)
+    _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 5, 60, "tokens to stream")
+    drive_app.button(d, "Clear chat").click()
+    run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 30, "the run to end")
+    assert run["stop"] is StopReason.CANCELLED
+    time.sleep(3)  # the stream's completion message arrives after Clear: it must not bring the chat back
+    assert d.execute_script(USER_TEXTS) == [] and d.execute_script(drive_app.PAGE_STATE)["tokens"] == 0
+    assert not d.execute_script(drive_app.PAGE_STATE)["stats"].rstrip().endswith("…")
+    drive_app.send(d, "Say hi.")
+    drive_app.wait_done(d, 120)
+    assert d.execute_script(USER_TEXTS) == ["Say hi."]
+    assert service.run_for("Say hi.")["message"] == "Say hi."
 
 
 def test_closing_the_tab_mid_stream_stops_the_work_on_the_server(served, browser):

@@ -51,7 +51,7 @@ _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet
                         share=False, css=app.CSS)
 try:
     client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
-    job = client.submit("Say hello.", [], "ngram", 4, 0.0, 1.0, 16, True, api_name="/chat")
+    job = client.submit("Say hello.", "ngram", 4, 0.0, 1.0, 16, True, api_name="/chat")
     final = job.result(timeout=120)
     reply = final[1][-1]["content"]
 finally:
