@@ -86,10 +86,18 @@ def build_chat_prompt(
     return ChatPrompt(ids, dropped)
 
 
+# letters and symbols that render as blank space but are not whitespace: Hangul fillers, the
+# braille blank, halfwidth Hangul filler
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\u2800\uffa0")
+
+
 def is_blank(text: str | None) -> bool:
-    """True if ``text`` shows nothing: empty, or only whitespace and invisible format
-    characters (category Cf: zero-width space / joiners, BOM, word joiner, …)."""
-    return not text or all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+    """True if ``text`` shows nothing: empty, or only whitespace, invisible format characters
+    (category Cf: zero-width space / joiners, BOM, word joiner, …) and blank glyphs (Hangul
+    fillers, the braille blank)."""
+    return not text or all(
+        ch.isspace() or ch in _BLANK_GLYPHS or unicodedata.category(ch) == "Cf" for ch in text
+    )
 
 
 def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:

@@ -22,6 +22,9 @@ from specchat.events import TokenKind
 RESIDUAL_MASS_EPS = 1e-6
 
 
+TINY_TEMPERATURE = 1e-30  # below it, dividing by T is replaced by a finite scale (same limit)
+
+
 def logits_to_probs(
     logits: torch.Tensor, *, temperature: float, top_k: int = 0, top_p: float = 1.0
 ) -> torch.Tensor:
@@ -54,7 +57,12 @@ def logits_to_probs(
         probs.scatter_(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
         return probs
     # subtract the row maximum first: dividing raw logits by a tiny temperature overflows float32
-    logits = (logits - logits.max(dim=-1, keepdim=True).values) / temperature
+    logits = logits - logits.max(dim=-1, keepdim=True).values
+    if temperature >= TINY_TEMPERATURE:
+        logits = logits / temperature
+    else:  # below float32's range T would round to 0 (0/0 = NaN): scale by 1e30 instead, which
+        # already sends every non-maximal logit to -inf; ties at the maximum share the mass (T → 0+)
+        logits = logits * (1.0 / TINY_TEMPERATURE)
     if 0 < top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

@@ -136,7 +136,7 @@ def test_blank_message_is_refused_then_the_next_message_works(service, tok, mess
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("message", ["\u200b", "\ufeff", "\u200d\u200b\u2060", " \u200b\n"])
+@pytest.mark.parametrize("message", ["\u200b", "\ufeff", "\u200d\u200b\u2060", " \u200b\n", "\u3164\u3164", "\u2800 \u2800"])
 def test_invisible_only_message_is_refused(service, message):
     """Decision: a message with nothing visible is as empty as whitespace (str.isspace() is False
     for these format characters, so strip() keeps them)."""

@@ -46,3 +46,13 @@ def test_top_k_then_top_p():
     # top_k=3 → [0.5, 0.3, 0.15]/0.95; top_p=0.6 keeps 0.526 + 0.316 (mass before 2nd = 0.526 < 0.6)
     probs = logits_to_probs(probs_of([0.5, 0.3, 0.15, 0.05]), temperature=1.0, top_k=3, top_p=0.6)[0]
     assert probs.tolist() == pytest.approx([0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0], abs=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-45, 1e-38, 1e-31, 1e-29, 1e-12])
+def test_a_tiny_positive_temperature_is_greedy_not_nan(temperature):
+    """T → 0+ is the argmax, with ties at the maximum sharing the mass equally; a T that rounds
+    to 0 in float32 used to give 0/0 = NaN (found by a breaker session via the API)."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, 3.0], [0.5, -1.0, 4.0, 3.999]])
+    probs = logits_to_probs(logits, temperature=temperature)
+    assert torch.isfinite(probs).all()
+    assert probs.tolist() == [[0.0, 0.5, 0.0, 0.5], [0.0, 0.0, 1.0, 0.0]]
