@@ -444,7 +444,9 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             gr.Warning(f"Could not prepare drafter '{kind}': {errors[0]}")
             yield _status_html(f"drafter '{kind}' failed: {errors[0]}", error=True), active, active
             return
-        yield _status_html(f"drafter '{kind}' ready"), kind, kind
+        # the dropdown is left alone: it shows the user's latest pick, which a queued later
+        # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
+        yield _status_html(f"drafter '{kind}' ready"), gr.skip(), kind
 
     def remeasure_baseline():
         """Time target-only decoding again (e.g. once the machine is quiet)."""
@@ -507,7 +509,8 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                     info="none = target only · ngram = prompt lookup · int4 = 4-bit copy · sibling = smaller model · sibling-int4 = 4-bit smaller model",
                 )
                 drafter_status = gr.HTML(
-                    _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready"))
+                    _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
+                    elem_id="spec-drafter-status",
                 )
                 adaptive = strict(gr.Checkbox(
                     value=True, label="adaptive γ",
@@ -549,6 +552,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             prepare_drafter, inputs=[drafter, active_drafter],
             outputs=[drafter_status, drafter, active_drafter],
             concurrency_limit=1, concurrency_id="model", show_progress="hidden",
+            trigger_mode="always_last",  # picks made while one waits: the last one wins ("once" dropped them)
             api_name="prepare_drafter",
         )
         baseline_btn.click(

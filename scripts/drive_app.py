@@ -41,7 +41,7 @@ toks.forEach(t => { const k = t.className.replace('tok ', ''); kinds[k] = (kinds
 return {tokens: toks.length, kinds, colors,
         stats: (document.querySelector('#spec-stats') || {}).innerText || '',
         plots: document.querySelectorAll('.spec-plot .js-plotly-plot').length,
-        status: (document.querySelector('.spec-status, .spec-error') || {}).innerText || ''};
+        status: (document.querySelector('#spec-drafter-status') || {}).innerText || ''};
 """
 
 

@@ -330,7 +330,8 @@ def test_progress_bars_started_before_the_ui_keep_working():
 def test_switching_drafter_prepares_it_and_falls_back_on_error(served):
     client, fake, _ = served
     status, value = client.predict("ngram", api_name="/prepare_drafter")
-    assert fake.prepared[-1] == "ngram" and "ready" in status and value == "ngram"
+    assert fake.prepared[-1] == "ngram" and "ready" in status
+    assert isinstance(value, dict)  # gr.skip(): the dropdown keeps the user's (latest) pick
     status, value = client.predict("sibling", api_name="/prepare_drafter")
     assert "failed" in status and "no sibling drafter" in status
     assert value == "ngram"  # back to the drafter that works

@@ -56,7 +56,7 @@ class RecordingService(ChatService):
 
     def stream_chat(self, history, message, **kwargs):
         run = {"message": message, "start": time.monotonic(), "end": None, "tokens": 0, "shown": 0, "rounds": 0,
-               "stop": None, "text": None, "kinds": {}}
+               "stop": None, "text": None, "kinds": {}, "drafter": kwargs.get("drafter")}
         self.runs.append(run)
         try:
             for item in super().stream_chat(history, message, **kwargs):
@@ -289,6 +289,26 @@ def test_clear_mid_stream_empties_the_chat_for_good(served, browser):
     drive_app.wait_done(d, 120)
     assert d.execute_script(USER_TEXTS) == ["Say hi."]
     assert service.run_for("Say hi.")["message"] == "Say hi."
+
+
+def test_the_last_drafter_picked_while_a_reply_streams_is_the_one_used(served, browser):
+    """Several quick picks while the model is busy: the last pick wins, on the page and in use."""
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 96)
+    drive_app.send(d, "Write a short story about a cat.")
+    _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 3, 60, "tokens to stream")
+    for kind in ("int4", "none", "ngram", "int4", "none"):
+        drive_app.pick_drafter(d, kind, 0)
+        time.sleep(0.3)
+    drive_app.wait_done(d, 180)
+    status = "return document.querySelector('#spec-drafter-status').innerText"
+    _wait_for(lambda: "'none' ready" in d.execute_script(status), 120, "the last pick to be prepared")
+    chosen = d.execute_script("return document.querySelector('input[role=listbox], .wrap input').value")
+    assert chosen == "none"
+    drive_app.send(d, "Say hi.")
+    drive_app.wait_done(d, 120)
+    assert service.run_for("Say hi.")["drafter"] == "none"
 
 
 def test_closing_the_tab_mid_stream_stops_the_work_on_the_server(served, browser):
