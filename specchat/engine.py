@@ -140,7 +140,7 @@ class SpeculativeEngine:
         prefill_ms = (self._now() - t0) * 1000
         state.decode_start = self._now()
         if state.drafter_failure is not None:
-            yield state.drafter_failure
+            yield from self._hand_over(state, [state.drafter_failure])
 
         controller = None
         if drafter is not None and config.adaptive_gamma:
@@ -162,7 +162,7 @@ class SpeculativeEngine:
                 events.insert(0, state.drafter_failure)
             elif controller is not None:
                 controller.update(events[-1])
-            yield from events  # outside inference mode: the consumer's code runs normally
+            yield from self._hand_over(state, events)  # outside inference mode: the consumer's code runs normally
 
         yield DoneEvent(
             stop_reason=state.stop,
@@ -170,7 +170,7 @@ class SpeculativeEngine:
             kinds=tuple(state.kinds),
             text=state.detok.text,
             prefill_ms=prefill_ms,
-            decode_ms=(self._now() - state.decode_start) * 1000,
+            decode_ms=self._decode_ms(state),
             num_prompt_tokens=len(prompt_ids),
             final_text=final_text,
         )
@@ -265,11 +265,23 @@ class SpeculativeEngine:
                 draft_ms=draft_ms,
                 draft_steps=draft_steps,
                 verify_ms=verify_ms,
-                elapsed_ms=(self._now() - state.decode_start) * 1000,
+                elapsed_ms=self._decode_ms(state),
             )
         )
         state.round_index += 1
         return events
+
+    def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:
+        """Yield ``events``; the time the consumer holds them (rendering a page, say) is kept
+        in ``state.paused_s`` and left out of the decode time, as it is not decoding."""
+        start = self._now()
+        yield from events
+        state.paused_s += self._now() - start
+
+    def _decode_ms(self, state: _Generation) -> float:
+        """Milliseconds spent decoding so far: wall time since the prefill ended, less the time
+        the consumer held the stream between rounds."""
+        return (self._now() - state.decode_start - state.paused_s) * 1000
 
     def _call_drafter(self, state: _Generation, drafter: Drafter, method: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         """``(True, method(*args))``; or, if the drafter raises, ``(False, None)`` after recording
@@ -334,6 +346,7 @@ class _Generation:
     drafter_failure: DrafterFailedEvent | None = None
     round_index: int = 0
     decode_start: float = 0.0
+    paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding
 
 
 def _token_event(

@@ -93,8 +93,10 @@ class RoundEvent:
         draft_ms: wall time spent in the drafter this round, milliseconds.
         draft_steps: drafter forward passes this round (0 for n-gram and target-only).
         verify_ms: wall time of the single target forward pass plus verification, milliseconds.
-        elapsed_ms: wall time from the start of decoding (after prefill) to the end of this
-            round, milliseconds.
+        elapsed_ms: decoding time from the start of decoding (after prefill) to the end of
+            this round, milliseconds: wall time less the time the consumer held the stream
+            between rounds (a page being drawn is not decoding; the target-only baseline is
+            timed without one, so the app's speedups compare like with like).
     """
 
     round_index: int
@@ -121,7 +123,8 @@ class DoneEvent:
         text: the reply text: the concatenation of every TokenEvent.text, then final_text. A
             stop string and anything after it are not part of it.
         prefill_ms: wall time of the prompt forward passes (target and drafter), milliseconds.
-        decode_ms: wall time of all rounds, milliseconds.
+        decode_ms: time of all rounds, milliseconds, measured as RoundEvent.elapsed_ms is
+            (the consumer's time between rounds left out).
         num_prompt_tokens: prompt length in tokens.
         final_text: text released only at the end, carried by no TokenEvent: on cancellation,
             text that was held back because it could have been the start of a stop string, or

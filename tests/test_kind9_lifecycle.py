@@ -294,3 +294,23 @@ def test_memory_stays_bounded_over_repeated_mixed_requests(target, other):
     after = live_tensor_bytes()
     assert engine.target_cache is None and drafter.cache is None
     assert after[0] <= before[0] + 2 and after[1] <= before[1] + 4096, (before, after)
+
+
+def test_decode_time_leaves_out_the_time_the_consumer_holds_the_stream(monkeypatch):
+    """A fake clock that only the consumer advances (100 s per event it receives, as a slow page
+    would): every RoundEvent.elapsed_ms and the DoneEvent.decode_ms must stay 0, since no time
+    passed inside the engine. Before, the app's speed included its own rendering time and even
+    target-only showed as slower than the baseline (0.65x, found by a fresh-user session)."""
+    clock = [1000.0]
+    fn_t = hashed_logits(V, seed=10, scale=3.0)
+    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    monkeypatch.setattr(engine, "_now", lambda: clock[0])
+    for drafter in (None, NgramDrafter()):
+        events = []
+        for event in engine.generate([1, 2, 1, 2, 1], drafter, GenerationConfig(max_new_tokens=12)):
+            events.append(event)
+            clock[0] += 100.0  # the consumer's time
+        rounds = [e for e in events if isinstance(e, RoundEvent)]
+        assert len(rounds) >= 2 and all(r.elapsed_ms == 0.0 for r in rounds)
+        assert events[-1].decode_ms == 0.0
+        assert list(events[-1].token_ids) == naive_greedy_fn(fn_t, [1, 2, 1, 2, 1], 12)
