@@ -299,9 +299,15 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
     figures0 = _empty_figures()
 
     def take_message(message, request: gr.Request = None):
-        """Sending, step 1 (instant, not queued): empty the box at once, so the user can type
-        the next message while this one waits or streams; the message goes on in ``pending``."""
+        """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
+        can type the next message while this one waits or streams; the message goes on in
+        ``pending``. If a reply is streaming, say that this message waits for it."""
+        key = _session(request)
+        with _ACTIVE_LOCK:
+            busy = key is not None and (key in _ACTIVE or _QUEUED.get(key, 0) > 0)
         _note_queued(request)
+        if busy and message and message.strip():
+            gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
         return "", message
 
     def respond(
@@ -542,7 +548,10 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             concurrency_limit=1, concurrency_id="model",
             trigger_mode="multiple",  # a message sent while another streams queues; "once" would drop it
         )
-        take = dict(fn=take_message, inputs=[textbox], outputs=[textbox, pending], queue=False, api_visibility="private")
+        take = dict(
+            fn=take_message, inputs=[textbox], outputs=[textbox, pending], concurrency_limit=None,
+            show_progress="hidden", api_visibility="private",
+        )
         send.click(**take).then(api_name="chat", **common)
         textbox.submit(**take).then(api_visibility="private", **common)
         stop.click(stop_generation, None, None, concurrency_limit=None, api_visibility="private")

@@ -261,6 +261,8 @@ def test_a_message_sent_while_a_reply_streams_waits_and_nothing_typed_is_lost(se
     box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
     box.send_keys(second, Keys.ENTER)
     _wait_for(lambda: box.get_attribute("value") == "", 10, "the box to empty")
+    toast = "return [...document.querySelectorAll('.toast-body, [data-testid=toast-body]')].map(e => e.innerText).join(' ')"
+    _wait_for(lambda: "is queued" in d.execute_script(toast), 10, "the 'queued' notice")
     box.send_keys("a draft I am still typing")
     _wait_for(lambda: any(r["message"] == second and r["end"] for r in service.runs), 240, "the second reply")
     drive_app.wait_done(d, 60)
