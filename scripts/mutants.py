@@ -97,8 +97,8 @@ MUTANTS = [
         "drafter-not-rolled-back",
         1,
         "specchat/engine.py",
-        "            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted)\n",
-        "            ok = True\n",
+        "            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted)\n",
+        "            pass\n",
         "the drafter's cache keeps its rejected drafts",
     ),
     Mutant(
@@ -436,8 +436,8 @@ MUTANTS = [
         "drafter-rollback-one-long",
         1,
         "specchat/engine.py",
-        "            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted)\n",
-        "            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted + 1)\n",
+        "            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted)\n",
+        "            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted + 1)\n",
         "the drafter's cache keeps one rejected draft",
     ),
     Mutant(
@@ -644,8 +644,8 @@ MUTANTS = [
         "failed-drafter-asked-again",
         9,
         "specchat/engine.py",
-        "                drafter = controller = None\n",
-        "                controller = None\n",
+        "            state.drafter = None\n",
+        "            pass\n",
         "after a drafter raised (out of memory), later rounds keep calling it",
     ),
     Mutant(

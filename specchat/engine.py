@@ -127,24 +127,25 @@ class SpeculativeEngine:
             return
         seed = config.seed if config.seed is not None else random.randrange(2**63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        state = _Generation(ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings))
+        state = _Generation(
+            ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings), drafter=drafter
+        )
 
         t0 = self._now()
         with torch.inference_mode():
             self.target_cache = DynamicCache(config=self.target_model.config)
             if len(state.ids) > 1:
                 self._target_forward(state.ids[:-1], logits_to_keep=1)
-            if drafter is not None:
-                ok, _ = self._call_drafter(state, drafter, drafter.begin, state.ids)
-                drafter = drafter if ok else None
+            if state.drafter is not None:
+                self._call_drafter(state, state.drafter.begin, state.ids)
         prefill_ms = (self._now() - t0) * 1000
         state.decode_start = self._now()
         if state.drafter_failure is not None:
             yield from self._hand_over(state, [state.drafter_failure])
 
         controller = None
-        if drafter is not None and config.adaptive_gamma:
-            key = (drafter.name, config.num_speculative_tokens, config.greedy)
+        if state.drafter is not None and config.adaptive_gamma:
+            key = (state.drafter.name, config.num_speculative_tokens, config.greedy)
             controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
 
         final_text = ""
@@ -154,11 +155,11 @@ class SpeculativeEngine:
                 final_text = state.detok.flush()  # text held back for a possible stop string
                 break
             gamma = controller.choose() if controller is not None else config.num_speculative_tokens
-            failed_before = state.drafter_failure
+            drafting = state.drafter is not None
             with torch.inference_mode():
-                events = self._round(state, drafter, config, generator, gamma)
-            if state.drafter_failure is not failed_before:  # the drafter failed this round
-                drafter = controller = None
+                events = self._round(state, config, generator, gamma)
+            if drafting and state.drafter is None:  # the drafter failed this round
+                controller = None
                 events.insert(0, state.drafter_failure)
             elif controller is not None:
                 controller.update(events[-1])
@@ -178,13 +179,12 @@ class SpeculativeEngine:
     def _round(
         self,
         state: _Generation,
-        drafter: Drafter | None,
         config: GenerationConfig,
         generator: torch.Generator,
         num_speculative_tokens: int,
     ) -> list[Event]:
         """Draft → verify → roll back → commit one round of γ = ``num_speculative_tokens``;
-        return its events (tokens, then the round)."""
+        return its events (tokens, then the round). Drafts with ``state.drafter`` (None: target-only)."""
         ids = state.ids
         remaining = config.max_new_tokens - len(state.token_ids)
         room = self.context_length - len(ids)
@@ -194,13 +194,11 @@ class SpeculativeEngine:
         t_draft = self._now()
         draft_ids = torch.empty(0, dtype=torch.long, device=self.device)
         draft_probs, draft_steps = None, 0
-        if drafter is not None and max_draft > 0:
-            ok, draft = self._call_drafter(state, drafter, drafter.propose, ids, max_draft, config, generator)
-            if not ok:  # it failed: this round and the rest are target-only
-                drafter = None
-            else:
+        if state.drafter is not None and max_draft > 0:
+            draft = self._call_drafter(state, state.drafter.propose, ids, max_draft, config, generator)
+            if state.drafter is not None:  # else it failed: this round and the rest are target-only
                 draft_ids, draft_probs, draft_steps = draft.token_ids, draft.draft_probs, draft.num_steps
-                self._check_draft(drafter, draft_ids, draft_probs, max_draft)
+                self._check_draft(state.drafter, draft_ids, draft_probs, max_draft)
         num_drafted = int(draft_ids.shape[0])
         draft_ms = (self._now() - t_draft) * 1000
 
@@ -218,9 +216,8 @@ class SpeculativeEngine:
         committed_before = len(ids)
         # roll back: keep the prefix the target verified (last input + accepted drafts)
         cut_cache(self.target_cache, committed_before + result.num_accepted)
-        if drafter is not None:
-            ok, _ = self._call_drafter(state, drafter, drafter.rollback, committed_before + result.num_accepted)
-            drafter = drafter if ok else None
+        if state.drafter is not None:
+            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted)
 
         events: list[Event] = []
         for pos, (token, kind) in enumerate(zip(new_tokens, new_kinds)):
@@ -250,14 +247,13 @@ class SpeculativeEngine:
             # a stop inside the commit: the caches must not hold tokens past it, and the
             # stats count only the committed (all accepted) drafts
             cut_cache(self.target_cache, len(ids) - 1)
-            if drafter is not None:
-                ok, _ = self._call_drafter(state, drafter, drafter.rollback, len(ids) - 1)
-                drafter = drafter if ok else None
+            if state.drafter is not None:
+                self._call_drafter(state, state.drafter.rollback, len(ids) - 1)
             num_accepted, judged = num_committed, judged[:num_committed]
         events.append(
             RoundEvent(
                 round_index=state.round_index,
-                num_speculative_tokens=num_speculative_tokens if num_drafted or drafter is not None else 0,
+                num_speculative_tokens=num_speculative_tokens if num_drafted or state.drafter is not None else 0,
                 num_drafted=num_drafted,
                 num_accepted=num_accepted,
                 num_committed=num_committed,
@@ -283,13 +279,16 @@ class SpeculativeEngine:
         the consumer held the stream between rounds."""
         return (self._now() - state.decode_start - state.paused_s) * 1000
 
-    def _call_drafter(self, state: _Generation, drafter: Drafter, method: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
-        """``(True, method(*args))``; or, if the drafter raises, ``(False, None)`` after recording
-        a DrafterFailedEvent in ``state`` and releasing the drafter's caches (the caller then
-        goes on with the target only)."""
+    def _call_drafter(self, state: _Generation, method: Callable[..., Any], *args: Any) -> Any:
+        """``method(*args)``, a method of ``state.drafter``. If the drafter raises, it is dropped:
+        ``state.drafter`` becomes None (the rest of the generation is target-only), a
+        DrafterFailedEvent is kept in ``state.drafter_failure``, its caches are released, and
+        None is returned."""
+        drafter = state.drafter
         try:
-            result = method(*args)
+            return method(*args)
         except Exception as exc:  # out of memory, a broken drafter model: fall back, visibly
+            state.drafter = None
             state.drafter_failure = DrafterFailedEvent(
                 drafter_name=drafter.name, error=f"{type(exc).__name__}: {exc}", round_index=state.round_index
             )
@@ -299,8 +298,7 @@ class SpeculativeEngine:
                 pass
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            return False, None
-        return True, result
+            return None
 
     def _check_draft(
         self, drafter: Drafter, draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, max_draft: int
@@ -343,6 +341,7 @@ class _Generation:
     token_ids: list[int] = field(default_factory=list)
     kinds: list[TokenKind] = field(default_factory=list)
     stop: StopReason | None = None
+    drafter: Drafter | None = None  # the drafter in use; None when target-only or after it failed
     drafter_failure: DrafterFailedEvent | None = None
     round_index: int = 0
     decode_start: float = 0.0
