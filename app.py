@@ -146,10 +146,14 @@ def _register(request: gr.Request | None, run: _Run) -> None:
                 run.cancel.set()
 
 
-def _note_queued(request: gr.Request | None) -> None:
-    if (key := _session(request)) is not None:
-        with _ACTIVE_LOCK:
-            _QUEUED[key] = _QUEUED.get(key, 0) + 1
+def _note_queued(request: gr.Request | None) -> bool:
+    """Count a message of this session as waiting; True if it waits behind one running or queued."""
+    if (key := _session(request)) is None:
+        return False
+    with _ACTIVE_LOCK:
+        busy = key in _ACTIVE or _QUEUED.get(key, 0) > 0
+        _QUEUED[key] = _QUEUED.get(key, 0) + 1
+    return busy
 
 
 def _unregister(request: gr.Request | None, run: _Run) -> None:
@@ -302,11 +306,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
         """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
         can type the next message while this one waits or streams; the message goes on in
         ``pending``. If a reply is streaming, say that this message waits for it."""
-        key = _session(request)
-        with _ACTIVE_LOCK:
-            busy = key is not None and (key in _ACTIVE or _QUEUED.get(key, 0) > 0)
-        _note_queued(request)
-        if busy and message and message.strip():
+        if _note_queued(request) and message and message.strip():
             gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
         return "", message
 
@@ -325,8 +325,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             settings = (drafter, gamma, temperature, top_p, max_new_tokens, adaptive)
             for update in _respond(message, history, chat, *settings, run.cancel):
                 if run.discard:  # Clear was pressed: end on an empty chat (Gradio re-sends the last update)
-                    baseline = service.baseline_tokens_per_s
-                    yield (skip, [], [], [], stats_html(None, baseline_tokens_per_s=baseline), *_empty_figures())
+                    yield (skip, *cleared_values())
                     return
                 textbox_value, shown, *rest = update
                 yield (textbox_value, shown, shown, *rest)
@@ -466,9 +465,13 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             _status_html(f"baseline: {baseline:.1f} tokens/s, target only, measured just now"),
         )
 
+    def cleared_values() -> tuple:
+        """An empty conversation: chatbot, chat state, history, stats, 4 figures."""
+        return [], [], [], stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s), *_empty_figures()
+
     def clear(request: gr.Request = None):
         stop_generation(request, discard=True)
-        return [], [], [], stats_html(None, baseline_tokens_per_s=service.baseline_tokens_per_s), *_empty_figures()
+        return cleared_values()
 
     with gr.Blocks(title="specchat · speculative decoding") as demo:
         gr.Markdown(

@@ -40,6 +40,8 @@ from specchat.registry import GgufSource, ModelEntry, load_registry  # noqa: E40
 from specchat.service import ChatService, Notice  # noqa: E402
 from specchat.text import StreamingDetokenizer  # noqa: E402
 from specchat.ui_render import ReplyRenderer, render_user  # noqa: E402
+from test_app import served as app_served  # noqa: E402, F401 (a fixture)
+from test_registry import GOOD  # noqa: E402
 
 FFFD = "\ufffd"
 WINDOW = 8192  # SmolLM2-135M-Instruct: max_position_embeddings = 8192
@@ -452,22 +454,10 @@ VALID = dict(drafter="int4", gamma=4, temperature=0.0, top_p=1.0, max_new_tokens
 
 
 @pytest.fixture(scope="module")
-def served():
-    """(client, fake, url): the real UI on 127.0.0.1 around tests/test_app.py's FakeService."""
-    import app
-    from gradio_client import Client
-    from test_app import FakeService
-
-    fake = FakeService()
-    demo = app.build_ui(fake)
-    demo.queue(default_concurrency_limit=1)
-    _, url, _ = demo.launch(
-        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS
-    )
-    try:
-        yield Client(url, verbose=False, download_files=False, analytics_enabled=False), fake, url
-    finally:
-        demo.close()
+def served(app_served):
+    """(client, fake, url): tests/test_app.py's served app (the real UI around its FakeService)."""
+    client, fake, _demo = app_served
+    return client, fake, client.src
 
 
 def _submit(client, message="hi", **settings):
@@ -619,22 +609,7 @@ def test_cli_process_exits_2_with_the_range_before_loading_anything():
 
 
 # ==== 6. models.yaml mistakes and mismatched tokenizers ========================================
-REGISTRY = """\
-default_target: big
-models:
-  big:
-    hub_id: org/Big
-    gguf:
-      packages: "big-part{i}==1.0"
-      files: "big_part{i}/data/part{i:02d}.bin"
-      parts: 2
-      bytes: 100
-      sha256: abcdef0000000000000000000000000000000000000000000000000000000000
-    drafters:
-      sibling: small
-  small:
-    hub_id: org/Small
-"""
+REGISTRY = GOOD  # tests/test_registry.py's valid two-model file
 
 
 def registry_message(tmp_path, text: str) -> tuple[Path, str]:
