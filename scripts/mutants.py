@@ -9,13 +9,15 @@ Usage (from the repository root, in the test venv):
     python scripts/mutants.py --markdown      # the table as Markdown
 
 For each mutant: copy the work tree (git's tracked and untracked-but-not-ignored files) to a
-temporary folder, replace one exact snippet of source, and run ``pytest -x`` on the mutant's
-test files there. The mutant is KILLED when pytest fails, and the first failing test is shown;
+temporary folder, replace one snippet of source, and run ``pytest -x`` on the mutant's test
+files there. Snippets are anchored by their text, not by their indentation: a snippet still
+matches when a refactor moves its code into a helper at another depth (:func:`locate`), and
+the replacement is re-indented to match. The mutant is KILLED when pytest fails, and the first failing test is shown;
 it SURVIVED when every test passed, which means a hole in the tests. The unmutated tests run
 first and must pass. Exit status: 0 when every mutant was killed, 1 otherwise.
 
-Each mutant's snippet must occur exactly once in its file; ``tests/test_mutants.py`` checks that,
-so the list keeps up with the code.
+Each mutant's snippet must occur exactly once in its file, and the mutated file must still
+compile; ``tests/test_mutants.py`` checks both, so the list keeps up with the code.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ FAMILY = {
     7: ["tests/test_kind7_context_bounds.py", "tests/test_text_chat.py"],
     8: ["tests/test_kind8_numerical_invariance.py"],
     9: ["tests/test_kind9_lifecycle.py"],
-    10: ["tests/test_events.py", "tests/test_theory_metrics.py"],
+    10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -81,24 +83,24 @@ MUTANTS = [
         "target-cache-not-cut",
         1,
         "specchat/engine.py",
-        "        cut_cache(self.target_cache, committed_before + result.num_accepted)\n",
-        "        pass\n",
+        '        cut_cache(self.target_cache, num_valid)\n',
+        '        pass\n',
         "the target's KV cache keeps the rejected drafts after a partial acceptance",
     ),
     Mutant(
         "target-cache-cut-one-long",
         1,
         "specchat/engine.py",
-        "cut_cache(self.target_cache, committed_before + result.num_accepted)",
-        "cut_cache(self.target_cache, min(committed_before + result.num_accepted + 1, self.target_cache.get_seq_length()))",
+        'cut_cache(self.target_cache, num_valid)',
+        'cut_cache(self.target_cache, min(num_valid + 1, self.target_cache.get_seq_length()))',
         "the target's cache keeps one position too many (the first rejected draft)",
     ),
     Mutant(
         "drafter-not-rolled-back",
         1,
         "specchat/engine.py",
-        "            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted)\n",
-        "            pass\n",
+        '            self._call_drafter(state, state.drafter.rollback, num_valid)\n',
+        '            pass\n',
         "the drafter's cache keeps its rejected drafts",
     ),
     Mutant(
@@ -221,10 +223,8 @@ MUTANTS = [
         "drafted-eos-ends-reply",
         5,
         "specchat/engine.py",
-        "        num_drafted = int(draft_ids.shape[0])\n",
-        "        num_drafted = int(draft_ids.shape[0])\n"
-        "        if any(t in self.eos_token_ids for t in draft_ids.tolist()):\n"
-        "            state.stop = StopReason.EOS\n",
+        '        token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit\n',
+        '        token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit\n        if any(t in self.eos_token_ids for t in draft.token_ids.tolist()):\n            state.stop = StopReason.EOS\n',
         "a drafted EOS ends the reply even when the target rejects it",
     ),
     Mutant(
@@ -273,8 +273,8 @@ MUTANTS = [
         "context-full-not-a-stop",
         7,
         "specchat/engine.py",
-        "            elif len(ids) >= self.context_length:\n                state.stop = StopReason.CONTEXT_FULL\n",
-        "",
+        '        elif len(state.ids) >= self.context_length:\n            return StopReason.CONTEXT_FULL\n',
+        '',
         "generation goes on past the context window",
     ),
     Mutant(
@@ -347,8 +347,8 @@ MUTANTS = [
         "round-history-leak",
         9,
         "specchat/engine.py",
-        "        state.round_index += 1\n",
-        "        state.round_index += 1\n        SpeculativeEngine._history = [*getattr(SpeculativeEngine, '_history', []), target_probs]\n",
+        'target_probs, result = self._verify(state, draft, config, generator)',
+        "target_probs, result = self._verify(state, draft, config, generator); SpeculativeEngine._history = [*getattr(SpeculativeEngine, '_history', []), target_probs]",
         "every round's target_probs are kept forever (memory grows with each request)",
     ),
     # -- found by an independent mutation hunt (a helper session that had not seen the tests' design) --
@@ -436,8 +436,8 @@ MUTANTS = [
         "drafter-rollback-one-long",
         1,
         "specchat/engine.py",
-        "            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted)\n",
-        "            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted + 1)\n",
+        '            self._call_drafter(state, state.drafter.rollback, num_valid)\n',
+        '            self._call_drafter(state, state.drafter.rollback, num_valid + 1)\n',
         "the drafter's cache keeps one rejected draft",
     ),
     Mutant(
@@ -545,12 +545,12 @@ MUTANTS = [
         "the mean γ counts rounds that drafted nothing",
     ),
     Mutant(
-        "metrics-second-stream-resets-clock",
+        "t1-from-verify-pass-only",
         10,
-        "specchat/metrics.py",
-        "                self._elapsed_offset_ms = self._elapsed_ms\n",
-        "                pass\n",
-        "decode time of a second stream replaces the first instead of adding",
+        "specchat/costs.py",
+        '        rest_ms = event.round_ms - event.draft_ms\n',
+        '        rest_ms = event.verify_ms\n',
+        't₁ and v(n) are timed on the verify pass alone, not the whole round (a target-only reply shows a speedup below 1)',
     ),
     Mutant(
         "drafter-reports-zero-steps",
@@ -612,8 +612,8 @@ MUTANTS = [
         "stop-reason-budget-before-eos",
         5,
         "specchat/engine.py",
-        "            if token in self.eos_token_ids:\n                state.stop = StopReason.EOS\n            elif len(state.token_ids) >= config.max_new_tokens:\n                state.stop = StopReason.MAX_NEW_TOKENS\n",
-        "            if len(state.token_ids) >= config.max_new_tokens:\n                state.stop = StopReason.MAX_NEW_TOKENS\n            elif token in self.eos_token_ids:\n                state.stop = StopReason.EOS\n",
+        '        if token in self.eos_token_ids:\n            return StopReason.EOS\n        elif len(state.token_ids) >= config.max_new_tokens:\n            return StopReason.MAX_NEW_TOKENS\n',
+        '        if len(state.token_ids) >= config.max_new_tokens:\n            return StopReason.MAX_NEW_TOKENS\n        elif token in self.eos_token_ids:\n            return StopReason.EOS\n',
         "an EOS that is also the last budgeted token is reported as max_new_tokens",
     ),
     Mutant(
@@ -656,6 +656,38 @@ MUTANTS = [
         "                pass\n",
         "the fallback to target-only is silent: no DrafterFailedEvent reaches the user",
     ),
+    Mutant(
+        "timing-rounds-never-inserted",
+        10,
+        "specchat/engine.py",
+        "timing = drafting and config.measure_speedup and state.num_target_only < timing_rounds_due(state.round_index)",
+        "timing = False",
+        "measure_speedup inserts no target-only round: t₁ is never timed in the run",
+    ),
+    Mutant(
+        "timing-round-still-drafts",
+        10,
+        "specchat/engine.py",
+        "            if timing:  # a target-only round, timed: t₁ measured in this run, under this load\n                gamma = 0\n",
+        "            if timing:  # a target-only round, timed: t₁ measured in this run, under this load\n                gamma = config.num_speculative_tokens\n",
+        "a timing round drafts anyway (it times nothing but is labelled a timing round)",
+    ),
+    Mutant(
+        "misses-not-counted-as-timing",
+        10,
+        "specchat/engine.py",
+        "        if num_drafted == 0:\n            state.num_target_only += 1\n",
+        "",
+        "rounds that drafted nothing anyway do not count: timing rounds are forced on top of lookup misses",
+    ),
+    Mutant(
+        "round-ms-cumulative",
+        10,
+        "specchat/engine.py",
+        "round_ms=elapsed_ms - state.elapsed_ms,",
+        "round_ms=elapsed_ms,",
+        "a round's time is the decode time so far, not its own share",
+    ),
 ]
 
 
@@ -674,15 +706,72 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
+def _pattern(old: str) -> tuple[re.Pattern, int | None]:
+    """A regex for ``old`` whatever its indentation, and the index of the line whose
+    indentation sets the base (None for a one-line inline snippet).
+
+    A snippet that starts with whitespace or ends with a newline is made of whole lines; its
+    first line's indentation is the base. An inline snippet (starting mid-line) has its second
+    line as the base. Later lines keep their indentation relative to the base."""
+    lines = old.split("\n")
+    whole = old[:1] in (" ", "\t") or old.endswith("\n")
+    base_index = 0 if whole else (1 if len(lines) > 1 else None)
+    parts = []
+    for i, line in enumerate(lines):
+        if base_index is None or i < base_index or (i == len(lines) - 1 and not line):
+            parts.append(re.escape(line))  # (the empty rest after a final newline stays empty)
+        elif not line.strip():
+            parts.append(r"[ \t]*")
+        elif i == base_index:
+            parts.append(r"(?P<base>[ \t]*)" + re.escape(line.lstrip(" \t")))
+        else:
+            extra = len(_indent(line)) - len(_indent(lines[base_index]))
+            parts.append(r"(?P=base)" + (" " * extra if extra > 0 else "") + re.escape(line.lstrip(" \t")))
+    prefix = "(?m)^" if whole else ""
+    return re.compile(prefix + "\n".join(parts)), base_index
+
+
+def locate(text: str, old: str) -> list[re.Match]:
+    """Every occurrence of the snippet ``old`` in ``text``, anchored by its text, not by its
+    indentation (see :func:`_pattern`)."""
+    pattern, _ = _pattern(old)
+    return list(pattern.finditer(text))
+
+
+def mutate(text: str, old: str, new: str) -> str:
+    """``text`` with its one occurrence of ``old`` replaced by ``new``, re-indented by as much
+    as the code moved.
+
+    Raises:
+        ValueError: ``old`` does not occur exactly once.
+    """
+    matches = locate(text, old)
+    if len(matches) != 1:
+        raise ValueError(f"the snippet occurs {len(matches)} times")
+    match = matches[0]
+    _, base_index = _pattern(old)
+    if base_index is not None:
+        delta = len(match.group("base")) - len(_indent(old.split("\n")[base_index]))
+        first = 0 if base_index == 0 else 1
+        lines = new.split("\n")
+        for i in range(first, len(lines)):
+            if lines[i].strip():
+                width = max(0, len(_indent(lines[i])) + delta)
+                lines[i] = " " * width + lines[i].lstrip(" \t")
+        new = "\n".join(lines)
+    return text[: match.start()] + new + text[match.end() :]
+
+
 def apply(mutant: Mutant, tree: Path) -> None:
     path = tree / mutant.path
-    text = path.read_text()
-    count = text.count(mutant.old)
-    if count != 1:
-        raise SystemExit(
-            f"mutant {mutant.name}: its snippet occurs {count} times in {mutant.path}; update scripts/mutants.py"
-        )
-    path.write_text(text.replace(mutant.old, mutant.new))
+    try:
+        path.write_text(mutate(path.read_text(), mutant.old, mutant.new))
+    except ValueError as exc:
+        raise SystemExit(f"mutant {mutant.name}: {exc} in {mutant.path}; update scripts/mutants.py") from None
 
 
 def run_tests(tree: Path, tests: list[str], timeout: int) -> tuple[bool, str, float]:

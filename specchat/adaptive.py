@@ -8,11 +8,15 @@ Both assumptions are measured here instead of assumed:
 - the per-position acceptance β_i = P(draft i accepted | drafts 1…i−1 accepted), so
   E[N](γ) = Σ_{k=0..γ} Π_{i=1..k} β_i (with one β for every position this is Leviathan's
   Equation 1, (1 − α^(γ+1)) / (1 − α));
-- the round time T(γ) = γ·t_draft + v0 + v1·γ: t_draft is the drafter's time per draft token
-  and v0 + v1·n the verification time with n drafts, fitted by least squares.
+- the round time T(γ) = γ·d + v(γ + 1): d is the drafter's time per drafted token and
+  v(n) = v0 + v1·n the rest of a round that checks n = γ + 1 positions (the verify pass and its
+  bookkeeping), fitted by least squares (:class:`specchat.costs.CostEstimator`).
 
-γ* = argmax_γ E[N](γ) / T(γ). In units of one target step (t_target ≈ v0) this is
-S(γ) = E[N](γ) / (γc + 1 + γ·v1/v0), Theorem 3.8 with the measured verification slope.
+γ* = argmax_γ E[N](γ) · t₁ / T(γ), with t₁ one target-only step: the expression the app's
+theory chart draws (ALGORITHM.md, "Measured and predicted speedup, like for like"). With one
+β for every position and v(n) = t₁ it is Leviathan's Theorem 3.8, E[N] / (γc + 1). t₁ only
+scales the curve, so the choice does not need it; until a target-only round was timed, v(1)
+stands in for it.
 
 All estimates are exponentially weighted (recent rounds count more), so the choice follows a
 prompt whose predictability changes. A controller lives for one drafter and may be carried
@@ -22,9 +26,9 @@ decided by verification alone, so the output distribution is unchanged (lossless
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from specchat.costs import SLOPE_PRIOR, CostEstimator  # noqa: F401 (SLOPE_PRIOR: re-exported)
 from specchat.events import RoundEvent
 
 # Prior for a fresh controller: β = PRIOR_ACCEPTANCE with weight PRIOR_WEIGHT pseudo-rounds.
@@ -32,10 +36,6 @@ PRIOR_ACCEPTANCE = 0.6
 PRIOR_WEIGHT = 2.0
 # Per-round decay of all running sums: a round 20 rounds ago weighs 0.9^20 ≈ 0.12.
 DECAY = 0.9
-# The fitted verification slope is shrunk toward 0 (Leviathan's flat verification cost) by
-# S_nn / (S_nn + SLOPE_PRIOR), S_nn = Σw(n − mean n)²: fitted on a narrow spread of n, timing
-# noise of a few percent would otherwise read as a steep cost per draft token.
-SLOPE_PRIOR = 20.0
 
 
 @dataclass
@@ -57,11 +57,7 @@ class AdaptiveGamma:
     # exponentially weighted sums: per position i, [accepted, reached]
     _accepted: list[float] = field(default_factory=list)
     _reached: list[float] = field(default_factory=list)
-    # draft time per drafted token (ms): weighted sum of ms and of tokens
-    _draft_ms: float = 0.0
-    _draft_tokens: float = 0.0
-    # least squares of verify_ms on n drafted: weighted sums of 1, n, n², y, n·y
-    _w: list[float] = field(default_factory=lambda: [0.0] * 5)
+    costs: CostEstimator = field(default_factory=lambda: CostEstimator(decay=DECAY))
 
     def __post_init__(self) -> None:
         if self.max_num_speculative_tokens < 1:
@@ -84,26 +80,14 @@ class AdaptiveGamma:
 
     @property
     def draft_ms_per_token(self) -> float | None:
-        """t_draft: milliseconds of drafting per drafted token; None before any draft."""
-        return self._draft_ms / self._draft_tokens if self._draft_tokens > 0 else None
+        """d: milliseconds of drafting per drafted token; None before any draft."""
+        return self.costs.draft_ms_per_token
 
     def verify_ms_fit(self) -> tuple[float, float] | None:
-        """(v0, v1): verification ms ≈ v0 + v1 · n_drafted, fitted on rounds that drafted;
-        None before any such round.
-
-        The least-squares slope is shrunk toward 0 by S_nn / (S_nn + SLOPE_PRIOR), so it is 0
-        until two different n have been seen; it is never negative.
-        """
-        s0, s1, s2, sy, sny = self._w
-        if s0 <= 0:
-            return None
-        mean_n, mean_y = s1 / s0, sy / s0
-        s_nn = s2 - s0 * mean_n**2
-        slope = (sny - s0 * mean_n * mean_y) / s_nn if s_nn > 1e-9 else 0.0
-        slope = max(slope, 0.0) * max(s_nn, 0.0) / (max(s_nn, 0.0) + SLOPE_PRIOR)
-        if mean_y - slope * mean_n <= 0:  # a convex cost curve: keep the mean, drop the slope
-            return mean_y, 0.0
-        return mean_y - slope * mean_n, slope
+        """(v0, v1): a drafting round's time apart from drafting ≈ v0 + v1·n over the n = γ + 1
+        positions it checks (:meth:`specchat.costs.CostEstimator.verify_fit`); None before any
+        drafting round."""
+        return self.costs.verify_fit()
 
     def expected_tokens_per_round(self, num_speculative_tokens: int) -> float:
         """E[N](γ) = Σ_{k=0..γ} Π_{i=1..k} β_i, with the current β estimates."""
@@ -115,16 +99,16 @@ class AdaptiveGamma:
         return total
 
     def predicted_speedup(self, num_speculative_tokens: int) -> float | None:
-        """E[N](γ) · v0 / (γ·t_draft + v0 + v1·γ): speedup over one target step per token.
+        """E[N](γ) · t₁ / (γ·d + v(γ + 1)): the speedup over target-only decoding.
 
-        None until one drafting round has been timed.
+        t₁ is the timed target-only step when one was measured, else v(1). None until one
+        drafting round has been timed.
         """
-        fit, t_draft = self.verify_ms_fit(), self.draft_ms_per_token
-        if fit is None or t_draft is None or fit[0] <= 0:
+        round_ms = self.costs.round_ms(num_speculative_tokens)
+        t1 = self.costs.target_step_ms or self.costs.verify_ms(1)
+        if round_ms is None or t1 is None or round_ms <= 0:
             return None
-        v0, v1 = fit
-        gamma = num_speculative_tokens
-        return self.expected_tokens_per_round(gamma) * v0 / (gamma * t_draft + v0 + v1 * gamma)
+        return self.expected_tokens_per_round(num_speculative_tokens) * t1 / round_ms
 
     # -- the policy -------------------------------------------------------------------------
     def choose(self) -> int:
@@ -139,12 +123,13 @@ class AdaptiveGamma:
         return best
 
     def update(self, event: RoundEvent) -> None:
-        """Fold one round in: its judged positions, its draft time and its verify time.
+        """Fold one round in: its judged positions and its timings.
 
-        A round that drafted nothing (an n-gram lookup that found nothing) carries no news about
-        acceptance or costs of drafting and changes nothing; timings that are not finite and
+        A round that drafted nothing (a timing round, an n-gram lookup that found nothing)
+        carries no news about acceptance; it only times t₁. Timings that are not finite and
         non-negative are ignored.
         """
+        self.costs.update(event)
         if not event.num_drafted:
             return
         for values in (self._accepted, self._reached):
@@ -154,13 +139,3 @@ class AdaptiveGamma:
         for i, accepted in enumerate(event.accepted_mask[: self.max_num_speculative_tokens]):
             self._reached[i] += 1.0
             self._accepted[i] += 1.0 if accepted else 0.0
-        if math.isfinite(event.draft_ms) and event.draft_ms >= 0:
-            self._draft_ms = self._draft_ms * DECAY + event.draft_ms
-            self._draft_tokens = self._draft_tokens * DECAY + event.num_drafted
-        # rounds without drafts are left out of the fit (above): a 1-token forward pass can take
-        # another kernel path (on this project's CPU a bf16 1-token pass was slower than a
-        # 2-token one), and a fit through it would extrapolate that jump to every γ
-        if math.isfinite(event.verify_ms) and event.verify_ms > 0:
-            n, y = float(event.num_drafted), event.verify_ms
-            for i, value in enumerate((1.0, n, n * n, y, n * y)):
-                self._w[i] = self._w[i] * DECAY + value

@@ -7,6 +7,11 @@ the same loop with zero drafts per round, so speed comparisons are like for like
 Cache invariant, between rounds: the target cache holds exactly ``len(ids) - 1`` positions
 (the last committed token is fed as the first input of the next verify pass), and the
 drafter's cache holds at most ``len(ids) - 1``.
+
+Timing: with ``GenerationConfig.measure_speedup`` the engine makes a round target-only now and
+then (:func:`specchat.costs.timing_rounds_due`), so that the reply itself measures what one
+target-only step costs under the current load (t₁); every speedup is then measured against
+that, like for like. Such a round is Algorithm 1 with γ = 0: a plain decode step, not waste.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from specchat.adaptive import AdaptiveGamma
 from specchat.config import GenerationConfig
-from specchat.drafters.base import Drafter, embedding_rows
+from specchat.costs import timing_rounds_due
+from specchat.drafters.base import Draft, Drafter, embedding_rows
 from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.kv import cut_cache
-from specchat.sampling import logits_to_probs, verify_draft
+from specchat.sampling import VerifyResult, logits_to_probs, verify_draft
 from specchat.text import StreamingDetokenizer
 
 
@@ -81,6 +87,9 @@ class SpeculativeEngine:
             drafter: proposes drafts each round; None decodes with the target only.
             config: sampling settings and γ (``num_speculative_tokens``).
             cancel: when set, generation stops before the next round (stop_reason cancelled).
+
+        With ``config.measure_speedup`` and a drafter, rounds 2, 6, 22, 38, … draft nothing
+        unless enough rounds drafted nothing already (timing rounds, ``RoundEvent.timing``).
 
         Yields:
             For each round, its TokenEvents then one RoundEvent; finally one DoneEvent. If the
@@ -154,10 +163,14 @@ class SpeculativeEngine:
                 state.stop = StopReason.CANCELLED
                 final_text = state.detok.flush()  # text held back for a possible stop string
                 break
-            gamma = controller.choose() if controller is not None else config.num_speculative_tokens
             drafting = state.drafter is not None
+            timing = drafting and config.measure_speedup and state.num_target_only < timing_rounds_due(state.round_index)
+            if timing:  # a target-only round, timed: t₁ measured in this run, under this load
+                gamma = 0
+            else:
+                gamma = controller.choose() if controller is not None else config.num_speculative_tokens
             with torch.inference_mode():
-                events = self._round(state, config, generator, gamma)
+                events = self._round(state, config, generator, gamma, timing=timing)
             if drafting and state.drafter is None:  # the drafter failed this round
                 controller = None
                 events.insert(0, state.drafter_failure)
@@ -176,97 +189,153 @@ class SpeculativeEngine:
             final_text=final_text,
         )
 
+    # -- one round: Leviathan et al. 2023, Algorithm 1 --------------------------------------
     def _round(
         self,
         state: _Generation,
         config: GenerationConfig,
         generator: torch.Generator,
         num_speculative_tokens: int,
+        *,
+        timing: bool = False,
     ) -> list[Event]:
-        """Draft → verify → roll back → commit one round of γ = ``num_speculative_tokens``;
-        return its events (tokens, then the round). Drafts with ``state.drafter`` (None: target-only)."""
-        ids = state.ids
-        remaining = config.max_new_tokens - len(state.token_ids)
-        room = self.context_length - len(ids)
-        # a round commits at most n_draft + 1 tokens: stay within budget and context
-        max_draft = min(num_speculative_tokens, remaining - 1, room - 1)
-
-        t_draft = self._now()
-        draft_ids = torch.empty(0, dtype=torch.long, device=self.device)
-        draft_probs, draft_steps = None, 0
-        if state.drafter is not None and max_draft > 0:
-            draft = self._call_drafter(state, state.drafter.propose, ids, max_draft, config, generator)
-            if state.drafter is not None:  # else it failed: this round and the rest are target-only
-                draft_ids, draft_probs, draft_steps = draft.token_ids, draft.draft_probs, draft.num_steps
-                self._check_draft(state.drafter, draft_ids, draft_probs, max_draft)
-        num_drafted = int(draft_ids.shape[0])
-        draft_ms = (self._now() - t_draft) * 1000
-
+        """One round of γ = ``num_speculative_tokens``: the drafter proposes up to γ tokens,
+        the target checks them all in ONE forward pass and accepts a prefix, both caches are
+        cut back to the verified prefix, and the tokens are committed. Returns the round's
+        TokenEvents, then its RoundEvent. With no drafter (or γ = 0, a timing round) the round
+        is a plain target-only decode step that commits one bonus token."""
+        num_committed_before = len(state.ids)
+        t_start = self._now()
+        draft = self._draft(state, config, generator, num_speculative_tokens)  # 1. x1..xγ and q
         t_verify = self._now()
-        target_logits = self._target_forward([ids[-1], *draft_ids.tolist()], logits_to_keep=0)
+        target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample or bonus
+        verify_ms = (self._now() - t_verify) * 1000
+        self._roll_back(state, num_committed_before + result.num_accepted)  # keep the verified prefix only
+        token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
+        round_event = self._round_event(
+            state, num_speculative_tokens, draft, result, len(token_events),
+            draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing,
+        )
+        return [*token_events, round_event]
+
+    def _draft(
+        self, state: _Generation, config: GenerationConfig, generator: torch.Generator, num_speculative_tokens: int
+    ) -> Draft:
+        """Step 1: up to γ draft tokens and the q they were drawn from, capped so that the round
+        (at most γ + 1 tokens) stays within max_new_tokens and the context window. An empty
+        draft when there is no drafter, when γ = 0, or when the drafter failed (it is dropped)."""
+        remaining = config.max_new_tokens - len(state.token_ids)
+        room = self.context_length - len(state.ids)
+        max_draft = min(num_speculative_tokens, remaining - 1, room - 1)
+        if state.drafter is not None and max_draft > 0:
+            draft = self._call_drafter(state, state.drafter.propose, state.ids, max_draft, config, generator)
+            if state.drafter is not None:  # else it failed: this round and the rest are target-only
+                self._check_draft(state.drafter, draft.token_ids, draft.draft_probs, max_draft)
+                return draft
+        return Draft(torch.empty(0, dtype=torch.long, device=self.device), None, 0)
+
+    def _verify(
+        self, state: _Generation, draft: Draft, config: GenerationConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, VerifyResult]:
+        """Steps 2-4: the target scores the last committed token and the γ drafts in one
+        forward pass, giving ``target_probs`` ``[γ + 1, V]`` float32 (p after the warpers), and
+        :func:`~specchat.sampling.verify_draft` accepts a prefix, then resamples or adds a bonus."""
+        target_logits = self._target_forward([state.ids[-1], *draft.token_ids.tolist()], logits_to_keep=0)
         target_probs = logits_to_probs(
             target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
         )
-        result = verify_draft(draft_ids, draft_probs, target_probs, generator)
-        verify_ms = (self._now() - t_verify) * 1000
+        return target_probs, verify_draft(draft.token_ids, draft.draft_probs, target_probs, generator)
 
-        accepted = draft_ids[: result.num_accepted].tolist()
+    def _roll_back(self, state: _Generation, num_valid: int) -> None:
+        """Cut the target's cache, and the drafter's, to the first ``num_valid`` positions:
+        the committed prefix plus the accepted drafts (the rejected ones are removed)."""
+        cut_cache(self.target_cache, num_valid)
+        if state.drafter is not None:
+            self._call_drafter(state, state.drafter.rollback, num_valid)
+
+    def _commit(
+        self,
+        state: _Generation,
+        config: GenerationConfig,
+        draft: Draft,
+        result: VerifyResult,
+        target_probs: torch.Tensor,
+    ) -> list[TokenEvent]:
+        """Append the accepted drafts and the resampled or bonus token to the reply, one
+        TokenEvent each. A stop (EOS, max_new_tokens, full context, stop string) may fall inside
+        the commit: the reply ends there, nothing after it is committed, and the caches are cut
+        to match (ALGORITHM.md)."""
+        accepted = draft.token_ids[: result.num_accepted].tolist()
         new_tokens = [*accepted, result.next_token_id]
         new_kinds = [TokenKind.ACCEPTED] * len(accepted) + [result.next_kind]
-        committed_before = len(ids)
-        # roll back: keep the prefix the target verified (last input + accepted drafts)
-        cut_cache(self.target_cache, committed_before + result.num_accepted)
-        if state.drafter is not None:
-            self._call_drafter(state, state.drafter.rollback, committed_before + result.num_accepted)
-
-        events: list[Event] = []
+        events: list[TokenEvent] = []
         for pos, (token, kind) in enumerate(zip(new_tokens, new_kinds)):
-            ids.append(token)
+            state.ids.append(token)
             state.token_ids.append(token)
             state.kinds.append(kind)
-            if token in self.eos_token_ids:
-                state.stop = StopReason.EOS
-            elif len(state.token_ids) >= config.max_new_tokens:
-                state.stop = StopReason.MAX_NEW_TOKENS
-            elif len(ids) >= self.context_length:
-                state.stop = StopReason.CONTEXT_FULL
+            state.stop = self._stop_reason(state, config, token)
             text = state.detok.add(token, last=state.stop is not None)
             if state.detok.stopped:
                 state.stop = StopReason.STOP_STRING
-            events.append(
-                _token_event(
-                    token, kind, text, pos, state.round_index, num_drafted, draft_ids, draft_probs, target_probs
-                )
-            )
+            events.append(_token_event(token, kind, text, pos, state.round_index, draft, target_probs))
             if state.stop is not None:
                 break
-        num_committed = len(events)
-        num_accepted = result.num_accepted
-        judged = result.accepted_mask[: min(num_drafted, num_accepted + 1)]
-        if num_committed < len(new_tokens):
-            # a stop inside the commit: the caches must not hold tokens past it, and the
-            # stats count only the committed (all accepted) drafts
-            cut_cache(self.target_cache, len(ids) - 1)
-            if state.drafter is not None:
-                self._call_drafter(state, state.drafter.rollback, len(ids) - 1)
-            num_accepted, judged = num_committed, judged[:num_committed]
-        events.append(
-            RoundEvent(
-                round_index=state.round_index,
-                num_speculative_tokens=num_speculative_tokens if num_drafted or state.drafter is not None else 0,
-                num_drafted=num_drafted,
-                num_accepted=num_accepted,
-                num_committed=num_committed,
-                accepted_mask=judged,
-                draft_ms=draft_ms,
-                draft_steps=draft_steps,
-                verify_ms=verify_ms,
-                elapsed_ms=self._decode_ms(state),
-            )
-        )
-        state.round_index += 1
+        if len(events) < len(new_tokens):
+            # a stop inside the commit: the caches must not hold tokens past it
+            self._roll_back(state, len(state.ids) - 1)
         return events
 
+    def _stop_reason(self, state: _Generation, config: GenerationConfig, token: int) -> StopReason | None:
+        """Why the reply ends after committing ``token``, or None (an EOS wins over the budget)."""
+        if token in self.eos_token_ids:
+            return StopReason.EOS
+        elif len(state.token_ids) >= config.max_new_tokens:
+            return StopReason.MAX_NEW_TOKENS
+        elif len(state.ids) >= self.context_length:
+            return StopReason.CONTEXT_FULL
+        return None
+
+    def _round_event(
+        self,
+        state: _Generation,
+        num_speculative_tokens: int,
+        draft: Draft,
+        result: VerifyResult,
+        num_committed: int,
+        *,
+        draft_ms: float,
+        verify_ms: float,
+        timing: bool,
+    ) -> RoundEvent:
+        """The RoundEvent that closes the round (and the round's bookkeeping in ``state``)."""
+        num_drafted = int(draft.token_ids.shape[0])
+        num_accepted = result.num_accepted
+        judged = result.accepted_mask[: min(num_drafted, num_accepted + 1)]
+        if num_committed < num_accepted + 1:
+            # a round cut by a stop: only the committed (all accepted) drafts count
+            num_accepted, judged = num_committed, judged[:num_committed]
+        elapsed_ms = self._decode_ms(state)
+        event = RoundEvent(
+            round_index=state.round_index,
+            num_speculative_tokens=num_speculative_tokens if num_drafted or state.drafter is not None else 0,
+            num_drafted=num_drafted,
+            num_accepted=num_accepted,
+            num_committed=num_committed,
+            accepted_mask=judged,
+            draft_ms=draft_ms,
+            draft_steps=draft.num_steps,
+            verify_ms=verify_ms,
+            elapsed_ms=elapsed_ms,
+            round_ms=elapsed_ms - state.elapsed_ms,
+            timing=timing,
+        )
+        state.elapsed_ms = elapsed_ms
+        if num_drafted == 0:
+            state.num_target_only += 1
+        state.round_index += 1
+        return event
+
+    # -- the consumer, the drafter's failures, contract checks ------------------------------
     def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:
         """Yield ``events``; the time the consumer holds them (rendering a page, say) is kept
         in ``state.paused_s`` and left out of the decode time, as it is not decoding."""
@@ -344,7 +413,9 @@ class _Generation:
     drafter: Drafter | None = None  # the drafter in use; None when target-only or after it failed
     drafter_failure: DrafterFailedEvent | None = None
     round_index: int = 0
+    num_target_only: int = 0  # rounds that drafted nothing: each one timed t₁
     decode_start: float = 0.0
+    elapsed_ms: float = 0.0  # decode time at the end of the last round
     paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding
 
 
@@ -354,13 +425,12 @@ def _token_event(
     text: str,
     pos: int,
     round_index: int,
-    num_drafted: int,
-    draft_ids: torch.Tensor,
-    draft_probs: torch.Tensor | None,
+    draft: Draft,
     target_probs: torch.Tensor,
 ) -> TokenEvent:
     target_prob = float(target_probs[pos, token])
     draft_prob = rejected = rejected_p = rejected_q = None
+    draft_ids, draft_probs = draft.token_ids, draft.draft_probs
     if kind is TokenKind.ACCEPTED:
         draft_prob = 1.0 if draft_probs is None else float(draft_probs[pos, token])
     elif kind is TokenKind.RESAMPLED:
@@ -378,5 +448,5 @@ def _token_event(
         rejected_draft_prob=rejected_q,
         round_index=round_index,
         position=pos,
-        num_drafted=num_drafted,
+        num_drafted=int(draft_ids.shape[0]),
     )

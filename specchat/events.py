@@ -95,8 +95,13 @@ class RoundEvent:
         verify_ms: wall time of the single target forward pass plus verification, milliseconds.
         elapsed_ms: decoding time from the start of decoding (after prefill) to the end of
             this round, milliseconds: wall time less the time the consumer held the stream
-            between rounds (a page being drawn is not decoding; the target-only baseline is
-            timed without one, so the app's speedups compare like with like).
+            between rounds (a page being drawn is not decoding).
+        round_ms: this round's share of the decode time, milliseconds: ``elapsed_ms`` less the
+            previous round's (drafting, the verify pass, bookkeeping; the rounds' ``round_ms``
+            add up to ``DoneEvent.decode_ms``). For a round that drafted nothing,
+            ``round_ms − draft_ms`` is one target-only decode step, t₁, timed in this run.
+        timing: True for a target-only round the engine inserted to time t₁ in the same run
+            (``GenerationConfig.measure_speedup``; see :mod:`specchat.costs`).
     """
 
     round_index: int
@@ -109,6 +114,8 @@ class RoundEvent:
     draft_steps: int
     verify_ms: float
     elapsed_ms: float
+    round_ms: float
+    timing: bool = False
 
 
 @dataclass(frozen=True)

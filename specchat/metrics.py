@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specchat import theory
+from specchat.costs import CostEstimator
 from specchat.events import DoneEvent, Event, RoundEvent, TokenEvent, TokenKind
 
 
@@ -16,23 +17,21 @@ from specchat.events import DoneEvent, Event, RoundEvent, TokenEvent, TokenKind
 class SpeculationMetrics:
     """Running statistics of one generation (or several, if fed several streams).
 
-    Args:
-        baseline_tokens_per_s: target-only decode speed measured on this machine (tokens/s),
-            used for the measured speedup and as the target step time in c. None if unknown;
-            then c uses the mean verify time as the target step time.
+    Every speed figure is measured like for like, in the stream itself (ALGORITHM.md): the
+    target-only step time t₁ comes from the rounds of this stream that drafted nothing (every
+    round of the drafter ``none``, n-gram misses, and the timing rounds the engine inserts with
+    ``GenerationConfig.measure_speedup``), never from a timing taken at another moment.
 
     Feed every event to :meth:`update`; read the properties at any time.
     """
 
-    baseline_tokens_per_s: float | None = None
     rounds: list[RoundEvent] = field(default_factory=list)
     kind_counts: dict[str, int] = field(
         default_factory=lambda: {k.value: 0 for k in TokenKind}
     )
     num_tokens: int = 0
     done: DoneEvent | None = None
-    _elapsed_offset_ms: float = 0.0
-    _elapsed_ms: float = 0.0
+    costs: CostEstimator = field(default_factory=CostEstimator)
 
     def update(self, event: Event) -> None:
         """Add one event. Token events count tokens; round events carry the timings."""
@@ -40,11 +39,8 @@ class SpeculationMetrics:
             self.num_tokens += 1
             self.kind_counts[event.kind.value] += 1
         elif isinstance(event, RoundEvent):
-            if event.round_index == 0 and self.rounds:
-                # a new stream: keep its elapsed time after the previous streams'
-                self._elapsed_offset_ms = self._elapsed_ms
             self.rounds.append(event)
-            self._elapsed_ms = self._elapsed_offset_ms + event.elapsed_ms
+            self.costs.update(event)
         elif isinstance(event, DoneEvent):
             self.done = event
 
@@ -129,13 +125,18 @@ class SpeculationMetrics:
     # ---- timing -------------------------------------------------------------------------
     @property
     def decode_ms(self) -> float:
-        """Wall time of all rounds so far (prefill excluded), milliseconds."""
-        return self._elapsed_ms
+        """Decode time of all rounds so far (prefill excluded; Σ RoundEvent.round_ms), ms."""
+        return sum(r.round_ms for r in self.rounds)
 
     @property
     def tokens_per_s(self) -> float | None:
         """Committed tokens per second of decoding (prefill excluded)."""
-        return self.num_tokens / (self.decode_ms / 1000.0) if self.decode_ms > 0 else None
+        return self.num_committed / (self.decode_ms / 1000.0) if self.decode_ms > 0 else None
+
+    @property
+    def num_committed(self) -> int:
+        """Tokens committed by the rounds seen so far (equals num_tokens between rounds)."""
+        return sum(r.num_committed for r in self.rounds)
 
     @property
     def draft_step_ms(self) -> float | None:
@@ -149,39 +150,75 @@ class SpeculationMetrics:
         return sum(r.verify_ms for r in self.rounds) / len(self.rounds) if self.rounds else None
 
     @property
+    def num_target_only_rounds(self) -> int:
+        """Rounds that drafted nothing: each one is a target-only step that timed t₁."""
+        return sum(1 for r in self.rounds if r.num_drafted == 0)
+
+    @property
+    def num_timing_rounds(self) -> int:
+        """Target-only rounds the engine inserted only to time t₁ (``RoundEvent.timing``)."""
+        return sum(1 for r in self.rounds if r.timing)
+
+    @property
     def target_step_ms(self) -> float | None:
-        """Time of one target step: from the baseline if known, else the mean verify time."""
-        if self.baseline_tokens_per_s:
-            return 1000.0 / self.baseline_tokens_per_s
-        return self.verify_ms
+        """t₁: mean time of a target-only decode step in this stream (its rounds that drafted
+        nothing), milliseconds; None if every round drafted."""
+        return self.costs.target_step_ms
+
+    @property
+    def target_only_tokens_per_s(self) -> float | None:
+        """1000 / t₁: what target-only decoding reached during this stream, tokens/s."""
+        t1 = self.target_step_ms
+        return 1000.0 / t1 if t1 else None
 
     @property
     def cost_ratio(self) -> float | None:
-        """c = drafter step time / target step time (0 for a model-free drafter)."""
-        target = self.target_step_ms
-        if target is None or not self.num_drafted:
-            return None
-        draft = self.draft_step_ms
-        if draft is None:  # n-gram lookup: drafting time is spread over rounds, not steps
-            return sum(r.draft_ms for r in self.rounds) / max(self.num_drafted, 1) / target
-        return draft / target
+        """c = d / t₁: drafter milliseconds per drafted token over one target-only step, both
+        timed in this stream (0 for a lookup that costs nothing measurable); None until both
+        were measured."""
+        return self.costs.cost_ratio
 
     @property
     def measured_speedup(self) -> float | None:
-        """tokens_per_s / baseline_tokens_per_s; None without a baseline."""
-        tps = self.tokens_per_s
-        if tps is None or not self.baseline_tokens_per_s:
+        """Committed tokens × t₁ / decode time: how much faster this stream decoded than
+        target-only steps timed during it. 1.0 for target-only decoding (up to the rounds'
+        bookkeeping). None until a target-only round was timed."""
+        t1, decode_ms = self.target_step_ms, self.decode_ms
+        if t1 is None or decode_ms <= 0:
             return None
-        return tps / self.baseline_tokens_per_s
+        return self.num_committed * t1 / decode_ms
 
     @property
     def predicted_speedup(self) -> float | None:
-        """S(γ) from the measured α, the mean drafted γ and the measured c (theory.py)."""
-        alpha, gamma, c = self.acceptance_rate, self.mean_num_speculative_tokens, self.cost_ratio
-        if alpha is None or gamma is None or c is None:
+        """The speedup the measured α and costs predict for the rounds as run:
+        Σ_r E[N](α, γ_r) · t₁ / Σ_r T(γ_r), with T(γ) = γ·d + v(γ + 1) for a round that drafted
+        γ_r tokens and E[N] = 1, T = t₁ for a round that drafted nothing
+        (:mod:`specchat.costs`). For a fixed γ and no target-only rounds this is
+        E[N](γ) · t₁ / (γ·d + v(γ + 1)); with v(γ + 1) = t₁, Leviathan's S(γ). None until α,
+        t₁, d and v(n) were measured."""
+        alpha, t1 = self.acceptance_rate, self.target_step_ms
+        gammas = [r.num_drafted for r in self.rounds if r.num_drafted > 0]
+        if alpha is None or t1 is None or not gammas:
             return None
-        g = max(1, round(gamma))
-        return theory.predicted_speedup(alpha, g, c)
+        tokens, time_ms = float(self.num_target_only_rounds), self.num_target_only_rounds * t1
+        for gamma in gammas:
+            round_ms = self.costs.round_ms(gamma)
+            if round_ms is None:
+                return None
+            tokens += theory.expected_tokens_per_round(alpha, gamma)
+            time_ms += round_ms
+        return tokens * t1 / time_ms if time_ms > 0 else None
+
+    def predicted_speedup_curve(self, max_gamma: int) -> list[float] | None:
+        """S(γ) = E[N](α, γ) · t₁ / (γ·d + v(γ + 1)) for γ = 1..max_gamma, with this stream's
+        measured α and costs: the curve of the theory chart, whose argmax is the γ the adaptive
+        controller's formula picks. None until α, t₁, d and v(n) were measured."""
+        alpha = self.acceptance_rate
+        if alpha is None:
+            return None
+        curve = [self.costs.predicted_speedup(theory.expected_tokens_per_round(alpha, g), g)
+                 for g in range(1, max_gamma + 1)]
+        return None if any(s is None for s in curve) else curve
 
     def summary(self) -> dict[str, float | int | None]:
         """The headline numbers as a flat JSON-friendly dict."""
@@ -200,9 +237,12 @@ class SpeculationMetrics:
             "prefill_ms": self.done.prefill_ms if self.done else None,
             "draft_step_ms": self.draft_step_ms,
             "verify_ms": self.verify_ms,
+            "target_step_ms": self.target_step_ms,
+            "num_target_only_rounds": self.num_target_only_rounds,
+            "num_timing_rounds": self.num_timing_rounds,
             "cost_ratio": self.cost_ratio,
-            "predicted_speedup": self.predicted_speedup,
-            "measured_speedup": self.measured_speedup,
+            "speedup": self.measured_speedup,
+            "speedup_predicted": self.predicted_speedup,
         }
 
 

@@ -31,7 +31,7 @@ def _round(mask, *, drafted=None, draft_ms=30.0, verify_ms=100.0, gamma=8):
     return RoundEvent(
         round_index=0, num_speculative_tokens=gamma, num_drafted=drafted, num_accepted=accepted,
         num_committed=accepted + 1, accepted_mask=tuple(mask), draft_ms=draft_ms, draft_steps=drafted,
-        verify_ms=verify_ms, elapsed_ms=0.0,
+        verify_ms=verify_ms, elapsed_ms=0.0, round_ms=draft_ms + verify_ms,
     )
 
 
@@ -65,20 +65,22 @@ def test_uniform_acceptance_reproduces_leviathan_equation_1():
 
 
 def test_verify_cost_fit_on_a_line_is_the_shrunk_slope_and_ignores_rounds_without_drafts():
-    """Points on 100 + 10·n at n = 2 and n = 6 (weights 0.9 and 1 after decay): least squares
-    gives slope 10, shrunk by S_nn/(S_nn + SLOPE_PRIOR) with S_nn = Σw(n − n̄)²; the intercept
-    passes through the weighted means."""
+    """Points on 100 + 10·k at k = 2 and k = 6 drafts, that is n = k + 1 = 3 and 7 checked
+    positions (weights 0.9 and 1 after decay): least squares gives slope 10, shrunk by
+    S_nn/(S_nn + SLOPE_PRIOR) with S_nn = Σw(n − n̄)²; the line passes through the weighted
+    means."""
     c = AdaptiveGamma(8)
     c.update(_round([True, False], verify_ms=120.0))  # n = 2
     c.update(_round([True] * 6, verify_ms=160.0))  # n = 6
     c.update(_round([], drafted=0, verify_ms=500.0))  # no drafts: not part of the fit
-    w2, w6 = 0.9, 1.0  # the n = 2 round decayed once; the no-draft round changes nothing
-    mean_n = (2 * w2 + 6 * w6) / (w2 + w6)
-    s_nn = w2 * (2 - mean_n) ** 2 + w6 * (6 - mean_n) ** 2
+    w2, w6 = 0.9, 1.0  # the k = 2 round decayed once; the no-draft round only times t₁
+    mean_k = (2 * w2 + 6 * w6) / (w2 + w6)
+    s_nn = w2 * (2 - mean_k) ** 2 + w6 * (6 - mean_k) ** 2  # the same in n = k + 1
     slope = 10.0 * s_nn / (s_nn + adaptive.SLOPE_PRIOR)
     v0, v1 = c.verify_ms_fit()
     assert v1 == pytest.approx(slope)
-    assert v0 == pytest.approx(100.0 + 10.0 * mean_n - slope * mean_n)
+    assert v0 == pytest.approx(100.0 + 10.0 * mean_k - slope * (mean_k + 1))
+    assert c.costs.target_step_ms == pytest.approx(500.0)
 
 
 def test_rounds_without_drafts_and_broken_timings_change_nothing():
@@ -89,7 +91,7 @@ def test_rounds_without_drafts_and_broken_timings_change_nothing():
         c.update(_round([], drafted=0, draft_ms=0.1, verify_ms=300.0))
     c.update(_round([True, True, False], draft_ms=float("nan"), verify_ms=float("inf")))
     after = (c.acceptance_by_position(), c.draft_ms_per_token, c.verify_ms_fit(), c.choose())
-    assert after[1:] == before[1:]  # costs untouched by no-draft rounds and non-finite timings
+    assert after[1:] == before[1:]  # d and v(n) untouched by no-draft rounds and non-finite timings
     assert after[0][:3] != before[0][:3]  # (the last round's acceptance still counts)
 
 

@@ -21,12 +21,31 @@ def load_mutants():
     return module
 
 
-def test_every_mutant_snippet_occurs_exactly_once_and_changes_the_code():
+def test_every_mutant_snippet_occurs_exactly_once_and_the_mutant_compiles():
+    """A mutant whose file no longer compiles would be 'killed' by a SyntaxError, not by a test."""
     mutants = load_mutants()
     for m in mutants.MUTANTS:
         text = (ROOT / m.path).read_text()
-        assert text.count(m.old) == 1, f"{m.name}: snippet found {text.count(m.old)} times in {m.path}"
-        assert m.old != m.new
+        found = len(mutants.locate(text, m.old))
+        assert found == 1, f"{m.name}: snippet found {found} times in {m.path}"
+        mutated = mutants.mutate(text, m.old, m.new)
+        assert mutated != text
+        compile(mutated, m.path, "exec")
+
+
+def test_snippets_are_anchored_by_text_not_by_indentation():
+    """Code moved into a helper one level deeper still matches, and the replacement follows it."""
+    mutants = load_mutants()
+    before = "def f(x):\n    if x:\n        y = 1\n        return y\n    return 0\n"
+    moved = "class A:\n    def g(self, x):\n        if x:\n            y = 1\n            return y\n        return 0\n"
+    old, new = "        y = 1\n        return y\n", "        return 2\n"
+    assert [len(mutants.locate(t, old)) for t in (before, moved)] == [1, 1]
+    assert mutants.mutate(moved, old, new) == "class A:\n    def g(self, x):\n        if x:\n            return 2\n        return 0\n"
+    compile(mutants.mutate(moved, old, new), "moved", "exec")
+    inline_old = "y = 1\n        return y"  # starts mid-line: its second line sets the depth
+    assert mutants.mutate(moved, inline_old, "y = 3\n        return -y") == moved.replace(
+        "y = 1\n            return y", "y = 3\n            return -y")
+    assert len(mutants.locate(before, "        y = 2\n")) == 0
 
 
 def test_every_kind_has_mutants_and_existing_test_files():

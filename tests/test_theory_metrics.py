@@ -35,10 +35,11 @@ def test_optimal_gamma_by_enumeration():
     assert theory.optimal_num_speculative_tokens(0.3, 0.5) == 1
 
 
-def _round(i, drafted, accepted, committed=None, draft_ms=10.0, steps=None, verify_ms=100.0, elapsed=None):
+def _round(i, drafted, accepted, committed=None, draft_ms=10.0, steps=None, verify_ms=100.0, round_ms=None,
+           elapsed=0.0, timing=False):
     return RoundEvent(
         round_index=i,
-        num_speculative_tokens=4,
+        num_speculative_tokens=4 if drafted or not timing else 0,
         num_drafted=drafted,
         num_accepted=accepted,
         num_committed=accepted + 1 if committed is None else committed,
@@ -46,7 +47,9 @@ def _round(i, drafted, accepted, committed=None, draft_ms=10.0, steps=None, veri
         draft_ms=draft_ms,
         draft_steps=drafted if steps is None else steps,
         verify_ms=verify_ms,
-        elapsed_ms=elapsed if elapsed is not None else 0.0,
+        elapsed_ms=elapsed,
+        round_ms=draft_ms + verify_ms if round_ms is None else round_ms,
+        timing=timing,
     )
 
 
@@ -54,40 +57,77 @@ def _tok(kind):
     return TokenEvent(1, kind, "x", 0.5, None, None, None, None, 0, 0, 4)
 
 
-def test_metrics_fold_hand_built_rounds():
-    m = SpeculationMetrics(baseline_tokens_per_s=10.0)
-    # round 0: 4 drafted, 4 accepted (+bonus) = 5 tokens; round 1: 4 drafted, 1 accepted = 2;
-    # round 2: 4 drafted, 0 accepted = 1. Total 8 tokens in 400 ms → 20 tokens/s.
-    for i, (d, a, el) in enumerate([(4, 4, 150.0), (4, 1, 280.0), (4, 0, 400.0)]):
+# (drafted, accepted, draft_ms, round_ms, timing): a timing round, three drafting rounds, an
+# n-gram-style miss. 10 tokens in 660 ms of decoding.
+HAND_ROUNDS = [(0, 0, 0.0, 100.0, True), (4, 4, 40.0, 160.0, False), (4, 1, 40.0, 160.0, False),
+               (2, 0, 20.0, 130.0, False), (0, 0, 0.0, 110.0, False)]
+
+
+def _fold(rounds) -> SpeculationMetrics:
+    m = SpeculationMetrics()
+    for i, (d, a, draft_ms, round_ms, timing) in enumerate(rounds):
         for _ in range(a):
             m.update(_tok(TokenKind.ACCEPTED))
         m.update(_tok(TokenKind.BONUS if a == d else TokenKind.RESAMPLED))
-        m.update(_round(i, d, a, draft_ms=40.0, elapsed=el))
-    m.update(DoneEvent(StopReason.EOS, (), (), "", 5.0, 400.0, 3))
-    assert m.num_tokens == 8
+        m.update(_round(i, d, a, draft_ms=draft_ms, round_ms=round_ms, timing=timing))
+    return m
+
+
+def test_metrics_fold_hand_built_rounds():
+    m = _fold(HAND_ROUNDS)
+    m.update(DoneEvent(StopReason.EOS, (), (), "", 5.0, 660.0, 3))
+    assert m.num_tokens == 10 and m.num_committed == 10 and m.decode_ms == 660.0
     # judged positions: 4 (all accepted), 2 (1 accepted + the rejection), 1 (the rejection)
     assert m.acceptance_rate == pytest.approx(5 / 7)
-    assert m.accepted_per_drafted == pytest.approx(5 / 12)
-    assert m.cumulative_acceptance_rate() == pytest.approx([1.0, 5 / 6, 5 / 7])
-    assert m.acceptance_rate_per_round() == pytest.approx([1.0, 0.5, 0.0])
-    # position 0 reached 3x, accepted 2x; position 1 reached 2x (rounds 0, 1), accepted 1x;
-    # positions 2 and 3 reached once (round 0), accepted once
+    assert m.accepted_per_drafted == pytest.approx(5 / 10)
+    assert m.cumulative_acceptance_rate() == pytest.approx([None, 1.0, 5 / 6, 5 / 7, 5 / 7])
+    assert m.acceptance_rate_per_round() == pytest.approx([None, 1.0, 0.5, 0.0, None])
+    # position 0 reached 3x, accepted 2x; position 1 reached 2x, accepted 1x; 2 and 3 once, once
     assert m.acceptance_by_position() == [(2, 3), (1, 2), (1, 1), (1, 1)]
-    assert m.mean_tokens_per_round == pytest.approx(8 / 3)
-    assert m.tokens_per_s == pytest.approx(20.0)
-    assert m.measured_speedup == pytest.approx(2.0)
-    assert m.draft_step_ms == pytest.approx(10.0)  # 120 ms over 12 steps
-    assert m.cost_ratio == pytest.approx(10.0 / 100.0)  # baseline step = 100 ms
-    assert m.predicted_speedup == pytest.approx(theory.predicted_speedup(5 / 7, 4, 0.1))
-    assert m.summary()["num_resampled"] == 2 and m.summary()["num_bonus"] == 1
+    assert m.mean_tokens_per_round == pytest.approx(10 / 5)
+    assert m.tokens_per_s == pytest.approx(10 / 0.66)
+    # t₁: the two rounds that drafted nothing took 100 and 110 ms
+    assert m.target_step_ms == pytest.approx(105.0)
+    assert m.num_target_only_rounds == 2 and m.num_timing_rounds == 1
+    assert m.target_only_tokens_per_s == pytest.approx(1000 / 105)
+    # measured: 10 tokens would take 10 × 105 ms target-only; they took 660 ms
+    assert m.measured_speedup == pytest.approx(1050 / 660)
+    # d = 100 ms over 10 drafted tokens; c = d / t₁
+    assert m.draft_step_ms == pytest.approx(10.0)
+    assert m.cost_ratio == pytest.approx(10.0 / 105.0)
+    # v(n): rounds apart from drafting: 120 ms at n = 5 (twice), 110 ms at n = 3: the line
+    # 95 + 5n; its slope is shrunk by S_nn/(S_nn + 20), S_nn = 2(2/3)² + (4/3)² = 24/9
+    slope = 5.0 * (24 / 9) / (24 / 9 + 20)
+    v0, v1 = m.costs.verify_fit()
+    assert v1 == pytest.approx(slope) and v0 == pytest.approx(350 / 3 - slope * 13 / 3)
+    # predicted for the rounds as run: two target-only rounds (1 token, t₁ each), two rounds
+    # of γ = 4 (E[N](α, 4) tokens, 4d + v(5) each) and one of γ = 2
+    e4, e2 = theory.expected_tokens_per_round(5 / 7, 4), theory.expected_tokens_per_round(5 / 7, 2)
+    tokens = 2 + 2 * e4 + e2
+    time_ms = 2 * 105 + 2 * (40 + v0 + 5 * v1) + (20 + v0 + 3 * v1)
+    assert m.predicted_speedup == pytest.approx(tokens * 105 / time_ms)
+    curve = m.predicted_speedup_curve(3)
+    assert curve == pytest.approx([theory.expected_tokens_per_round(5 / 7, g) * 105 / (10 * g + v0 + v1 * (g + 1))
+                                   for g in (1, 2, 3)])
+    summary = m.summary()
+    assert summary["num_resampled"] == 2 and summary["num_bonus"] == 3
+    assert summary["speedup"] == pytest.approx(1050 / 660) and summary["speedup_predicted"] == m.predicted_speedup
 
 
-def test_metrics_without_drafts():
-    m = SpeculationMetrics()
-    m.update(_tok(TokenKind.BONUS))
-    m.update(_round(0, 0, 0, elapsed=50.0))
-    assert m.acceptance_rate is None and m.predicted_speedup is None and m.measured_speedup is None
-    assert m.tokens_per_s == pytest.approx(20.0)
+def test_target_only_stream_measures_exactly_one():
+    """Every round drafted nothing: t₁ is their mean time, so the speedup is 1 exactly, and the
+    prediction too; with no draft there is no α and no c."""
+    m = _fold([(0, 0, 0.0, ms, False) for ms in (90.0, 130.0, 110.0)])
+    assert m.measured_speedup == pytest.approx(1.0) and m.predicted_speedup is None
+    assert m.acceptance_rate is None and m.cost_ratio is None
+    assert m.tokens_per_s == pytest.approx(3 / 0.33)
+
+
+def test_no_speedup_without_a_target_only_round():
+    """Every round drafted: t₁ was not timed in this stream, so no speedup is claimed."""
+    m = _fold(HAND_ROUNDS[1:4])
+    assert m.acceptance_rate == pytest.approx(5 / 7)
+    assert m.measured_speedup is None and m.predicted_speedup is None and m.cost_ratio is None
 
 
 def test_mean_gamma_ignores_rounds_that_drafted_nothing():
@@ -99,8 +139,8 @@ def test_mean_gamma_ignores_rounds_that_drafted_nothing():
 
 def test_decode_time_adds_up_over_two_streams():
     m = SpeculationMetrics()
-    for i, elapsed in enumerate((100.0, 200.0)):
-        m.update(_round(i, 4, 2, elapsed=elapsed))
-    for i, elapsed in enumerate((50.0, 80.0)):  # a second stream restarts its clock at 0
-        m.update(_round(i, 4, 2, elapsed=elapsed))
+    for i, (elapsed, ms) in enumerate(((100.0, 100.0), (200.0, 100.0))):
+        m.update(_round(i, 4, 2, elapsed=elapsed, round_ms=ms))
+    for i, (elapsed, ms) in enumerate(((50.0, 50.0), (80.0, 30.0))):  # a second stream restarts its clock
+        m.update(_round(i, 4, 2, elapsed=elapsed, round_ms=ms))
     assert m.decode_ms == 280.0
