@@ -15,7 +15,7 @@ import math
 
 import plotly.graph_objects as go
 
-from specchat import theory
+from specchat import drafter_kinds, theory
 from specchat.metrics import SpeculationMetrics
 from specchat.ui_render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
 
@@ -26,6 +26,7 @@ __all__ = [
     "speed_figure",
     "theory_figure",
     "all_figures",
+    "conversation_figures",
     "speed_series",
     "theory_curve",
     "bench_figure",
@@ -121,11 +122,6 @@ def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
 
 
-def _gamma_label(metrics: SpeculationMetrics) -> str:
-    gamma = metrics.mean_num_speculative_tokens
-    return f"S({max(1, round(gamma))})" if gamma is not None else "S(γ)"
-
-
 # ---- 1. acceptance rate over rounds ---------------------------------------------------------
 def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
     """Cumulative α and accepted/judged drafts per round (per bucket of rounds for long replies),
@@ -210,11 +206,6 @@ def acceptance_by_position_figure(metrics: SpeculationMetrics) -> go.Figure:
             "<br>β = %{y:.2f}<extra></extra>"
         ),
     )
-    if len(x) <= 8:
-        bars.update(
-            text=[f"{a}/{n}" for a, n in by_position], textposition="outside",
-            textfont=dict(size=10), cliponaxis=False,
-        )
     data = [bars]
     alpha = metrics.acceptance_rate
     if alpha is not None:
@@ -223,31 +214,26 @@ def acceptance_by_position_figure(metrics: SpeculationMetrics) -> go.Figure:
             name=f"α = {alpha:.2f} over all drafts", line=dict(color=MEASURED_COLOR, width=1, dash="dot"),
             hoverinfo="skip",
         ))
+    # the counts go under the bars, in the tick labels, where the α line cannot cross them
+    ticks = dict(tickvals=x, ticktext=[f"{i}<br>{a}/{n}" for i, (a, n) in zip(x, by_position)]) if len(x) <= 10 else {}
     return _figure(
         data, "Acceptance by draft position", show_legend=True,
         xaxis=_axis("draft position (accepted / reached)", dtick=1 if len(x) <= 16 else None,
-                    range=[0.5, len(x) + 0.5]),
-        yaxis=_axis("β at position", range=[0, 1.18]),
+                    range=[0.5, len(x) + 0.5], **ticks),
+        yaxis=_axis("β at position", range=[0, 1.12]),
         bargap=0.25,
     )
 
 
 # ---- 3. speed ------------------------------------------------------------------------------
 def speed_series(metrics: SpeculationMetrics) -> tuple[list[float], list[float]]:
-    """(decode seconds, cumulative tokens/s) after each round, thinned to MAX_POINTS.
-
-    Elapsed times restart at round 0 of each stream; they are chained like the metrics do.
-    """
-    offset_ms = last_ms = 0.0
-    tokens = 0
-    points = []
-    for i, r in enumerate(metrics.rounds):
-        if r.round_index == 0 and i:
-            offset_ms = last_ms
-        last_ms = offset_ms + r.elapsed_ms
+    """(decode seconds, cumulative tokens/s) after each round, thinned to MAX_POINTS."""
+    elapsed_ms, tokens, points = 0.0, 0, []
+    for r in metrics.rounds:
+        elapsed_ms += r.round_ms
         tokens += r.num_committed
-        if last_ms > 0:
-            points.append((last_ms / 1000.0, tokens / (last_ms / 1000.0)))
+        if elapsed_ms > 0:
+            points.append((elapsed_ms / 1000.0, tokens / (elapsed_ms / 1000.0)))
     seconds, rates = [], []
     for _, stop in _buckets(len(points)):
         t, rate = points[stop - 1]
@@ -256,38 +242,54 @@ def speed_series(metrics: SpeculationMetrics) -> tuple[list[float], list[float]]
     return seconds, rates
 
 
+def target_only_samples(metrics: SpeculationMetrics) -> tuple[list[float], list[float]]:
+    """(decode seconds, tokens/s) of each target-only step timed in the reply: the rounds that
+    drafted nothing, at the time they ended (the t₁ samples, as 1000 / ms tokens/s)."""
+    elapsed_ms, seconds, rates = 0.0, [], []
+    for r in metrics.rounds:
+        elapsed_ms += r.round_ms
+        step_ms = r.round_ms - r.draft_ms
+        if r.num_drafted == 0 and step_ms > 0:
+            seconds.append(round(elapsed_ms / 1000.0, 3))
+            rates.append(round(1000.0 / step_ms, 2))
+    return seconds[-MAX_POINTS:], rates[-MAX_POINTS:]
+
+
 def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
-    """Left: tokens/s so far against the target-only baseline. Right: measured vs predicted speedup."""
+    """Left: tokens/s so far, and each target-only step timed during the reply (dots) with
+    their mean (dashed). Right: the measured speedup against those steps, and the predicted one."""
     seconds, rates = speed_series(metrics)
-    baseline = metrics.baseline_tokens_per_s
     if not seconds:
-        hint = "Tokens/s and speedup appear after the first round"
-        if baseline:
-            hint += f" (baseline {baseline:.1f} tok/s)"
-        return _empty("Speed", hint)
+        return _empty("Speed", "Tokens/s and the speedup appear after the first round")
     data = [dict(
-        type="scatter", x=seconds, y=rates, mode="lines", name="speculative",
+        type="scatter", x=seconds, y=rates, mode="lines", name="this reply",
         line=dict(color=MEASURED_COLOR, width=2),
         hovertemplate="%{x:.1f} s: %{y:.1f} tok/s<extra></extra>",
     )]
-    if baseline:
+    target_tps = metrics.target_only_tokens_per_s
+    sample_x, sample_y = target_only_samples(metrics)
+    if sample_x:
         data.append(dict(
-            type="scatter", x=[0, seconds[-1]], y=[round(baseline, 2)] * 2, mode="lines",
-            name="target only", line=dict(color=BASELINE_COLOR, width=1.5, dash="dash"),
-            hovertemplate=f"target only: {baseline:.1f} tok/s<extra></extra>",
+            type="scatter", x=sample_x, y=sample_y, mode="markers", name="target-only steps",
+            marker=dict(color=BASELINE_COLOR, size=6, symbol="circle-open"),
+            hovertemplate="target-only step at %{x:.1f} s: %{y:.1f} tok/s<extra></extra>",
+        ))
+        data.append(dict(
+            type="scatter", x=[0, seconds[-1]], y=[round(target_tps, 2)] * 2, mode="lines",
+            name="their mean", line=dict(color=BASELINE_COLOR, width=1.5, dash="dash"),
+            hovertemplate=f"target only: {target_tps:.1f} tok/s (timed during this reply)<extra></extra>",
         ))
     values = [_r(metrics.measured_speedup, 3), _r(metrics.predicted_speedup, 3)]
     data.append(dict(
-        type="bar", x=["measured", f"predicted {_gamma_label(metrics)}"], y=values,
+        type="bar", x=["measured", "predicted"], y=values,
         xaxis="x2", yaxis="y2", marker=dict(color=[MEASURED_COLOR, PREDICTED_COLOR]), opacity=0.9,
-        text=["n/a" if v is None else f"{v:.2f}×" for v in values], textposition="outside",
+        text=["not measured" if v is None else f"{v:.2f}×" for v in values], textposition="outside",
         textfont=dict(size=10), cliponaxis=False, showlegend=False,
         hovertemplate="%{x}: %{y:.2f}×<extra></extra>",
     ))
     tps = metrics.tokens_per_s
     title = f"Speed: {tps:.1f} tok/s" if tps else "Speed"
-    if baseline:
-        title += f" vs {baseline:.1f} target only"
+    title += f" vs {target_tps:.1f} target only" if target_tps else " (no target-only step timed yet)"
     top = max([v for v in values if v is not None] + [1.0]) * 1.25
     return _figure(
         data, title, show_legend=True,
@@ -297,8 +299,9 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
         ),
         xaxis=_axis("decode time (s)", domain=[0, 0.62], rangemode="tozero"),
         yaxis=_axis("tokens/s", rangemode="tozero"),
-        xaxis2=_axis(None, domain=[0.74, 1], anchor="y2", tickfont=dict(size=10)),
-        yaxis2=_axis("speedup ×", anchor="x2", range=[0, top]),
+        xaxis2=_axis("speedup vs target-only steps<br>timed during this reply", domain=[0.74, 1], anchor="y2",
+                     tickfont=dict(size=10)),
+        yaxis2=_axis(None, anchor="x2", range=[0, top]),
         shapes=[_hline(1, BASELINE_COLOR, xref="x2 domain", yref="y2")],
         bargap=0.35,
     )
@@ -306,57 +309,74 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
 
 # ---- 4. theory -----------------------------------------------------------------------------
 def theory_curve(alpha: float, cost_ratio: float, max_gamma: int = THEORY_MAX_GAMMA) -> list[float]:
-    """S(γ) for γ = 1..max_gamma (theory.predicted_speedup)."""
+    """Leviathan's S(γ) = E[N] / (γc + 1) for γ = 1..max_gamma (theory.predicted_speedup): the
+    textbook curve, which assumes verifying γ + 1 tokens costs one target step."""
     return [theory.predicted_speedup(alpha, g, cost_ratio) for g in range(1, max_gamma + 1)]
 
 
 def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | None = None) -> go.Figure:
-    """S(γ) for γ=1..10 at the measured α and c; current γ, best γ, the measured point, S=1.
+    """S(γ) for γ = 1..10 from the reply's measured α and costs (ALGORITHM.md:
+    E[N](γ) · t₁ / (γ·d + v(γ + 1))), its best γ (the γ the adaptive controller's formula picks),
+    the γ drafted and the measured speedup there, and the textbook S(γ) for comparison.
 
     Args:
-        num_speculative_tokens: the γ to mark as current; defaults to the mean γ drafted
-            (the same γ as metrics.predicted_speedup).
+        num_speculative_tokens: the γ to mark as drafted; defaults to the mean γ drafted.
     """
+    title = "Theory: predicted speedup S(γ)"
     alpha, cost = metrics.acceptance_rate, metrics.cost_ratio
-    if alpha is None or cost is None or not math.isfinite(cost):
-        return _empty("Theory: predicted speedup S(γ)", "S(γ) needs a measured α and c: send a message with a drafter")
-    alpha = min(max(alpha, 0.0), 1.0)
-    cost = max(cost, 0.0)
     gamma = num_speculative_tokens
     if gamma is None and metrics.mean_num_speculative_tokens is not None:
         gamma = max(1, round(metrics.mean_num_speculative_tokens))
     max_gamma = max(THEORY_MAX_GAMMA, gamma or 0)
-    curve = [round(s, 4) for s in theory_curve(alpha, cost, max_gamma)]
-    best = theory.optimal_num_speculative_tokens(alpha, cost, max_gamma)
+    measured_curve = metrics.predicted_speedup_curve(max_gamma)
+    if alpha is None or cost is None or not math.isfinite(cost) or measured_curve is None:
+        hint = ("S(γ) needs α and a timed target-only step: send a longer message with a drafter"
+                if alpha is not None else "S(γ) needs a measured α and c: send a message with a drafter")
+        return _empty(title, hint)
+    alpha, cost = min(max(alpha, 0.0), 1.0), max(cost, 0.0)
+    xs = list(range(1, max_gamma + 1))
+    curve = [round(v, 4) for v in measured_curve]
+    textbook = [round(v, 4) for v in theory_curve(alpha, cost, max_gamma)]
+    best = 1 + max(range(len(curve)), key=lambda i: (curve[i], -i))
     data = [
         dict(
-            type="scatter", x=list(range(1, max_gamma + 1)), y=curve, mode="lines+markers",
-            name="S(γ)", line=dict(color=PREDICTED_COLOR, width=2), marker=dict(size=5),
+            type="scatter", x=xs, y=textbook, mode="lines", name="textbook: verify = 1 step",
+            line=dict(color=PREDICTED_COLOR, width=1, dash="dot"),
+            hovertemplate="γ = %{x}: E[N]/(γc+1) = %{y:.2f}×<extra></extra>",
+        ),
+        dict(
+            type="scatter", x=xs, y=curve, mode="lines+markers", name="S(γ), measured costs",
+            line=dict(color=PREDICTED_COLOR, width=2), marker=dict(size=5),
             hovertemplate="γ = %{x}: S = %{y:.2f}×<extra></extra>",
         ),
         dict(
-            type="scatter", x=[best], y=[curve[best - 1]], mode="markers", name=f"best γ={best}",
+            type="scatter", x=[best], y=[curve[best - 1]], mode="markers", name=f"best γ={best} (adaptive's pick)",
             marker=dict(symbol="star", size=15, color=PREDICTED_COLOR, line=dict(color="white", width=1)),
-            hovertemplate="best γ = %{x}: S = %{y:.2f}×<extra></extra>",
+            hovertemplate="best γ = %{x}: S = %{y:.2f}× (the adaptive controller maximises this)<extra></extra>",
         ),
     ]
     measured = metrics.measured_speedup
     if gamma:
         data.append(dict(
-            type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"current γ={gamma}",
+            type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"drafted γ≈{gamma}",
             marker=dict(symbol="circle-open", size=16, color=MEASURED_COLOR, line=dict(width=2)),
-            hovertemplate="current γ = %{x}: predicted %{y:.2f}×<extra></extra>",
+            hovertemplate="γ drafted (mean) = %{x}: predicted %{y:.2f}×<extra></extra>",
         ))
         if measured is not None:
             data.append(dict(
                 type="scatter", x=[gamma], y=[round(measured, 3)], mode="markers", name="measured",
                 marker=dict(symbol="diamond", size=10, color=MEASURED_COLOR),
-                hovertemplate="measured at γ = %{x}: %{y:.2f}×<extra></extra>",
+                hovertemplate="measured at γ ≈ %{x}: %{y:.2f}×<extra></extra>",
             ))
     notes = [_note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right", yanchor="top")]
     if alpha <= cost:
         notes.append(_note("α ≤ c: no γ gives a speedup", 0.5, 0.92, RESAMPLED, size=11))
-    top = max(curve + [1.0, measured or 0.0])
+    elif gamma and abs(gamma - best) >= 2:
+        notes.append(_note(
+            "adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
+            0.5, 0.02, TEXT, size=9, yanchor="bottom",
+        ))
+    top = max(curve + textbook + [1.0, measured or 0.0])
     return _figure(
         data, f"Theory: S(γ) at α = {alpha:.2f}, c = {cost:.2f}", show_legend=True,
         xaxis=_axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2),
@@ -368,7 +388,7 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
 def all_figures(
     metrics: SpeculationMetrics, num_speculative_tokens: int | None = None
 ) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
-    """The four figures in display order: α over rounds, by position, speed, theory."""
+    """The four figures of one reply, in display order: α over rounds, by position, speed, theory."""
     return (
         acceptance_rate_figure(metrics),
         acceptance_by_position_figure(metrics),
@@ -377,10 +397,54 @@ def all_figures(
     )
 
 
+# ---- the whole conversation ------------------------------------------------------------------
+def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> tuple[go.Figure, ...]:
+    """Four per-reply bar charts for the conversation so far: α, tokens per round, the measured
+    and predicted speedup, and decode speed with the target-only speed timed in each reply.
+
+    Args:
+        replies: ``(number, drafter, metrics)`` per reply, in order; bars take the drafter's color.
+    """
+    titles = ("α by reply", "Tokens per round by reply", "Speedup by reply", "Speed by reply")
+    if not replies:
+        return tuple(_empty(t, "One bar per reply appears here as you chat") for t in titles)
+    x = [f"#{n} {d}" for n, d, _ in replies]
+    colors = [drafter_kinds.color(d) for _, d, _ in replies]
+
+    def bars(values, name, color=colors, fmt=".2f", suffix=""):
+        return dict(
+            type="bar", x=x, y=[_r(v, 3) for v in values], name=name, marker=dict(color=color), opacity=0.9,
+            text=["n/a" if v is None else f"{v:{fmt}}{suffix}" for v in values], textposition="outside",
+            textfont=dict(size=10), cliponaxis=False, hovertemplate=f"%{{x}}: %{{y:{fmt}}}{suffix}<extra>{name}</extra>",
+        )
+
+    def fig(data, title, ytitle, top, legend=False):
+        return _figure(data, title, show_legend=legend, barmode="group", bargap=0.3,
+                       xaxis=_axis(None, type="category"), yaxis=_axis(ytitle, range=[0, top * 1.2]))
+
+    alphas = [m.acceptance_rate for _, _, m in replies]
+    per_round = [m.mean_tokens_per_round for _, _, m in replies]
+    measured = [m.measured_speedup for _, _, m in replies]
+    predicted = [m.predicted_speedup for _, _, m in replies]
+    speed = [m.tokens_per_s for _, _, m in replies]
+    target = [m.target_only_tokens_per_s for _, _, m in replies]
+    top = lambda values, floor=1.0: max([v for v in values if v is not None] + [floor])  # noqa: E731
+    speedup_fig = fig(
+        [bars(measured, "measured", MEASURED_COLOR, suffix="×"), bars(predicted, "predicted", PREDICTED_COLOR, suffix="×")],
+        "Speedup by reply (vs target-only steps timed in each)", "speedup ×", top(measured + predicted), legend=True,
+    )
+    speedup_fig.layout.shapes = [_hline(1, BASELINE_COLOR)]
+    return (
+        fig([bars(alphas, "α")], "α by reply", "α", 1.0),
+        fig([bars(per_round, "tokens/round")], "Tokens per round by reply", "tokens per round", top(per_round)),
+        speedup_fig,
+        fig([bars(speed, "this reply", colors, ".1f", " tok/s"), bars(target, "target only, timed in it", BASELINE_COLOR, ".1f", " tok/s")],
+            "Speed by reply", "tokens/s", top(speed + target), legend=True),
+    )
+
+
 # ---- the benchmark (python -m specchat bench) -------------------------------------------------
-DRAFTER_COLORS = {
-    "none": BASELINE_COLOR, "ngram": "#e67700", "int4": "#1971c2", "sibling": "#2f9e44", "sibling-int4": "#9c36b5",
-}
+DRAFTER_COLORS = {name: kind.color for name, kind in drafter_kinds.DRAFTER_KINDS.items()}
 
 
 def bench_figure(summary: dict, meta: dict) -> go.Figure:
@@ -435,6 +499,12 @@ def bench_figure(summary: dict, meta: dict) -> go.Figure:
             ), row=1, col=2)
     for col in (1, 2):
         fig.add_hline(y=1.0, line=dict(color=BASELINE_COLOR, width=1, dash="dot"), row=1, col=col)
+    hints = {1: "not measured: no drafter ran with adaptive γ", 2: "not measured: no fixed γ ran (--gammas 1 2 4 8)"}
+    for col, hint in hints.items():
+        axis = "x" if col == 1 else "x2"
+        if not any(getattr(t, "xaxis", None) == axis for t in fig.data):
+            fig.add_annotation(text=hint, xref=f"{axis} domain", yref=f"{axis.replace('x', 'y')} domain",
+                               x=0.5, y=0.5, showarrow=False, font=dict(size=12, color=BASELINE_COLOR))
     machine = f"{meta.get('processor', '?')}, {meta.get('torch_threads', '?')} threads, {meta.get('device', '?')}"
     fig.update_layout(
         template=_TEMPLATE, height=430, width=1100, barmode="group",

@@ -7,6 +7,7 @@ import json
 import sys
 
 from specchat.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
+from specchat.drafter_kinds import KIND_NAMES, SPECULATIVE_KIND_NAMES
 from specchat.events import DoneEvent, TokenEvent
 from specchat.metrics import SpeculationMetrics
 
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="generate text from a prompt (headless)")
     gen.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
-    gen.add_argument("--drafter", choices=["none", "sibling", "sibling-int4", "int4", "ngram"], default="none")
+    gen.add_argument("--drafter", choices=KIND_NAMES, default="none")
     gen.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory (default: the target's sibling)")
     gen.add_argument(
         "--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--device", default=None, help="cpu, cuda, … (default: cuda if available)")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
-    aud.add_argument("--drafter", choices=["sibling", "sibling-int4", "int4", "ngram"], required=True)
+    aud.add_argument("--drafter", choices=SPECULATIVE_KIND_NAMES, required=True)
     aud.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     aud.add_argument("--prompt", default=AUDIT_PROMPT, help="chat message to audit on")
     aud.add_argument("--samples", type=_ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ben.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     ben.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
-    ben.add_argument("--drafters", nargs="+", choices=["sibling", "sibling-int4", "int4", "ngram"],
+    ben.add_argument("--drafters", nargs="+", choices=SPECULATIVE_KIND_NAMES,
                      help="drafters to time (default: all the target offers); target-only is always timed")
     ben.add_argument("--gammas", nargs="+", type=_auto_or(_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"), word="adaptive"),
                      default=["adaptive", 1, 2, 4, 8], metavar="G",
@@ -363,6 +364,7 @@ def _generate(args: argparse.Namespace) -> int:
                 seed=args.seed + i,
                 max_new_tokens=args.max_new_tokens,
                 stop_strings=tuple(args.stop),
+                measure_speedup=True,  # t₁ timed in the same run: stats.speedup is like for like
             )
             metrics = SpeculationMetrics()
             color = sys.stdout.isatty() and not args.json
@@ -374,22 +376,32 @@ def _generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
-            if done.final_text and not args.json:
-                sys.stdout.write(done.final_text)
             if args.json:
                 print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
             else:
-                s = metrics.summary()
-                alpha = "n/a" if s["acceptance_rate"] is None else f"{s['acceptance_rate']:.2f}"
-                print(
-                    f"\n[{args.drafter}] {s['num_tokens']} tokens, {s['tokens_per_s']:.2f} tokens/s, "
-                    f"α={alpha}, {s['mean_tokens_per_round']:.2f} tokens/round, stop={done.stop_reason.value}",
-                    file=sys.stderr,
-                )
+                sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
+                sys.stdout.flush()
+                print(summary_line(args.drafter, metrics, done), file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent) -> str:
+    """One line after a reply: tokens, speed, α, tokens per round and the speedup against the
+    target-only steps timed during this reply (``n/a`` where not measurable)."""
+    s = metrics.summary()
+
+    def fmt(value, spec: str, suffix: str = "") -> str:
+        return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+    return (
+        f"[{drafter}] {s['num_tokens']} tokens, {fmt(s['tokens_per_s'], '.2f', ' tokens/s')}, "
+        f"α={fmt(s['acceptance_rate'], '.2f')}, {fmt(s['mean_tokens_per_round'], '.2f')} tokens/round, "
+        f"speedup {fmt(s['speedup'], '.2f', '×')} vs target-only steps timed during this reply "
+        f"(predicted {fmt(s['speedup_predicted'], '.2f', '×')}), stop={done.stop_reason.value}"
+    )
 
 
 def _sample_json(done: DoneEvent, metrics: SpeculationMetrics, args: argparse.Namespace, seed: int) -> dict:

@@ -28,13 +28,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from specchat import drafter_kinds
 from specchat.errors import RegistryError
 
-DRAFTER_KINDS: tuple[str, ...] = ("none", "ngram", "int4", "sibling", "sibling-int4")
-"""Drafter kinds known to the app; ``sibling`` is the only one that needs configuring, and
-``sibling-int4`` (the sibling quantized to NF4 while loading) comes with it."""
+DRAFTER_KINDS: tuple[str, ...] = drafter_kinds.KIND_NAMES
+"""Drafter kinds known to the app (:mod:`specchat.drafter_kinds`); ``sibling`` is the only one
+that needs configuring, and the other kinds built from the sibling (``sibling-int4``) come with it."""
 
-ALWAYS_AVAILABLE_DRAFTERS: tuple[str, ...] = ("none", "ngram", "int4")
+ALWAYS_AVAILABLE_DRAFTERS: tuple[str, ...] = tuple(drafter_kinds.kinds_for(has_sibling=False))
 
 MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
 DEFAULT_MODELS_YAML = Path(__file__).resolve().parent.parent / "models.yaml"
@@ -132,8 +133,8 @@ class ModelEntry(BaseModel):
         for kind, setting in value.items():
             if kind not in DRAFTER_KINDS:
                 raise ValueError(f"unknown drafter kind {kind!r} (known: {', '.join(DRAFTER_KINDS)})")
-            if kind == "sibling-int4":
-                raise ValueError("sibling-int4: comes with sibling (the sibling quantized to int4); do not list it")
+            if drafter_kinds.get(kind).needs_sibling and kind != "sibling":
+                raise ValueError(f"{kind}: comes with sibling ({drafter_kinds.get(kind).description}); do not list it")
             if kind == "sibling":
                 if not isinstance(setting, str) or not setting:
                     raise ValueError("sibling: must name another entry of this file")
@@ -156,7 +157,7 @@ class ModelEntry(BaseModel):
     def drafter_kinds(self) -> list[str]:
         """Drafter kinds this entry can use as a target: none, ngram, int4, and sibling and
         sibling-int4 if a sibling is configured."""
-        return list(ALWAYS_AVAILABLE_DRAFTERS) + (["sibling", "sibling-int4"] if self.sibling else [])
+        return drafter_kinds.kinds_for(has_sibling=self.sibling is not None)
 
 
 class Registry(BaseModel):

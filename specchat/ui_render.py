@@ -36,12 +36,15 @@ KIND_LABELS: dict[str, tuple[str, str]] = {  # kind: (chip text, explanation)
     "accepted": ("accepted", "draft token the target kept"),
     "resampled": ("resampled", "drawn from the residual after a rejection"),
     "bonus": ("bonus", "extra target token after all drafts were accepted"),
-    "target": ("target only", "round drafted nothing"),
+    "target": ("target only", "round drafted nothing (a timing round, or a lookup that found nothing)"),
 }
-# Series that are not token kinds: measured numbers, predictions, the target-only baseline.
+# Series that are not token kinds: measured numbers, predictions, target-only decoding.
 MEASURED_COLOR = "#343a40"
 PREDICTED_COLOR = "#1098ad"
 BASELINE_COLOR = "#868e96"
+
+SPEEDUP_BASIS = "vs target-only steps timed during this reply"
+"""What every speedup on the page is measured against, in words."""
 
 
 def escape_text(text: str) -> str:
@@ -70,6 +73,8 @@ def token_class(event: TokenEvent) -> str:
 def token_title(event: TokenEvent) -> str:
     """Hover text: kind, target probability p and draft probability q (plain text)."""
     kind = token_class(event)
+    if kind == "target":
+        kind = "target only (no draft this round)"
     parts = [f"{kind} · p={event.target_prob:.2f}"]
     if event.draft_prob is not None:
         parts.append(f"q={event.draft_prob:.2f}")
@@ -166,43 +171,100 @@ def legend_html() -> str:
     )
 
 
+def status_html(text: str, *, error: bool = False) -> str:
+    """A one-line status (italic) or error (red), escaped."""
+    cls = "spec-error" if error else "spec-status"
+    return f'<div class="{cls}">{html.escape(text)}</div>'
+
+
+def exchange_note_html(note: str) -> str:
+    """A note under a user message that was not answered (e.g. cancelled while it waited)."""
+    return f'<div class="spec-note">{escape_text(note)}</div>'
+
+
+def reply_summary(metrics: SpeculationMetrics) -> str:
+    """A reply's own short summary: ``142 tokens · α 0.81 · 3.20 tokens/round · 1.92× vs
+    target-only steps timed during this reply`` (parts not measured say so)."""
+    if not metrics.rounds:
+        return "no tokens"
+    parts = [f"{metrics.num_committed} tokens"]
+    if metrics.acceptance_rate is not None:
+        parts.append(f"α {metrics.acceptance_rate:.2f}")
+    parts.append(f"{metrics.mean_tokens_per_round:.2f} tokens/round")
+    speedup = metrics.measured_speedup
+    parts.append(
+        f"{speedup:.2f}× {SPEEDUP_BASIS}" if speedup is not None
+        else "speedup not measured (no target-only step was timed in this reply)"
+    )
+    return " · ".join(parts)
+
+
+def reply_html(label: str, body: str, metrics: SpeculationMetrics, *, running: bool) -> str:
+    """A reply's chat bubble: its label (what made it), its body, and its summary line."""
+    summary = "generating…" if running else reply_summary(metrics)
+    return (
+        f'<div class="spec-label">{html.escape(label)}</div>{body}'
+        f'<div class="spec-summary">{html.escape(summary)}</div>'
+    )
+
+
+def table_html(rows: list[dict]) -> str:
+    """The conversation table: one row per reply (see ``session.Reply.row``)."""
+    if not rows:
+        return '<div class="spec-table-empty">The table fills in as you chat: one row per reply.</div>'
+    head = ("#", "drafter", "γ", "sampling", "tokens", "α", "tokens/round", "speedup", "predicted", "")
+    cells = []
+    for r in rows:
+        values = (
+            str(r["reply"]), r["drafter"], r["gamma"], r["sampling"], str(r["tokens"]),
+            _fmt(r["alpha"], ".2f"), _fmt(r["tokens_per_round"], ".2f"),
+            _fmt(r["speedup"], ".2f", "×"), _fmt(r["speedup_predicted"], ".2f", "×"),
+            "" if r["state"] == "done" else r["state"],
+        )
+        cells.append("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in values) + "</tr>")
+    header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return (
+        f'<table class="spec-table"><thead><tr>{header}</tr></thead><tbody>{"".join(cells)}</tbody></table>'
+        f'<div class="spec-table-note">speedup: measured {SPEEDUP_BASIS}; predicted: from the '
+        "reply's measured α and costs. * the drafter asked for could not be used.</div>"
+    )
+
+
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
-def stats_html(
-    metrics: SpeculationMetrics | None,
-    *,
-    baseline_tokens_per_s: float | None = None,
-    running: bool = False,
-) -> str:
-    """The one-line stats: α, tokens/s, baseline, measured speedup, predicted S(γ), tokens/round, c."""
-    if metrics is None or not metrics.num_tokens:
-        base = _fmt(baseline_tokens_per_s, ".1f", " tok/s")
-        msg = "generating…" if running else "no generation yet"
-        return (
-            f'<div class="spec-stats"><span class="stat stat-muted">{msg}</span>'
-            f'<span class="stat"><b>baseline</b> {base}</span></div>'
-        )
-    gamma = metrics.mean_num_speculative_tokens
-    s_label = f"S({max(1, round(gamma))})" if gamma is not None else "S(γ)"
+def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, running: bool = False) -> str:
+    """The stats line of one reply: its label, α, tokens/round, speed, the measured speedup
+    (against target-only steps timed during the reply) next to the predicted one, c."""
+    if metrics is None or not metrics.rounds:
+        msg = "generating…" if running else "no reply yet: send a message"
+        head = f'<span class="stat stat-label">{html.escape(label)}</span>' if label else ""
+        return f'<div class="spec-stats">{head}<span class="stat stat-muted">{msg}</span></div>'
+    t1 = metrics.target_step_ms
+    timed = metrics.num_target_only_rounds
+    basis = (
+        f"{SPEEDUP_BASIS}: {timed} target-only step(s), {1000 / t1:.1f} tok/s" if t1
+        else "no target-only step timed in this reply yet"
+    )
     items = [
         ("α", _fmt(metrics.acceptance_rate, ".2f"), "accepted drafts / judged drafts (the accepted ones plus the first rejection of each round)"),
-        ("speed", _fmt(metrics.tokens_per_s, ".1f", " tok/s"), "committed tokens per second of decoding"),
-        ("baseline", _fmt(metrics.baseline_tokens_per_s, ".1f", " tok/s"), "target-only decoding, measured at start"),
-        ("speedup", _fmt(metrics.measured_speedup, ".2f", "×"), "measured: speed / baseline"),
-        (f"predicted {s_label}", _fmt(metrics.predicted_speedup, ".2f", "×"), "(1−α^(γ+1)) / ((1−α)(γc+1))"),
-        ("tokens/round", _fmt(metrics.mean_tokens_per_round, ".2f"), "E[N] = (1−α^(γ+1)) / (1−α)"),
-        ("c", _fmt(metrics.cost_ratio, ".3f"), "drafter step time / target step time"),
+        ("tokens/round", _fmt(metrics.mean_tokens_per_round, ".2f"), "committed tokens per round; theory: E[N] = (1−α^(γ+1)) / (1−α)"),
+        ("speed", _fmt(metrics.tokens_per_s, ".1f", " tok/s"), "committed tokens per second of decoding (prefill excluded)"),
+        ("speedup", _fmt(metrics.measured_speedup, ".2f", "×"), f"measured {basis}"),
+        ("predicted", _fmt(metrics.predicted_speedup, ".2f", "×"),
+         "from this reply's α and costs: Σ E[N](α, γ) · t₁ / Σ (γ·d + v(γ+1)) over its rounds"),
+        ("c", _fmt(metrics.cost_ratio, ".3f"), "one drafted token's time / one target-only step, both timed in this reply"),
     ]
     chips = "".join(
         f'<span class="stat" title="{html.escape(tip)}"><b>{html.escape(k)}</b> {html.escape(v)}</span>'
         for k, v, tip in items
     )
+    head = f'<span class="stat stat-label">{html.escape(label)}</span>' if label else ""
     counts = metrics.kind_counts
-    target_only = sum(1 for r in metrics.rounds if r.num_drafted == 0)
+    target_only = sum(r.num_committed for r in metrics.rounds if r.num_drafted == 0)
     tail = (
-        f'<span class="stat stat-muted">{metrics.num_tokens} tokens in {metrics.num_rounds} rounds: '
+        f'<span class="stat stat-muted">{metrics.num_committed} tokens in {metrics.num_rounds} rounds: '
         f'<span class="c-accepted">{counts["accepted"]} accepted</span>, '
         f'<span class="c-resampled">{counts["resampled"]} resampled</span>, '
         f'<span class="c-bonus">{counts["bonus"] - target_only} bonus</span>'
@@ -210,7 +272,8 @@ def stats_html(
         + ("" if not running else " …")
         + "</span>"
     )
-    return f'<div class="spec-stats">{chips}{tail}</div>'
+    note = f'<span class="stat stat-basis">speedup {html.escape(basis)}</span>'
+    return f'<div class="spec-stats">{head}{chips}{note}{tail}</div>'
 
 
 def _css() -> str:
@@ -218,7 +281,8 @@ def _css() -> str:
     for kind, color in KIND_COLORS.items():
         tint = KIND_TINTS[kind]
         if kind == "target":
-            rules.append(f".tok-target {{ background: {tint}; }}")
+            # plain text with a thin grey underline, the same in the reply and in the legend
+            rules.append(f".tok-target {{ background: {tint}; box-shadow: inset 0 -1px 0 {color}; }}")
         else:
             rules.append(
                 # underline in the solid color; a hairline at the right edge separates tokens
@@ -235,8 +299,15 @@ CSS = (
   font-family: var(--font-mono); font-size: 0.86rem; line-height: 1.55; }
 .tok { border-radius: 2px; }
 .spec-legend .tok { padding: 0 4px; font-family: var(--font-mono); font-size: 0.8rem; }
-.tok-target { outline: 1px dashed rgba(134, 142, 150, 0.7); outline-offset: -1px; }
-.spec-reply .tok-target { outline: none; }
+.spec-label { font-size: 0.75rem; opacity: 0.7; margin-bottom: 4px; font-variant-numeric: tabular-nums; }
+.spec-summary { font-size: 0.75rem; opacity: 0.75; margin-top: 6px; border-top: 1px solid rgba(134, 142, 150, 0.3);
+  padding-top: 3px; font-variant-numeric: tabular-nums; }
+.spec-note { font-size: 0.78rem; font-style: italic; opacity: 0.75; margin-top: 4px; }
+.spec-table { border-collapse: collapse; font-size: 0.8rem; font-variant-numeric: tabular-nums; width: 100%; }
+.spec-table th, .spec-table td { padding: 2px 6px; border-bottom: 1px solid rgba(134, 142, 150, 0.25); text-align: right;
+  white-space: nowrap; }
+.spec-table th:nth-child(2), .spec-table td:nth-child(2), .spec-table th:nth-child(4), .spec-table td:nth-child(4) { text-align: left; }
+.spec-table-note, .spec-table-empty { font-size: 0.75rem; opacity: 0.7; margin-top: 4px; }
 .spec-notice { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-bottom: 4px; }
 .spec-loading { border: 1px solid #d0d7de; border-radius: 8px; padding: 8px 12px; margin: 4px 0; }
 .spec-loading-bar { height: 8px; background: #eaeef2; border-radius: 4px; margin: 6px 0 4px; overflow: hidden; }
@@ -253,8 +324,12 @@ CSS = (
   font-variant-numeric: tabular-nums; padding: 4px 2px; }
 .spec-stats .stat b { font-weight: 600; opacity: 0.7; margin-right: 3px; }
 .spec-stats .stat-muted { opacity: 0.8; }
+.spec-stats .stat-label { font-weight: 600; flex-basis: 100%; }
+.spec-stats .stat-basis { opacity: 0.7; font-style: italic; }
 .spec-subtitle { opacity: 0.8; margin-top: -6px; }
 .spec-plot .modebar-container { display: none !important; }
+/* toasts at the bottom right: at the top they covered the drafter menu */
+.toast-wrap { top: auto !important; bottom: var(--size-4, 16px) !important; }
 """
     + _css()
 )

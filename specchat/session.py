@@ -1,0 +1,527 @@
+"""One browser session of the chat: its conversation, its replies, and what the page shows.
+
+``app.py`` holds the layout and the wiring only. Everything a session does lives here, in
+plain Python with no gradio import, so the tests drive it directly: sending (and waiting behind
+a reply that streams), Stop, Clear, each reply's events and statistics, the per-reply table,
+and which charts to draw. A reply is data before it is HTML: its events are kept server-side
+and every view (the colored text, the stats line, the charts, the table) is rendered from them.
+
+Handlers get a :class:`View` (what to change on the page, ``None`` = leave it) and turn it into
+``{component: value}`` updates. One :class:`ChatSession` per browser session, kept by a
+:class:`SessionStore` and dropped when the tab closes.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat import charts, drafter_kinds
+from specchat.config import GenerationConfig
+from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
+from specchat.metrics import SpeculationMetrics
+from specchat.ui_render import (
+    ReplyRenderer,
+    exchange_note_html,
+    render_user,
+    reply_html,
+    stats_html,
+    status_html,
+    table_html,
+)
+
+TEXT_INTERVAL_S = 0.25  # chat + stats refresh while streaming (4 Hz)
+PLOT_INTERVAL_S = 1.0  # figure refresh while streaming (1 Hz); the final update is always full
+
+CHART_SCOPES = ("this reply", "whole conversation")
+
+
+class Phase(str, enum.Enum):
+    """Where a reply is."""
+
+    WAITING = "waiting"  # the models are still loading
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"  # Stop (or a closed tab) ended it; the partial reply is kept
+    FAILED = "failed"  # an error ended it; the exchange is shown but not kept in the history
+
+
+@dataclass(frozen=True)
+class ReplySettings:
+    """The settings a reply is made with, captured when it starts (so a control changed while
+    it streams never relabels it).
+
+    Raises:
+        ValueError: from :meth:`config`, for an out-of-range setting (the message gives the range).
+    """
+
+    drafter: str
+    num_speculative_tokens: int
+    adaptive_gamma: bool
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+
+    def config(self) -> GenerationConfig:
+        """The engine's settings; speedups are always measured in the reply (timing rounds)."""
+        return GenerationConfig(
+            num_speculative_tokens=int(self.num_speculative_tokens),
+            adaptive_gamma=bool(self.adaptive_gamma),
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            max_new_tokens=int(self.max_new_tokens),
+            measure_speedup=True,
+        )
+
+    def gamma_label(self, drafter: str) -> str:
+        """``γ adaptive ≤ 12``, ``γ = 4``, or ``γ —`` for target-only decoding."""
+        if drafter_kinds.DRAFTER_KINDS.get(drafter) is not None and drafter_kinds.get(drafter).source == "none":
+            return "γ —"
+        if self.adaptive_gamma:
+            return f"γ adaptive ≤ {self.num_speculative_tokens}"
+        return f"γ = {self.num_speculative_tokens}"
+
+    def sampling_label(self) -> str:
+        """``T 0 (greedy) · top-p 1``."""
+        temperature = "T 0 (greedy)" if self.temperature == 0 else f"T {self.temperature:g}"
+        return f"{temperature} · top-p {self.top_p:g}"
+
+
+@dataclass
+class Reply:
+    """One reply: the settings it was made with, its events, statistics and rendering.
+
+    Attributes:
+        number: 1-based, in this conversation.
+        message: the user's message it answers.
+        settings: captured when it started.
+        drafter: the drafter that made it; differs from ``settings.drafter`` when that one could
+            not be used (``fallback`` says why).
+        events: every engine event and notice, in order (kept for the views that replay a reply).
+    """
+
+    number: int
+    message: str
+    settings: ReplySettings
+    drafter: str = ""
+    fallback: str | None = None
+    metrics: SpeculationMetrics = field(default_factory=SpeculationMetrics)
+    renderer: ReplyRenderer = field(default_factory=ReplyRenderer)
+    events: list[Any] = field(default_factory=list)
+    phase: Phase = Phase.RUNNING
+
+    def __post_init__(self) -> None:
+        self.drafter = self.drafter or self.settings.drafter
+
+    @property
+    def label(self) -> str:
+        """What made it: ``#3 · sibling-int4 · γ adaptive ≤ 12 · T 0 (greedy) · top-p 1``."""
+        drafter = self.drafter + (f" ({self.fallback})" if self.fallback else "")
+        return f"#{self.number} · {drafter} · {self.settings.gamma_label(self.drafter)} · {self.settings.sampling_label()}"
+
+    def add(self, item: Event | Any) -> tuple[str, str] | None:
+        """Fold in one item of the stream; return a toast ``(level, text)`` for the user, or None."""
+        self.events.append(item)
+        if isinstance(item, TokenEvent):
+            self.metrics.update(item)
+            self.renderer.add_token(item)
+        elif isinstance(item, RoundEvent):
+            self.metrics.update(item)
+        elif isinstance(item, DoneEvent):
+            self.metrics.update(item)
+            self.renderer.finish(item)
+            self.phase = Phase.STOPPED if item.stop_reason is StopReason.CANCELLED else Phase.DONE
+        else:  # a Notice or a DrafterFailedEvent: shown in the bubble and as a toast
+            text = str(getattr(item, "text", item))
+            self.renderer.add_notice(text)
+            if isinstance(item, DrafterFailedEvent):
+                self.fallback = f"failed in round {item.round_index}, then target only"
+                return "warning", text
+            if getattr(item, "fallback_drafter", None):
+                self.drafter, self.fallback = "none", f"{item.fallback_drafter} could not be loaded"
+            return ("warning" if getattr(item, "warning", False) else "info"), text
+        return None
+
+    def fail(self, message: str) -> None:
+        self.renderer.set_error(message)
+        self.phase = Phase.FAILED
+
+    @property
+    def running(self) -> bool:
+        return self.phase in (Phase.WAITING, Phase.RUNNING)
+
+    def html(self) -> str:
+        """The reply's chat bubble: label, colored tokens and notices, and its own summary."""
+        if self.phase is Phase.WAITING:
+            body = status_html("waiting for the models to finish loading…")
+        else:
+            body = self.renderer.html()
+        return reply_html(self.label, body, self.metrics, running=self.running)
+
+    def row(self) -> dict[str, Any]:
+        """One row of the conversation table."""
+        m = self.metrics
+        return {
+            "reply": self.number,
+            "drafter": self.drafter + (" *" if self.fallback else ""),
+            "gamma": self.settings.gamma_label(self.drafter).removeprefix("γ ").strip(),
+            "sampling": self.settings.sampling_label(),
+            "tokens": m.num_committed,
+            "alpha": m.acceptance_rate,
+            "tokens_per_round": m.mean_tokens_per_round,
+            "speedup": m.measured_speedup,
+            "speedup_predicted": m.predicted_speedup,
+            "state": self.phase.value,
+        }
+
+
+@dataclass
+class Exchange:
+    """One user message and what came of it: a reply, or a note (not sent)."""
+
+    message: str
+    reply: Reply | None = None
+    note: str | None = None
+
+
+@dataclass
+class View:
+    """What to change on the page; None leaves a part as it is.
+
+    Attributes:
+        chat: the Chatbot's messages (``[{"role", "content"}]``, content is HTML).
+        stats: the stats line (HTML) of the latest reply.
+        table: the conversation table (HTML).
+        figures: the four chart figures.
+        textbox: text to put back in the message box (a message that was not sent).
+        toasts: ``(level, text)`` pairs to show, level "info" or "warning".
+    """
+
+    chat: list[dict] | None = None
+    stats: str | None = None
+    table: str | None = None
+    figures: tuple | None = None
+    textbox: str | None = None
+    toasts: tuple[tuple[str, str], ...] = ()
+
+
+class _Run:
+    """The running reply's cancel event, and whether its updates are still wanted."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.discard = False  # set by Clear: the chat was emptied, send no more updates
+
+
+StreamFn = Callable[..., Iterator[Any]]
+
+
+class ChatSession:
+    """The conversation of one browser session and everything done to it.
+
+    Args:
+        service: anything with the ChatService interface (``stream_chat``, ``loading``,
+            ``startup_error``); shared by all sessions, which it serialises.
+        stream: how a reply is streamed; defaults to ``service.stream_chat`` (the app passes
+            its ZeroGPU wrapper on Spaces).
+        text_interval_s / plot_interval_s: how often a streaming reply refreshes the text and
+            the figures (seconds); the last update is always complete.
+        clock: seconds, for the throttling (tests pass a fake).
+
+    Thread safety: ``note_sent``, ``stop`` and ``clear`` may be called from other threads
+    while ``respond`` streams (the app runs them without a queue).
+    """
+
+    def __init__(
+        self,
+        service: Any,
+        *,
+        stream: StreamFn | None = None,
+        text_interval_s: float = TEXT_INTERVAL_S,
+        plot_interval_s: float = PLOT_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.service = service
+        self._stream = stream or (lambda history, message, drafter, config, cancel: service.stream_chat(
+            history, message, drafter=drafter, config=config, cancel=cancel))
+        self.text_interval_s = text_interval_s
+        self.plot_interval_s = plot_interval_s
+        self.clock = clock
+        self.history: list[dict[str, str]] = []  # plain-text turns: what the model sees
+        self.exchanges: list[Exchange] = []  # what the chat shows
+        self.chart_scope = CHART_SCOPES[0]
+        self._lock = threading.Lock()
+        self._run: _Run | None = None
+        self._queued = 0  # messages sent, not started yet
+        self._cancel_queued = 0  # of those, how many Stop cancelled
+        self._discard_queued = 0  # of those, how many Clear discarded
+        self._reply_count = 0
+
+    # -- what the page shows ----------------------------------------------------------------
+    @property
+    def replies(self) -> list[Reply]:
+        return [e.reply for e in self.exchanges if e.reply is not None]
+
+    @property
+    def latest(self) -> Reply | None:
+        replies = self.replies
+        return replies[-1] if replies else None
+
+    def chat(self) -> list[dict]:
+        """The Chatbot's messages, rendered from the exchanges."""
+        out: list[dict] = []
+        for e in self.exchanges:
+            out.append({"role": "user", "content": render_user(e.message) + (exchange_note_html(e.note) if e.note else "")})
+            if e.reply is not None:
+                out.append({"role": "assistant", "content": e.reply.html()})
+        return out
+
+    def stats(self) -> str:
+        reply = self.latest
+        if reply is None:
+            return stats_html(None)
+        return stats_html(reply.metrics, label=reply.label, running=reply.running)
+
+    def table(self) -> str:
+        return table_html([r.row() for r in self.replies])
+
+    def figures(self) -> tuple:
+        """The four figures of the chosen scope: the latest reply, or the whole conversation."""
+        if self.chart_scope == CHART_SCOPES[1]:
+            return charts.conversation_figures([(r.number, r.drafter, r.metrics) for r in self.replies])
+        reply = self.latest
+        return charts.all_figures(reply.metrics if reply is not None else SpeculationMetrics())
+
+    def view(self, *, figures: bool = True) -> View:
+        """Everything, as it is now."""
+        return View(chat=self.chat(), stats=self.stats(), table=self.table(),
+                    figures=self.figures() if figures else None)
+
+    def set_chart_scope(self, scope: str) -> View:
+        """Show the charts of the latest reply or of the whole conversation.
+
+        Raises:
+            ValueError: an unknown scope.
+        """
+        if scope not in CHART_SCOPES:
+            raise ValueError(f"charts: {scope!r} is not one of {', '.join(CHART_SCOPES)}")
+        self.chart_scope = scope
+        return View(figures=self.figures())
+
+    @property
+    def busy(self) -> bool:
+        """True while a reply streams or a message waits."""
+        return self._run is not None or self._queued > 0
+
+    # -- sending, Stop, Clear -----------------------------------------------------------------
+    def note_sent(self) -> bool:
+        """A message was sent (the box emptied); True when it waits behind a reply that streams
+        or another message that waits."""
+        with self._lock:
+            busy = self._run is not None or self._queued > 0
+            self._queued += 1
+        return busy
+
+    def stop(self) -> str | None:
+        """Stop: the streaming reply ends after its current round and keeps what it wrote;
+        messages waiting behind it are cancelled with it (each is shown, marked "not sent").
+        Returns what to tell the user when messages were cancelled, else None."""
+        with self._lock:
+            if self._run is not None:
+                self._run.cancel.set()
+            cancelled = self._queued - self._cancel_queued - self._discard_queued
+            self._cancel_queued += cancelled
+        if cancelled <= 0:
+            return None
+        what = "your queued message was" if cancelled == 1 else f"your {cancelled} queued messages were"
+        return f"Stopped; {what} cancelled and not sent (shown in the chat)."
+
+    def clear(self) -> View:
+        """Empty the conversation: a streaming reply stops and is dropped, waiting messages are
+        dropped, the charts and the table start over."""
+        with self._lock:
+            if self._run is not None:
+                self._run.discard = True
+                self._run.cancel.set()
+            self._discard_queued = self._queued - self._cancel_queued
+            self.history, self.exchanges = [], []
+        return self.view()
+
+    def close(self) -> None:
+        """The tab closed: stop the work and let go of the conversation."""
+        with self._lock:
+            if self._run is not None:
+                self._run.discard = True
+                self._run.cancel.set()
+            self.history, self.exchanges = [], []
+
+    # -- one reply ------------------------------------------------------------------------------
+    def respond(self, message: str, settings: ReplySettings) -> Iterator[View]:
+        """Stream one reply to ``message``: Views, throttled, the last one complete.
+
+        A blank message yields a warning and goes back to the box. A message that Stop or Clear
+        cancelled while it waited yields no model work. A failure is shown in the reply (the
+        exchange stays on the page but out of the history) and the message goes back to the box.
+
+        Raises:
+            ValueError: an out-of-range setting (before anything is shown; only an API call can
+                send one, the page's controls are bounded).
+        """
+        run = _Run()
+        with self._lock:
+            self._queued = max(self._queued - 1, 0)
+            if self._discard_queued > 0:
+                self._discard_queued -= 1
+                skipped = "discard"
+            elif self._cancel_queued > 0:
+                self._cancel_queued -= 1
+                skipped = "cancel"
+            else:
+                skipped = None
+                self._run = run
+        if skipped == "discard":
+            yield View(chat=self.chat())
+            return
+        if skipped == "cancel":
+            self.exchanges.append(Exchange(message, note="not sent: Stop cancelled it while it waited"))
+            yield View(chat=self.chat())
+            return
+        try:
+            yield from self._respond(message, settings, run)
+        finally:
+            run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds
+            with self._lock:
+                if self._run is run:
+                    self._run = None
+
+    def _respond(self, message: str, settings: ReplySettings, run: _Run) -> Iterator[View]:
+        from specchat.chat import is_blank  # here: `app.py --help` must not import transformers
+
+        message = message or ""
+        if is_blank(message):  # empty, whitespace or only invisible characters
+            yield View(textbox=message or None, toasts=(("warning", "Type a message first."),))
+            return
+        config = settings.config()  # ValueError for an out-of-range setting, before any change
+        self._reply_count += 1
+        reply = Reply(self._reply_count, message, settings)
+        exchange = Exchange(message, reply)
+        history = list(self.history)
+        self.exchanges.append(exchange)
+
+        if getattr(self.service, "loading", False):  # still loading in the background: wait, visibly
+            reply.phase = Phase.WAITING
+            yield View(chat=self.chat(), stats=self.stats())
+            while getattr(self.service, "loading", False) and not run.cancel.is_set():
+                time.sleep(0.5)
+                yield View()
+            error = getattr(self.service, "startup_error", None)
+            if error is not None or run.cancel.is_set():
+                self.exchanges.remove(exchange)
+                self._reply_count -= 1
+                if run.discard:
+                    yield View(chat=self.chat())
+                    return
+                toasts = (("warning", f"The models could not be loaded: {error}"),) if error else ()
+                yield View(chat=self.chat(), textbox=message, toasts=toasts)  # the message goes back
+                return
+        reply.phase = Phase.RUNNING
+        yield View(chat=self.chat(), stats=self.stats(), table=self.table())
+
+        stream = None
+        last_text = last_plot = self.clock()
+        try:
+            stream = self._stream(history, message, settings.drafter, config, run.cancel)
+            for item in stream:
+                if run.discard:
+                    break
+                toast = reply.add(item)
+                now = self.clock()
+                # redraw at a round's end (never between a round's tokens and its RoundEvent,
+                # so the counts agree), at most every text_interval_s, or to show a toast
+                if toast is None and (not isinstance(item, RoundEvent) or now - last_text < self.text_interval_s):
+                    continue
+                figures = None
+                if now - last_plot >= self.plot_interval_s:
+                    figures, last_plot = self.figures(), now
+                last_text = now
+                yield View(chat=self.chat(), stats=self.stats(), figures=figures, toasts=(toast,) if toast else ())
+        except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
+            reply.fail(str(exc) or type(exc).__name__)
+            yield View(chat=self.chat(), stats=self.stats(), table=self.table(), figures=self.figures(),
+                       textbox=message, toasts=(("warning", f"Generation failed: {exc}"),))
+            return
+        finally:
+            if hasattr(stream, "close"):
+                stream.close()
+            if reply.running:  # closed mid-stream (a closed tab): what it wrote is kept
+                reply.phase = Phase.STOPPED
+            if reply.phase is not Phase.FAILED and not run.discard:
+                self.history = history + [
+                    {"role": "user", "content": message},
+                    {"role": "assistant", "content": reply.renderer.text},
+                ]
+        if run.discard:  # Clear: end on the empty chat (Gradio re-sends a stream's last update)
+            yield self.view()
+            return
+        yield self.view()  # the final update is always complete
+
+
+class SessionStore:
+    """The :class:`ChatSession` of each browser session, by Gradio's session hash.
+
+    Args:
+        factory: makes a new session.
+        capacity: the most sessions kept; the least recently used idle one is closed beyond it
+            (a client that never sends the tab's unload event cannot grow memory for ever).
+    """
+
+    def __init__(self, factory: Callable[[], ChatSession], *, capacity: int = 256):
+        self.factory = factory
+        self.capacity = capacity
+        self._sessions: OrderedDict[str, ChatSession] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str | None) -> ChatSession:
+        """The session for ``key`` (created on first use). None (no browser session, e.g. a
+        direct call) gets a fresh session that is not kept."""
+        if key is None:
+            return self.factory()
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = self.factory()
+                idle = [k for k, s in self._sessions.items() if k != key and not s.busy]
+                for old in idle[: max(len(self._sessions) - self.capacity, 0)]:
+                    self._sessions.pop(old).close()
+            self._sessions.move_to_end(key)
+            return session
+
+    def drop(self, key: str | None) -> None:
+        """The tab closed: stop its reply and forget its conversation."""
+        with self._lock:
+            session = self._sessions.pop(key, None) if key is not None else None
+        if session is not None:
+            session.close()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._sessions
+
+
+__all__ = [
+    "CHART_SCOPES",
+    "ChatSession",
+    "Exchange",
+    "Phase",
+    "Reply",
+    "ReplySettings",
+    "SessionStore",
+    "View",
+]
