@@ -70,6 +70,26 @@ def pick_drafter(d: webdriver.Chrome, kind: str, timeout: float) -> None:
         time.sleep(1)
 
 
+def set_number(d: webdriver.Chrome, label: str, value: float) -> None:
+    """Type a value into the number box of the slider whose label starts with ``label``."""
+    box = d.execute_script(
+        """const lab = [...document.querySelectorAll('label, span')].find(e => e.textContent.trim().startsWith(arguments[0]));
+           const block = lab && lab.closest('.block'); return block && block.querySelector('input[type=number]');""",
+        label,
+    )
+    box.clear()
+    box.send_keys(str(value))
+    box.send_keys("\t")
+
+
+def shown_speedup(stats: str) -> float | None:
+    """The measured speedup in the page's stats line (``speedup 1.23×``); None if not measured."""
+    import re
+
+    match = re.search(r"speedup\s+([0-9.]+)×", stats)
+    return float(match.group(1)) if match else None
+
+
 def send(d: webdriver.Chrome, message: str) -> None:
     """Type ``message`` into the chat box (Shift+Enter between lines) and click Send."""
     box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")

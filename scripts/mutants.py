@@ -46,6 +46,7 @@ FAMILY = {
     8: ["tests/test_kind8_numerical_invariance.py"],
     9: ["tests/test_kind9_lifecycle.py"],
     10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py"],
+    11: ["tests/test_session.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -58,6 +59,7 @@ KIND_NAMES = {
     8: "numerical non-invariance",
     9: "resource lifecycle",
     10: "events and stats",
+    11: "a browser session (send, queue, Stop, Clear, labels)",
 }
 
 
@@ -687,6 +689,46 @@ MUTANTS = [
         "round_ms=elapsed_ms - state.elapsed_ms,",
         "round_ms=elapsed_ms,",
         "a round's time is the decode time so far, not its own share",
+    ),
+    Mutant(
+        "stop-leaves-queued-messages",
+        11,
+        "specchat/session.py",
+        "            self._cancel_queued += cancelled\n",
+        "            pass\n",
+        "Stop ends the reply but a message waiting behind it is sent anyway (the toast says otherwise)",
+    ),
+    Mutant(
+        "stats-of-another-reply",
+        11,
+        "specchat/session.py",
+        "return stats_html(reply.metrics, label=reply.label, running=reply.running)",
+        "return stats_html(reply.metrics, label=self.replies[0].label, running=reply.running)",
+        "the stats line is labeled with the first reply's settings, not the reply it describes",
+    ),
+    Mutant(
+        "view-between-tokens-and-round",
+        11,
+        "specchat/session.py",
+        "if toast is None and (not isinstance(item, RoundEvent) or now - last_text < self.text_interval_s):",
+        "if toast is None and (now - last_text < self.text_interval_s):",
+        "the page is redrawn between a round's tokens and its RoundEvent (counts disagree, '1 tokens in 0 rounds')",
+    ),
+    Mutant(
+        "clear-keeps-queued-messages",
+        11,
+        "specchat/session.py",
+        "            self._discard_queued = self._queued - self._cancel_queued\n",
+        "            pass\n",
+        "a message waiting when Clear is pressed still runs on the emptied chat",
+    ),
+    Mutant(
+        "closed-stream-keeps-running",
+        11,
+        "specchat/session.py",
+        "            run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds\n",
+        "            pass\n",
+        "a closed tab does not stop the engine",
     ),
 ]
 

@@ -14,7 +14,13 @@ What is measured per run (one configuration, one prompt, one repeat), all wall-c
   specchat's for the same prompt, models and drafter (same forward passes over the same tokens);
 - ``decode_tokens_per_s``: new tokens / (total time − prefill_s), the rate the app shows;
 - ``speedup``: decode tokens/s ÷ specchat target-only decode tokens/s on the same prompt and
-  repeat;
+  repeat (back to back: the target-only run is a separate run a moment earlier or later);
+- ``speedup_same_run`` (specchat runs): the speedup the reply measured itself, as the app and
+  the CLI show it: committed tokens × t₁ / decode time, where t₁ is the target-only step timed
+  in the same run (:attr:`SpeculationMetrics.measured_speedup`). specchat's runs use
+  ``GenerationConfig.measure_speedup``, so the engine makes some rounds target-only to time t₁
+  (``num_timing_rounds``; :func:`specchat.costs.timing_rounds_due`); None when no round of the
+  run drafted nothing (too short to reach a timing round, or run without them);
 - α, tokens per round, c and the predicted S(γ) (specchat runs only; transformers exposes no
   per-round acceptance). The prediction is Leviathan et al. 2023, Theorem 3.8, summed over the
   rounds actually run: S = Σ_r E[N](α, γ_r) / Σ_r (γ_r·c + 1), which for a fixed γ is S(γ);
@@ -23,8 +29,15 @@ What is measured per run (one configuration, one prompt, one repeat), all wall-c
   included, sampled every 10 ms), or the peak CUDA memory allocated on a GPU;
 - ``identical``: greedy output equals specchat target-only output token for token.
 
-Results are medians over prompts and repeats. Output: a table on the terminal, JSON, an
-optional CSV, and a plotly chart (HTML, and PNG when kaleido can start a Chrome/Chromium).
+What the timing rounds cost (``timing_cost=True`` in :func:`build_configs`, ``--timing-cost``):
+each drafter also runs without them (``measure_speedup=False``, "… (no timing rounds)"),
+interleaved with the rest; :func:`summarize` reports per drafter the median over prompts (and
+repeats) of (decode tokens/s with timing rounds ÷ without) − 1, in percent: negative when the
+timing rounds slow decoding down.
+
+Results are medians over prompts and repeats. Output (``python -m specchat bench --out DIR``,
+default ``bench-results/``): a table on the terminal, ``bench.json``, an optional ``bench.csv``,
+and a plotly chart (``bench.html``, and ``bench.png`` when kaleido can start a Chrome/Chromium).
 """
 
 from __future__ import annotations
@@ -49,6 +62,11 @@ from specchat.metrics import SpeculationMetrics
 
 GROUPS = ("code", "edit", "passage", "chat")
 SPECCHAT, TRANSFORMERS = "specchat", "transformers"
+# Where ``python -m specchat bench`` writes (relative to the current directory) unless --out says
+# otherwise; the committed results in assets/ are written only with an explicit ``--out assets``.
+DEFAULT_OUT = "bench-results"
+OUTPUT_NAMES = {"json": "bench.json", "csv": "bench.csv", "html": "bench.html", "png": "bench.png"}
+NO_TIMING_SUFFIX = " (no timing rounds)"
 # The n-gram drafter's transformers counterpart: prompt lookup decoding with its documented
 # example setting (transformers' docs and MODELS.md use 10).
 PROMPT_LOOKUP_NUM_TOKENS = 10
@@ -120,12 +138,16 @@ class BenchConfig:
     """One thing to time: an engine, a drafter kind and, for specchat, γ.
 
     ``num_speculative_tokens`` is a fixed γ, or None for adaptive γ (up to ``max_gamma``).
+    ``measure_speedup`` (specchat only) is ``GenerationConfig.measure_speedup``: timing rounds
+    that measure t₁ in the same run, as the app and the CLI do; False only to measure what they
+    cost (the name then ends in " (no timing rounds)").
     """
 
     engine: str
     drafter: str
     num_speculative_tokens: int | None = None
     max_gamma: int = 8
+    measure_speedup: bool = True
 
     @property
     def name(self) -> str:
@@ -134,7 +156,7 @@ class BenchConfig:
         if self.drafter == "none":
             return "specchat none"
         gamma = "adaptive" if self.num_speculative_tokens is None else f"γ={self.num_speculative_tokens}"
-        return f"specchat {self.drafter} {gamma}"
+        return f"specchat {self.drafter} {gamma}" + ("" if self.measure_speedup else NO_TIMING_SUFFIX)
 
 
 @dataclass
@@ -163,6 +185,12 @@ class RunResult:
     mean_gamma: float | None = None
     draft_ms_per_token: float | None = None
     gammas: list[int] = field(default_factory=list, repr=False)
+    # specchat only: timing rounds on (GenerationConfig.measure_speedup), how many ran, the t₁
+    # they timed (ms) and the speedup measured in the same run (tokens × t₁ / decode time)
+    measure_speedup: bool | None = None
+    num_timing_rounds: int | None = None
+    target_step_ms: float | None = None
+    speedup_same_run: float | None = None
     # filled in against the target-only run of the same prompt and repeat
     speedup: float | None = None
     cost_ratio: float | None = None
@@ -210,11 +238,14 @@ class _PeakMemory:
 
 
 def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int) -> dict:
-    """One greedy generation with specchat's engine; raw measures for a :class:`RunResult`."""
+    """One greedy generation with specchat's engine; raw measures for a :class:`RunResult`.
+
+    With ``config.measure_speedup`` (the default, as in the app and the CLI) the engine inserts
+    timing rounds and the run measures its own speedup (``speedup_same_run``)."""
     gamma = config.num_speculative_tokens or config.max_gamma
     gen_config = GenerationConfig(
         num_speculative_tokens=gamma, max_new_tokens=max_new_tokens, temperature=0.0,
-        adaptive_gamma=config.num_speculative_tokens is None,
+        adaptive_gamma=config.num_speculative_tokens is None, measure_speedup=config.measure_speedup,
     )
     metrics = SpeculationMetrics()  # α, tokens per round, mean γ: the numbers the app shows
     first_s = None
@@ -238,6 +269,10 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         mean_gamma=metrics.mean_num_speculative_tokens,
         draft_ms_per_token=sum(r.draft_ms for r in rounds) / drafted if drafted else None,
         gammas=[r.num_drafted for r in rounds],
+        measure_speedup=config.measure_speedup,
+        num_timing_rounds=metrics.num_timing_rounds,
+        target_step_ms=metrics.target_step_ms,
+        speedup_same_run=metrics.measured_speedup,
     )
 
 
@@ -343,14 +378,20 @@ def _fill_relative(results: list[RunResult]) -> None:
 
 # ---- the whole benchmark ------------------------------------------------------------------
 def build_configs(
-    drafters: Iterable[str], *, transformers: bool, gammas: Iterable[int | None], max_gamma: int
+    drafters: Iterable[str], *, transformers: bool, gammas: Iterable[int | None], max_gamma: int,
+    timing_cost: bool = False,
 ) -> list[BenchConfig]:
-    """specchat none + each drafter at each γ (None = adaptive) + transformers' counterparts."""
+    """specchat none + each drafter at each γ (None = adaptive) + transformers' counterparts.
+
+    With ``timing_cost`` each drafter and γ also runs without timing rounds
+    (``measure_speedup=False``), right after its configuration with them."""
     configs = [BenchConfig(SPECCHAT, "none")]
     drafters = [d for d in drafters if d != "none"]
     for drafter in drafters:
         for gamma in gammas:
             configs.append(BenchConfig(SPECCHAT, drafter, gamma, max_gamma))
+            if timing_cost:
+                configs.append(BenchConfig(SPECCHAT, drafter, gamma, max_gamma, measure_speedup=False))
     if transformers:
         configs.append(BenchConfig(TRANSFORMERS, "none"))
         configs += [BenchConfig(TRANSFORMERS, d) for d in drafters]
@@ -408,8 +449,9 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 SUMMARY_FIELDS = (
-    "decode_tokens_per_s", "e2e_tokens_per_s", "prefill_s", "speedup", "alpha", "tokens_per_round", "cost_ratio", "predicted_speedup",
-    "measured_over_predicted", "ttft_s", "peak_mem_mb", "mean_gamma",
+    "decode_tokens_per_s", "e2e_tokens_per_s", "prefill_s", "speedup", "speedup_same_run", "alpha", "tokens_per_round",
+    "cost_ratio", "predicted_speedup", "measured_over_predicted", "ttft_s", "peak_mem_mb", "mean_gamma",
+    "num_timing_rounds", "target_step_ms",
 )
 
 
@@ -417,15 +459,17 @@ def summarize(results: list[RunResult]) -> dict:
     """Medians per configuration, overall and per group, and specchat ÷ transformers ratios.
 
     Returns ``{"configs": {name: {"overall": {...}, "groups": {group: {...}}, ...}},
-    "vs_transformers": {drafter: {"overall": r, "groups": {...}}}}`` where each ratio is the
-    median over runs of specchat adaptive decode tokens/s ÷ transformers' on the same prompt
-    and repeat.
+    "vs_transformers": {drafter: {"overall": r, "groups": {...}}}, "timing_cost": {...}}``
+    where each ratio is the median over runs of specchat adaptive decode tokens/s (with timing
+    rounds, as the app runs) ÷ transformers' on the same prompt and repeat, and
+    ``timing_cost`` is :func:`timing_cost` (empty unless configurations without timing rounds ran).
     """
     names = list(dict.fromkeys(r.config for r in results))
     configs = {}
     for name in names:
         runs = [r for r in results if r.config == name]
         entry = {"engine": runs[0].engine, "drafter": runs[0].drafter, "gamma": runs[0].gamma,
+                 "measure_speedup": runs[0].measure_speedup,
                  "runs": len(runs), "identical": sum(bool(r.identical) for r in runs)}
         entry["overall"] = {f: _median(getattr(r, f) for r in runs) for f in SUMMARY_FIELDS}
         entry["groups"] = {
@@ -444,7 +488,7 @@ def summarize(results: list[RunResult]) -> dict:
     ratios = {}
     hf = {(r.drafter, r.prompt, r.repeat): r for r in results if r.engine == TRANSFORMERS}
     for r in results:
-        if r.engine != SPECCHAT or r.gamma not in ("adaptive", "-"):
+        if r.engine != SPECCHAT or r.gamma not in ("adaptive", "-") or r.measure_speedup is False:
             continue
         other = hf.get((r.drafter, r.prompt, r.repeat))
         if other is None or not r.decode_tokens_per_s or not other.decode_tokens_per_s:
@@ -455,7 +499,56 @@ def summarize(results: list[RunResult]) -> dict:
             "groups": {g: _median(v for gg, v in pairs if gg == g) for g in GROUPS if any(gg == g for gg, _ in pairs)}}
         for d, pairs in ratios.items()
     }
-    return {"configs": configs, "vs_transformers": vs}
+    return {"configs": configs, "vs_transformers": vs, "timing_cost": timing_cost(results)}
+
+
+def timing_cost(results: list[RunResult]) -> dict:
+    """What the timing rounds cost in throughput, per drafter (and γ setting).
+
+    Each specchat run without timing rounds is paired with the run of the same drafter, γ
+    setting, prompt and repeat with them. Returns ``{key: {"config", "baseline", "gamma",
+    "pairs", "percent", "groups": {group: percent}}}`` where ``percent`` = 100 × (median over
+    the pairs of decode tokens/s with timing rounds ÷ without − 1): negative when the timing
+    rounds slow decoding down. ``key`` is the drafter, or "drafter γ" when it ran without timing
+    rounds at several γ settings. Empty when no run went without timing rounds.
+    """
+    with_timing = {(r.drafter, r.gamma, r.prompt, r.repeat): r for r in results
+                   if r.engine == SPECCHAT and r.drafter != "none" and r.measure_speedup}
+    pairs: dict[tuple[str, str], list[tuple[RunResult, RunResult]]] = {}
+    for r in results:
+        if r.engine != SPECCHAT or r.measure_speedup is not False:
+            continue
+        other = with_timing.get((r.drafter, r.gamma, r.prompt, r.repeat))
+        pairs.setdefault((r.drafter, r.gamma), [])
+        if other is not None and other.decode_tokens_per_s and r.decode_tokens_per_s:
+            pairs[(r.drafter, r.gamma)].append((other, r))
+    gammas_per_drafter: dict[str, int] = {}
+    for drafter, _ in pairs:
+        gammas_per_drafter[drafter] = gammas_per_drafter.get(drafter, 0) + 1
+
+    def percent(ps: list[tuple[RunResult, RunResult]]) -> float | None:
+        ratio = _median(w.decode_tokens_per_s / wo.decode_tokens_per_s for w, wo in ps)
+        return None if ratio is None else 100.0 * (ratio - 1.0)
+
+    out = {}
+    for (drafter, gamma), ps in pairs.items():
+        key = drafter if gammas_per_drafter[drafter] == 1 else f"{drafter} {gamma}"
+        without = next(r.config for r in results if r.engine == SPECCHAT and r.drafter == drafter
+                       and r.gamma == gamma and r.measure_speedup is False)
+        out[key] = {
+            "config": without.removesuffix(NO_TIMING_SUFFIX), "baseline": without, "gamma": gamma,
+            "pairs": len(ps), "percent": percent(ps),
+            "groups": {g: percent([(w, wo) for w, wo in ps if w.group == g])
+                       for g in GROUPS if any(w.group == g for w, _ in ps)},
+        }
+    return out
+
+
+def chart_summary(summary: dict) -> dict:
+    """The summary that :func:`specchat.charts.bench_figure` draws: without the configurations
+    that ran without timing rounds (they would be drawn as a second bar of the same drafter)."""
+    configs = {n: e for n, e in summary["configs"].items() if e.get("measure_speedup") is not False}
+    return summary | {"configs": configs}
 
 
 def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
@@ -486,7 +579,7 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
         if drafter != "none":
             goal(f"{drafter} >= 1.2x transformers' call", entry["overall"], lambda v: v >= 1.2)
     for name, entry in configs.items():
-        if entry["engine"] == SPECCHAT and entry["gamma"] == "adaptive":
+        if entry["engine"] == SPECCHAT and entry["gamma"] == "adaptive" and entry.get("measure_speedup") is not False:
             goal(f"{entry['drafter']}: measured >= 0.85 of predicted S", entry["overall"]["measured_over_predicted"],
                  lambda v: v >= 0.85)
     return goals
@@ -497,34 +590,46 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
 
 
 def format_table(summary: dict) -> str:
-    """The terminal table: one row per configuration (medians), then speedup by group."""
-    head = (f"{'configuration':<30} {'tok/s':>6} {'e2e':>6} {'speedup':>7} {'α':>5} {'tok/rnd':>7} {'c':>5} "
-            f"{'pred S':>6} {'meas/pred':>9} {'TTFT s':>6} {'peak MB':>7} {'same':>5}")
+    """The terminal table: one row per configuration (medians), then speedup by group, the
+    ratio to transformers and, when measured, what the timing rounds cost."""
+    w = max([30] + [len(name) for name in summary["configs"]])
+    head = (f"{'configuration':<{w}} {'tok/s':>6} {'e2e':>6} {'speedup':>7} {'same-run':>8} {'α':>5} {'tok/rnd':>7} "
+            f"{'c':>5} {'pred S':>6} {'meas/pred':>9} {'timing':>6} {'TTFT s':>6} {'peak MB':>7} {'same':>5}")
     lines = [head, "-" * len(head)]
     for name, e in summary["configs"].items():
         o = e["overall"]
         lines.append(
-            f"{name:<30} {_fmt(o['decode_tokens_per_s']):>6} {_fmt(o['e2e_tokens_per_s']):>6} {_fmt(o['speedup']):>7} {_fmt(o['alpha']):>5} "
+            f"{name:<{w}} {_fmt(o['decode_tokens_per_s']):>6} {_fmt(o['e2e_tokens_per_s']):>6} {_fmt(o['speedup']):>7} "
+            f"{_fmt(o.get('speedup_same_run')):>8} {_fmt(o['alpha']):>5} "
             f"{_fmt(o['tokens_per_round']):>7} {_fmt(o['cost_ratio'], '.3f'):>5} {_fmt(o['predicted_speedup']):>6} "
-            f"{_fmt(o['measured_over_predicted']):>9} {_fmt(o['ttft_s']):>6} {_fmt(o['peak_mem_mb'], '.0f'):>7} "
-            f"{e['identical']:>2}/{e['runs']:<2}"
+            f"{_fmt(o['measured_over_predicted']):>9} {_fmt(o.get('num_timing_rounds'), '.0f'):>6} {_fmt(o['ttft_s']):>6} "
+            f"{_fmt(o['peak_mem_mb'], '.0f'):>7} {e['identical']:>2}/{e['runs']:<2}"
         )
     lines.append("tok/s: decode tokens/s (prefill excluded) · e2e: tokens/s from the call (prefill included) · "
-                 "speedup: decode tok/s ÷ specchat target-only, same prompt · α, tok/rnd (tokens per round), "
+                 "speedup: decode tok/s ÷ specchat target-only, same prompt, back to back · same-run: speedup "
+                 "measured in the run itself (tokens × t₁ / decode time, t₁ timed by its target-only rounds) · "
+                 "α, tok/rnd (tokens per round), "
                  "c (drafter time per draft ÷ target time per token), pred S (Leviathan S over the rounds run), "
-                 "meas/pred: specchat only · TTFT: seconds to the first token · peak MB: the process's peak "
-                 "memory during the run, all loaded models included · same: greedy replies identical to "
-                 "target-only / runs")
-    lines += ["", "speedup over specchat target-only, median by group", f"{'configuration':<30} "
+                 "meas/pred: specchat only · timing: timing rounds per run · TTFT: seconds to the first token · "
+                 "peak MB: the process's peak memory during the run, all loaded models included · same: greedy "
+                 "replies identical to target-only / runs")
+    lines += ["", "speedup over specchat target-only, median by group", f"{'configuration':<{w}} "
               + " ".join(f"{g:>8}" for g in GROUPS)]
     for name, e in summary["configs"].items():
-        lines.append(f"{name:<30} " + " ".join(f"{_fmt(e['groups'].get(g, {}).get('speedup')):>8}" for g in GROUPS))
+        lines.append(f"{name:<{w}} " + " ".join(f"{_fmt(e['groups'].get(g, {}).get('speedup')):>8}" for g in GROUPS))
     if summary["vs_transformers"]:
         lines += ["", "specchat (adaptive γ) ÷ transformers' matching call, decode tokens/s, median",
-                  f"{'drafter':<30} {'all':>8} " + " ".join(f"{g:>8}" for g in GROUPS)]
+                  f"{'drafter':<{w}} {'all':>8} " + " ".join(f"{g:>8}" for g in GROUPS)]
         for drafter, e in summary["vs_transformers"].items():
-            lines.append(f"{drafter:<30} {_fmt(e['overall']):>8} "
+            lines.append(f"{drafter:<{w}} {_fmt(e['overall']):>8} "
                          + " ".join(f"{_fmt(e['groups'].get(g)):>8}" for g in GROUPS))
+    if summary.get("timing_cost"):
+        lines += ["", "timing rounds: decode tokens/s with ÷ without − 1, median over prompts, % "
+                  "(negative: the timing rounds cost throughput)",
+                  f"{'drafter':<{w}} {'all':>8} " + " ".join(f"{g:>8}" for g in GROUPS) + f" {'pairs':>6}"]
+        for key, e in summary["timing_cost"].items():
+            lines.append(f"{key:<{w}} {_fmt(e['percent'], '+.1f'):>8} "
+                         + " ".join(f"{_fmt(e['groups'].get(g), '+.1f'):>8}" for g in GROUPS) + f" {e['pairs']:>6}")
     return "\n".join(lines)
 
 

@@ -32,7 +32,7 @@ __all__ = [
     "bench_figure",
 ]
 
-FIGURE_HEIGHT = 260  # px
+FIGURE_HEIGHT = 300  # px
 MAX_POINTS = 300  # longest series sent to the browser; longer ones are bucketed
 THEORY_MAX_GAMMA = 10
 
@@ -73,13 +73,11 @@ def _figure(data: list[dict], title: str, *, show_legend: bool = False, **layout
     base = dict(
         template=_TEMPLATE,
         height=FIGURE_HEIGHT,
-        margin=dict(l=48, r=14, t=40, b=38),
+        margin=dict(l=48, r=14, t=40, b=92 if show_legend else 38),
         title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13)),
         showlegend=show_legend,
-        legend=dict(
-            orientation="h", x=1, xanchor="right", y=1.02, yanchor="bottom",
-            font=dict(size=10), bgcolor="rgba(255,255,255,0.6)",
-        ),
+        # below the plot: above it, a legend that wraps on a narrow page ran into the title
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.24, yanchor="top", font=dict(size=10)),
         hovermode="closest",
         # keep the mode bar to "download as PNG": the zoom/pan buttons cover titles and legends
         modebar=dict(remove=_MODEBAR_REMOVE, bgcolor="rgba(255,255,255,0.6)"),
@@ -180,7 +178,7 @@ def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
         yaxis=_axis("accepted / judged drafts", range=[-0.03, 1.05]),
         yaxis2=dict(
             title=dict(text="γ", font=dict(size=11)), overlaying="y", side="right", showgrid=False,
-            rangemode="tozero", range=[0, max(gamma_y, default=1) * 1.1 + 0.5], color=GAMMA_COLOR,
+            rangemode="tozero", range=[0, max(gamma_y, default=1) * 1.1 + 0.5], color=GAMMA_COLOR, tickformat="d",
         ),
     )
 
@@ -222,6 +220,7 @@ def acceptance_by_position_figure(metrics: SpeculationMetrics) -> go.Figure:
                     range=[0.5, len(x) + 0.5], **ticks),
         yaxis=_axis("β at position", range=[0, 1.12]),
         bargap=0.25,
+        legend=dict(orientation="h", x=0, xanchor="left", y=-0.36 if ticks else -0.24, yanchor="top", font=dict(size=10)),
     )
 
 
@@ -289,18 +288,13 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
     ))
     tps = metrics.tokens_per_s
     title = f"Speed: {tps:.1f} tok/s" if tps else "Speed"
-    title += f" vs {target_tps:.1f} target only" if target_tps else " (no target-only step timed yet)"
+    title += f" vs {target_tps:.1f} target only, timed in it" if target_tps else " (no target-only step timed yet)"
     top = max([v for v in values if v is not None] + [1.0]) * 1.25
     return _figure(
         data, title, show_legend=True,
-        legend=dict(
-            orientation="h", x=0.62, xanchor="right", y=1.02, yanchor="bottom",
-            font=dict(size=10), bgcolor="rgba(255,255,255,0.6)",
-        ),
         xaxis=_axis("decode time (s)", domain=[0, 0.62], rangemode="tozero"),
         yaxis=_axis("tokens/s", rangemode="tozero"),
-        xaxis2=_axis("speedup vs target-only steps<br>timed during this reply", domain=[0.74, 1], anchor="y2",
-                     tickfont=dict(size=10)),
+        xaxis2=_axis(None, domain=[0.74, 1], anchor="y2", tickfont=dict(size=10), tickangle=0),
         yaxis2=_axis(None, anchor="x2", range=[0, top]),
         shapes=[_hline(1, BASELINE_COLOR, xref="x2 domain", yref="y2")],
         bargap=0.35,
@@ -340,7 +334,7 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     best = 1 + max(range(len(curve)), key=lambda i: (curve[i], -i))
     data = [
         dict(
-            type="scatter", x=xs, y=textbook, mode="lines", name="textbook: verify = 1 step",
+            type="scatter", x=xs, y=textbook, mode="lines", name="textbook (verify = 1 step)",
             line=dict(color=PREDICTED_COLOR, width=1, dash="dot"),
             hovertemplate="γ = %{x}: E[N]/(γc+1) = %{y:.2f}×<extra></extra>",
         ),
@@ -358,7 +352,7 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     measured = metrics.measured_speedup
     if gamma:
         data.append(dict(
-            type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"drafted γ≈{gamma}",
+            type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"γ drafted ≈ {gamma}",
             marker=dict(symbol="circle-open", size=16, color=MEASURED_COLOR, line=dict(width=2)),
             hovertemplate="γ drafted (mean) = %{x}: predicted %{y:.2f}×<extra></extra>",
         ))

@@ -114,10 +114,15 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
     ben.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     ben.add_argument("--device", default=None)
-    ben.add_argument("--json", default="assets/bench.json", help="JSON output (default assets/bench.json; '' = none)")
-    ben.add_argument("--csv", default="", help="CSV of every run (default: none)")
-    ben.add_argument("--chart", default="assets/bench", help="chart path without extension: writes .html and .png "
-                     "(default assets/bench; '' = none)")
+    ben.add_argument("--out", default="bench-results", metavar="DIR",
+                     help="folder for the results: bench.json, bench.csv (with --csv), bench.html and bench.png "
+                          "(default: bench-results in the current directory; '--out assets' replaces the "
+                          "committed results)")
+    ben.add_argument("--csv", action="store_true", help="also write every run to DIR/bench.csv")
+    ben.add_argument("--timing-cost", action="store_true",
+                     help="also run each drafter without timing rounds (the target-only rounds that measure the "
+                          "speedup in the same run) and report what they cost: median over prompts of decode "
+                          "tokens/s with ÷ without − 1, in percent")
     return parser
 
 
@@ -141,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace, argv: list[str]) -> int:
+    import os
     from pathlib import Path
 
     from specchat import bench
@@ -187,10 +193,19 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         gammas = [None if g == "adaptive" else g for g in dict.fromkeys(args.gammas)]
         main_gammas = [g for g in gammas if g is None] or gammas[:1]
         sweep_gammas = [g for g in gammas if g not in main_gammas]
-        main = bench.build_configs(drafters, transformers=args.transformers, gammas=main_gammas, max_gamma=args.max_gamma)
+        main = bench.build_configs(drafters, transformers=args.transformers, gammas=main_gammas, max_gamma=args.max_gamma,
+                                   timing_cost=args.timing_cost)
         sweep = [c for c in bench.build_configs(drafters, transformers=False, gammas=sweep_gammas, max_gamma=args.max_gamma)
                  if c.drafter != "none"]
         sweep_prompts = prompts if args.sweep_per_group == 0 else _first_per_group(prompts, args.sweep_per_group)
+        out = Path(args.out)
+        try:  # before the long part: a folder that cannot be written fails now, not after the run
+            out.mkdir(parents=True, exist_ok=True)
+            if not os.access(out, os.W_OK):
+                raise PermissionError(f"[Errno 13] Permission denied: {str(out)!r}")
+        except OSError as exc:
+            print(f"python -m specchat: error: --out {args.out}: cannot write there ({exc})", file=sys.stderr)
+            return 2
         say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
         say(f"bench: {len(prompts)} prompts × {len(main)} configurations"
             + (f" + {len(sweep_prompts)} prompts × {len(sweep)} fixed-γ settings" if sweep and sweep_prompts else "")
@@ -219,25 +234,29 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         for text, value, met in goals:
             mark = "not measured" if met is None else ("met" if met else "NOT met")
             print(f"  {text:<48} {bench._fmt(value):>6}  {mark}")
-    bench.write_outputs(results, summary, meta, json_path=Path(args.json) if args.json else None,
-                        csv_path=Path(args.csv) if args.csv else None)
-    if args.json:
-        print(f"wrote {args.json}")
+    names = bench.OUTPUT_NAMES
+    written = ["json"] + (["csv"] if args.csv else [])
+    bench.write_outputs(results, summary, meta, json_path=out / names["json"],
+                        csv_path=out / names["csv"] if args.csv else None)
+    print(f"\nresults in {out.resolve()}:")
+    print(f"wrote {out / names['json']}")
     if args.csv:
-        print(f"wrote {args.csv}")
-    if args.chart:
-        from specchat import charts
+        print(f"wrote {out / names['csv']}")
+    from specchat import charts
 
-        fig = charts.bench_figure(summary, meta)
-        base = Path(args.chart)
-        base.parent.mkdir(parents=True, exist_ok=True)
-        fig.write_html(str(base.with_suffix(".html")), include_plotlyjs="cdn")
-        print(f"wrote {base.with_suffix('.html')}")
-        try:
-            fig.write_image(str(base.with_suffix(".png")), scale=1)
-            print(f"wrote {base.with_suffix('.png')}")
-        except Exception as exc:  # kaleido needs a Chrome/Chromium; the HTML is still written
-            print(f"note: no PNG ({type(exc).__name__}: {exc}); install Chromium and kaleido for one", file=sys.stderr)
+    fig = charts.bench_figure(bench.chart_summary(summary), meta)
+    fig.write_html(str(out / names["html"]), include_plotlyjs="cdn")
+    written.append("html")
+    print(f"wrote {out / names['html']}")
+    try:
+        fig.write_image(str(out / names["png"]), scale=1)
+        written.append("png")
+        print(f"wrote {out / names['png']}")
+    except Exception as exc:  # kaleido needs a Chrome/Chromium; the HTML is still written
+        print(f"note: no PNG ({type(exc).__name__}: {exc}); install Chromium and kaleido for one", file=sys.stderr)
+    for key, name in names.items():  # same names every run: say which files this run did not write
+        if key not in written and (out / name).exists():
+            print(f"note: {out / name} is left from an earlier run (not written by this one)")
     return 0
 
 

