@@ -74,7 +74,7 @@ def loading_html(service: Any) -> str | None:
     """A progress banner while the service loads in the background; None once it is ready."""
     error = getattr(service, "startup_error", None)
     if error is not None:
-        return _status_html(f"Loading the models failed: {error}", error=True)
+        return status_html(f"Loading the models failed: {error}", error=True)
     return loading_banner("Loading models") if getattr(service, "loading", False) else None
 
 
@@ -161,10 +161,6 @@ EXAMPLES = [
     "def tally(items):\n    x = 0\n    for item in items:\n        if item:\n            x += 1\n    return x",
     "Explain what a KV cache is in three sentences.",
 ]
-
-
-def _status_html(text: str, *, error: bool = False) -> str:
-    return status_html(text, error=error)
 
 
 def bounded(slider: gr.Slider, *, integer: bool = False) -> gr.Slider:
@@ -275,7 +271,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                     choices=kinds, value=drafter0, label="drafter", info=drafter_kinds.dropdown_hint(),
                 )
                 drafter_status = gr.HTML(
-                    _status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
+                    status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
                     elem_id="spec-drafter-status",
                 )
                 adaptive = strict(gr.Checkbox(
@@ -367,12 +363,12 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                     yield {drafter_status: loading_banner(f"Preparing drafter '{kind}'")}
             if errors:
                 gr.Warning(f"Could not prepare drafter '{kind}': {errors[0]}")
-                yield {drafter_status: _status_html(f"drafter '{kind}' failed: {errors[0]}", error=True),
+                yield {drafter_status: status_html(f"drafter '{kind}' failed: {errors[0]}", error=True),
                        drafter: active, active_drafter: active}
                 return
             # the dropdown is left alone: it shows the user's latest pick, which a queued later
             # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
-            yield {drafter_status: _status_html(f"drafter '{kind}' ready"), active_drafter: kind}
+            yield {drafter_status: status_html(f"drafter '{kind}' ready"), active_drafter: kind}
 
         def show_loading():
             """On page load: mirror the background loading progress until the models are ready;
@@ -385,10 +381,10 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             if error is not None:
                 text = f"drafter '{drafter0}' could not be loaded ({error}): answering with the target only"
                 gr.Warning(text)
-                yield {load_banner: "", drafter_status: _status_html(text, error=True),
+                yield {load_banner: "", drafter_status: status_html(text, error=True),
                        drafter: "none", active_drafter: "none"}
                 return
-            yield {load_banner: "", drafter_status: _status_html(f"drafter '{drafter0}' ready")}
+            yield {load_banner: "", drafter_status: status_html(f"drafter '{drafter0}' ready")}
 
         def drop_session(request: gr.Request = None):
             sessions.drop(getattr(request, "session_hash", None))

@@ -437,9 +437,9 @@ class ChatSession:
         try:
             stream = self._stream(history, message, settings.drafter, config, run.cancel)
             for item in stream:
-                if run.discard:
-                    break
                 toast = reply.add(item)
+                if run.discard:  # Clear: the engine stops at the round's end (cancel is set); show nothing more
+                    continue
                 now = self.clock()
                 # redraw at a round's end (never between a round's tokens and its RoundEvent,
                 # so the counts agree), at most every text_interval_s, or to show a toast
