@@ -164,7 +164,7 @@ class SpeculativeEngine:
                 final_text = state.detok.flush()  # text held back for a possible stop string
                 break
             drafting = state.drafter is not None
-            timing = drafting and config.measure_speedup and state.num_target_only < timing_rounds_due(state.round_index)
+            timing = self._timing_due(state, config)
             if timing:  # a target-only round, timed: t₁ measured in this run, under this load
                 gamma = 0
             else:
@@ -213,7 +213,7 @@ class SpeculativeEngine:
         self._roll_back(state, num_committed_before + result.num_accepted)  # keep the verified prefix only
         token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
         round_event = self._round_event(
-            state, num_speculative_tokens, draft, result, len(token_events),
+            state, config, num_speculative_tokens, draft, result, len(token_events),
             draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing,
         )
         return [*token_events, round_event]
@@ -295,9 +295,17 @@ class SpeculativeEngine:
             return StopReason.CONTEXT_FULL
         return None
 
+    def _timing_due(self, state: _Generation, config: GenerationConfig) -> bool:
+        """Whether the next round is a timing round: target-only, to time t₁ in this run."""
+        return (
+            state.drafter is not None and config.measure_speedup
+            and state.num_target_only < timing_rounds_due(state.round_index)
+        )
+
     def _round_event(
         self,
         state: _Generation,
+        config: GenerationConfig,
         num_speculative_tokens: int,
         draft: Draft,
         result: VerifyResult,
@@ -315,8 +323,13 @@ class SpeculativeEngine:
             # a round cut by a stop: only the committed (all accepted) drafts count
             num_accepted, judged = num_committed, judged[:num_committed]
         elapsed_ms = self._decode_ms(state)
-        event = RoundEvent(
-            round_index=state.round_index,
+        round_index, previous_elapsed_ms = state.round_index, state.elapsed_ms
+        state.elapsed_ms = elapsed_ms
+        if num_drafted == 0:
+            state.num_target_only += 1
+        state.round_index += 1
+        return RoundEvent(
+            round_index=round_index,
             num_speculative_tokens=num_speculative_tokens if num_drafted or state.drafter is not None else 0,
             num_drafted=num_drafted,
             num_accepted=num_accepted,
@@ -326,14 +339,10 @@ class SpeculativeEngine:
             draft_steps=draft.num_steps,
             verify_ms=verify_ms,
             elapsed_ms=elapsed_ms,
-            round_ms=elapsed_ms - state.elapsed_ms,
+            round_ms=elapsed_ms - previous_elapsed_ms,
             timing=timing,
+            timing_next=state.stop is None and self._timing_due(state, config),
         )
-        state.elapsed_ms = elapsed_ms
-        if num_drafted == 0:
-            state.num_target_only += 1
-        state.round_index += 1
-        return event
 
     # -- the consumer, the drafter's failures, contract checks ------------------------------
     def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:

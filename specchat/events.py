@@ -102,6 +102,9 @@ class RoundEvent:
             ``round_ms − draft_ms`` is one target-only decode step, t₁, timed in this run.
         timing: True for a target-only round the engine inserted to time t₁ in the same run
             (``GenerationConfig.measure_speedup``; see :mod:`specchat.costs`).
+        timing_next: True when the next round will be a timing round. A consumer that draws a
+            page holds its update until after it: a browser drawing on the same CPU would
+            otherwise slow exactly that target-only step and bias t₁.
     """
 
     round_index: int
@@ -116,6 +119,7 @@ class RoundEvent:
     elapsed_ms: float
     round_ms: float
     timing: bool = False
+    timing_next: bool = False
 
 
 @dataclass(frozen=True)

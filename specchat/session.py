@@ -442,8 +442,11 @@ class ChatSession:
                     continue
                 now = self.clock()
                 # redraw at a round's end (never between a round's tokens and its RoundEvent,
-                # so the counts agree), at most every text_interval_s, or to show a toast
-                if toast is None and (not isinstance(item, RoundEvent) or now - last_text < self.text_interval_s):
+                # so the counts agree), at most every text_interval_s, or to show a toast; never
+                # just before a timing round, whose target-only step the browser's drawing on
+                # the same CPU would slow (t₁ would read high and every speedup with it)
+                drawable = isinstance(item, RoundEvent) and not item.timing_next
+                if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
                 figures = None
                 if now - last_plot >= self.plot_interval_s:

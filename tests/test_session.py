@@ -270,3 +270,27 @@ def test_a_cancelled_done_event_marks_the_reply_stopped():
     last = run(s)[-1]
     assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last.chat[-1]["content"]
     assert session_module.Phase.STOPPED.value in s.latest.row()["state"]
+
+
+def test_no_page_update_just_before_a_timing_round():
+    """The browser draws on the same CPU: an update sent right before a timing round would slow
+    that target-only step and bias t₁, so the session holds it until after that round."""
+    from specchat.events import RoundEvent
+
+    fake = FakeService(rounds=2)
+    base = fake.stream_chat
+
+    def stream(history, message, **kw):
+        for item in base(history, message, **kw):
+            if isinstance(item, RoundEvent) and item.round_index in (2, 9):
+                item = RoundEvent(**{**item.__dict__, "timing_next": True})
+            yield item
+
+    fake.stream_chat = stream
+    s = ChatSession(fake, text_interval_s=0.0, plot_interval_s=0.0)
+    views = run(s)
+    import re
+
+    rounds_shown = [int(m.group(1)) for v in views if v.stats and (m := re.search(r"tokens in (\d+) rounds", v.stats))]
+    assert 3 not in rounds_shown and 10 not in rounds_shown  # after rounds 2 and 9 (0-based): held
+    assert {2, 4, 9, 11, 14} <= set(rounds_shown)

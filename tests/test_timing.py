@@ -82,6 +82,7 @@ def test_perfect_drafter_with_timing_rounds_on_a_fake_clock(monkeypatch):
     rounds = rounds_of(events)
     assert [r.round_index for r in rounds if r.num_drafted == 0] == [2, 6]
     assert [r.round_index for r in rounds if r.timing] == [2, 6]
+    assert [r.round_index for r in rounds if r.timing_next] == [1, 5]  # announced one round ahead
     assert all(r.num_speculative_tokens == 0 for r in rounds if r.timing)
     for r in rounds:
         k = r.num_drafted
