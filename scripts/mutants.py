@@ -661,9 +661,9 @@ MUTANTS = [
     Mutant(
         "timing-rounds-never-inserted",
         10,
-        "specchat/engine.py",
-        "and state.num_target_only < timing_rounds_due(state.round_index)",
-        "and False",
+        "specchat/costs.py",
+        "    if num_target_only < timing_rounds_due(round_index):\n        return True\n",
+        "",
         "measure_speedup inserts no target-only round: t₁ is never timed in the run",
     ),
     Mutant(
@@ -678,8 +678,8 @@ MUTANTS = [
         "misses-not-counted-as-timing",
         10,
         "specchat/engine.py",
-        "        if num_drafted == 0:\n            state.num_target_only += 1\n",
-        "",
+        "            state.num_target_only += 1\n",
+        "            pass\n",
         "rounds that drafted nothing anyway do not count: timing rounds are forced on top of lookup misses",
     ),
     Mutant(

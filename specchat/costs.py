@@ -6,7 +6,8 @@ shows is built from timings taken during the very reply it describes, under the 
 * ``t₁`` (:attr:`CostEstimator.target_step_ms`): one target-only decode step. It is the time
   of a round that drafted nothing (``round_ms − draft_ms``), which *is* a plain decode step:
   every round of the drafter ``none``, an n-gram lookup that found nothing, or a **timing
-  round** that the engine inserts now and then (:func:`timing_rounds_due`) when
+  round** that the engine inserts now and then (:func:`timing_round_due`: on a schedule, and
+  more often on a busy machine while t₁ is imprecise and the extra rounds cost little) when
   ``GenerationConfig.measure_speedup`` is on.
 * ``d`` (:attr:`CostEstimator.draft_ms_per_token`): drafter time per drafted token (0 for a
   lookup that costs nothing measurable).
@@ -47,6 +48,42 @@ TIMING_ROUND_SECOND = 6
 TIMING_ROUND_INTERVAL = 16
 
 
+# More timing rounds when t₁'s samples scatter (a busy machine): until its relative standard error
+# is at most TIMING_PRECISION, while their share of the rounds stays under what costs at most
+# TIMING_BUDGET of the throughput (−share·(S − 1)/E[N], see above) and under TIMING_MAX_SHARE.
+# When speculation loses (S <= 1) a timing round costs nothing, so only the cap applies.
+TIMING_PRECISION = 0.04
+TIMING_BUDGET = 0.03
+TIMING_MAX_SHARE = 0.25
+
+
+def timing_round_due(
+    round_index: int,
+    num_target_only: int,
+    *,
+    t1_rel_se: float | None = None,
+    speedup: float | None = None,
+    tokens_per_round: float | None = None,
+) -> bool:
+    """Whether round ``round_index`` (0-based) should be a timing round, given that
+    ``num_target_only`` rounds so far drafted nothing.
+
+    Always when the schedule asks for one (:func:`timing_rounds_due`). Beyond it, when t₁ is
+    not yet known to ``TIMING_PRECISION`` (its relative standard error ``t1_rel_se``) and the
+    target-only rounds' share stays within ``min(TIMING_MAX_SHARE, TIMING_BUDGET·E[N]/(S − 1))``,
+    with ``speedup`` S and ``tokens_per_round`` E[N] as measured so far (no budget limit when
+    S <= 1).
+    """
+    if num_target_only < timing_rounds_due(round_index):
+        return True
+    if t1_rel_se is None or t1_rel_se <= TIMING_PRECISION or round_index < TIMING_ROUND_SECOND:
+        return False
+    share = TIMING_MAX_SHARE
+    if speedup is not None and speedup > 1 and tokens_per_round:
+        share = min(share, TIMING_BUDGET * tokens_per_round / (speedup - 1))
+    return num_target_only + 1 <= share * (round_index + 1)
+
+
 def timing_rounds_due(round_index: int) -> int:
     """How many target-only rounds a run should have had by the end of round ``round_index``
     (0-based) to measure t₁: 0 before round 2, 1 from round 2, 2 from round 6, then one more
@@ -74,7 +111,7 @@ class CostEstimator:
     """
 
     decay: float = 1.0
-    _t1: list[float] = field(default_factory=lambda: [0.0, 0.0])  # weighted Σ ms, Σ rounds
+    _t1: list[float] = field(default_factory=lambda: [0.0] * 4)  # weighted Σ ms, Σ w, Σ ms², Σ w²
     _draft: list[float] = field(default_factory=lambda: [0.0, 0.0])  # weighted Σ ms, Σ drafted tokens
     _fit: list[float] = field(default_factory=lambda: [0.0] * 5)  # weighted Σ 1, n, n², y, n·y
 
@@ -90,7 +127,8 @@ class CostEstimator:
         if not (_ok(event.round_ms) and _ok(event.draft_ms) and rest_ms > 0):
             return
         if event.num_drafted == 0:
-            _add(self._t1, (rest_ms, 1.0), self.decay)
+            _add(self._t1, (rest_ms, 1.0, rest_ms * rest_ms), self.decay)
+            self._t1[3] = self._t1[3] * self.decay**2 + 1.0
             return
         _add(self._draft, (event.draft_ms, float(event.num_drafted)), self.decay)
         n = float(event.num_drafted + 1)
@@ -101,13 +139,26 @@ class CostEstimator:
     def target_step_ms(self) -> float | None:
         """t₁: mean time of a round that drafted nothing (one target-only decode step), ms;
         None before any such round."""
-        total, count = self._t1
+        total, count = self._t1[:2]
         return total / count if count > 0 else None
 
     @property
     def num_target_steps(self) -> float:
         """Weight of the t₁ samples (with decay 1: the number of rounds that drafted nothing)."""
         return self._t1[1]
+
+    @property
+    def target_step_rel_se(self) -> float | None:
+        """The relative standard error of t₁ (standard error of the mean / the mean), from the
+        spread of its samples; None before two samples. A quiet machine gives a few percent
+        with two samples; a busy one needs many more."""
+        total, weight, squares, weight_sq = self._t1
+        n_eff = weight * weight / weight_sq if weight_sq > 0 else 0.0
+        if n_eff < 1.5 or total <= 0:
+            return None
+        mean = total / weight
+        variance = max(squares / weight - mean * mean, 0.0) * n_eff / (n_eff - 1)
+        return math.sqrt(variance / n_eff) / mean
 
     @property
     def draft_ms_per_token(self) -> float | None:

@@ -16,6 +16,7 @@ that, like for like. Such a round is Algorithm 1 with γ = 0: a plain decode ste
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -28,7 +29,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from specchat.adaptive import AdaptiveGamma
 from specchat.config import GenerationConfig
-from specchat.costs import timing_rounds_due
+from specchat.costs import CostEstimator, timing_round_due
 from specchat.drafters.base import Draft, Drafter, embedding_rows
 from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.kv import cut_cache
@@ -89,7 +90,8 @@ class SpeculativeEngine:
             cancel: when set, generation stops before the next round (stop_reason cancelled).
 
         With ``config.measure_speedup`` and a drafter, rounds 2, 6, 22, 38, … draft nothing
-        unless enough rounds drafted nothing already (timing rounds, ``RoundEvent.timing``).
+        unless enough rounds drafted nothing already, and more while t₁'s samples scatter
+        (timing rounds, ``RoundEvent.timing``; :func:`specchat.costs.timing_round_due`).
 
         Yields:
             For each round, its TokenEvents then one RoundEvent; finally one DoneEvent. If the
@@ -296,10 +298,17 @@ class SpeculativeEngine:
         return None
 
     def _timing_due(self, state: _Generation, config: GenerationConfig) -> bool:
-        """Whether the next round is a timing round: target-only, to time t₁ in this run."""
-        return (
-            state.drafter is not None and config.measure_speedup
-            and state.num_target_only < timing_rounds_due(state.round_index)
+        """Whether the next round is a timing round: target-only, to time t₁ in this run
+        (:func:`specchat.costs.timing_round_due`: the schedule, and more while t₁ is imprecise
+        and its cost stays small)."""
+        if state.drafter is None or not config.measure_speedup:
+            return False
+        t1, drafting = state.costs.target_step_ms, state.drafting_rounds
+        return timing_round_due(
+            state.round_index, state.num_target_only,
+            t1_rel_se=state.costs.target_step_rel_se,
+            speedup=len(state.token_ids) * t1 / state.elapsed_ms if t1 and state.elapsed_ms > 0 else None,
+            tokens_per_round=state.drafting_tokens / drafting if drafting else None,
         )
 
     def _round_event(
@@ -327,8 +336,11 @@ class SpeculativeEngine:
         state.elapsed_ms = elapsed_ms
         if num_drafted == 0:
             state.num_target_only += 1
+        else:
+            state.drafting_rounds += 1
+            state.drafting_tokens += num_committed
         state.round_index += 1
-        return RoundEvent(
+        event = RoundEvent(
             round_index=round_index,
             num_speculative_tokens=num_speculative_tokens if num_drafted or state.drafter is not None else 0,
             num_drafted=num_drafted,
@@ -341,8 +353,9 @@ class SpeculativeEngine:
             elapsed_ms=elapsed_ms,
             round_ms=elapsed_ms - previous_elapsed_ms,
             timing=timing,
-            timing_next=state.stop is None and self._timing_due(state, config),
         )
+        state.costs.update(event)
+        return dataclasses.replace(event, timing_next=state.stop is None and self._timing_due(state, config))
 
     # -- the consumer, the drafter's failures, contract checks ------------------------------
     def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:
@@ -423,6 +436,9 @@ class _Generation:
     drafter_failure: DrafterFailedEvent | None = None
     round_index: int = 0
     num_target_only: int = 0  # rounds that drafted nothing: each one timed t₁
+    drafting_rounds: int = 0
+    drafting_tokens: int = 0  # tokens committed by the rounds that drafted
+    costs: CostEstimator = field(default_factory=CostEstimator)  # this run's t₁, d, v(n) so far
     decode_start: float = 0.0
     elapsed_ms: float = 0.0  # decode time at the end of the last round
     paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding

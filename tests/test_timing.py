@@ -191,3 +191,65 @@ def test_cost_estimator_plain_means_and_decay():
     assert plain.target_step_ms == pytest.approx(120.0)
     with pytest.raises(ValueError, match="decay"):
         CostEstimator(decay=0.0)
+
+
+def test_the_relative_standard_error_of_t1_by_hand():
+    c = CostEstimator()
+    c.update(_r(0, 100.0))
+    assert c.target_step_rel_se is None  # one sample says nothing about the spread
+    c.update(_r(0, 140.0))
+    # mean 120, sample variance ((−20)² + 20²)/1 = 800, standard error sqrt(800 / 2) = 20
+    assert c.target_step_rel_se == pytest.approx(20 / 120)
+    c.update(_r(0, 120.0))
+    assert c.target_step_rel_se == pytest.approx((400 / 3) ** 0.5 / 120)  # variance 400, n = 3
+
+
+def test_extra_timing_rounds_only_while_t1_is_imprecise_and_within_their_budget():
+    due = costs.timing_round_due
+    assert costs.TIMING_PRECISION == 0.04 and costs.TIMING_BUDGET == 0.03 and costs.TIMING_MAX_SHARE == 0.25
+    # the schedule alone when t₁ is precise (or unknown)
+    assert [due(i, 2, t1_rel_se=0.03, speedup=0.5) for i in (7, 21, 22)] == [False, False, True]
+    assert not due(10, 2, t1_rel_se=None)
+    # imprecise and speculation loses (S < 1): up to a quarter of the rounds
+    assert not due(10, 2, t1_rel_se=0.1, speedup=0.5)  # a 3rd would be 3 of 11 rounds > 25 %
+    assert due(11, 2, t1_rel_se=0.1, speedup=0.5)  # 3 of 12
+    # imprecise and S = 3 at E[N] = 5: their share is held to 0.03 × 5 / (3 − 1) = 7.5 %
+    assert [due(i, 2, t1_rel_se=0.1, speedup=3.0, tokens_per_round=5.0) for i in (20, 39)] == [False, True]
+
+
+class NoisyClockedLM(ClockedLM):
+    """A target whose one-token steps alternate 60 and 140 ms (a busy machine), other passes as before."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.steps = 0
+
+    def forward(self, input_ids, **kwargs):
+        if int(input_ids.shape[-1]) == 1:
+            self.steps += 1
+            self.clock[0] += (60.0 if self.steps % 2 else 140.0) / 1000.0 - self.cost(1) / 1000.0
+        return super().forward(input_ids, **kwargs)
+
+
+def test_a_noisy_target_step_gets_more_timing_rounds_when_they_cost_nothing(monkeypatch):
+    """A drafter slower than the target (S < 1, a timing round is free) and one-token steps that
+    scatter ±40 %: the engine times t₁ more often than the schedule, up to a quarter of the
+    rounds; with steady steps it keeps to the schedule."""
+    fn = hashed_logits(V, seed=11, scale=2.0)
+
+    def timing_rounds(noisy: bool) -> list[int]:
+        clock = [0.0]
+        lm = NoisyClockedLM if noisy else ClockedLM
+        engine = SpeculativeEngine(lm(V, fn, clock, lambda n: TARGET_MS + PER_POSITION_MS * (n - 1)), None)
+        monkeypatch.setattr(engine, "_now", lambda: clock[0])
+        slow = model_drafter(ClockedLM(V, fn, clock, lambda n: 300.0), V)  # 3 target steps per draft
+        events = events_of(engine, [3, 1, 4, 1], slow, num_speculative_tokens=2, max_new_tokens=120, measure_speedup=True)
+        rounds = rounds_of(events)
+        assert list(events[-1].token_ids) == naive_greedy_fn(fn, [3, 1, 4, 1], 120)
+        return [r.round_index for r in rounds if r.timing], len(rounds)
+
+    steady, n_steady = timing_rounds(False)
+    assert steady == [i for i in (2, 6, 22, 38) if i < n_steady]
+    noisy, n_noisy = timing_rounds(True)
+    assert len(noisy) > len([i for i in (2, 6, 22, 38) if i < n_noisy])
+    assert len(noisy) <= costs.TIMING_MAX_SHARE * n_noisy + 1
