@@ -279,13 +279,19 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
             hovertemplate=f"target only: {target_tps:.1f} tok/s (timed during this reply)<extra></extra>",
         ))
     values = [_r(metrics.measured_speedup, 3), _r(metrics.predicted_speedup, 3)]
+    # a bar with no value draws nothing, its text included: say why on the axis instead
+    missing = ["not measured", "no drafts" if metrics.num_drafted == 0 else "not measured"]
     data.append(dict(
         type="bar", x=["measured", "predicted"], y=values,
         xaxis="x2", yaxis="y2", marker=dict(color=[MEASURED_COLOR, PREDICTED_COLOR]), opacity=0.9,
-        text=["not measured" if v is None else f"{v:.2f}×" for v in values], textposition="outside",
+        text=[why if v is None else f"{v:.2f}×" for v, why in zip(values, missing)], textposition="outside",
         textfont=dict(size=10), cliponaxis=False, showlegend=False,
         hovertemplate="%{x}: %{y:.2f}×<extra></extra>",
     ))
+    notes = [
+        _note(why, name, 0, BASELINE_COLOR, xref="x2", yref="y2", yanchor="bottom")
+        for name, v, why in zip(["measured", "predicted"], values, missing) if v is None
+    ]
     tps = metrics.tokens_per_s
     title = f"Speed: {tps:.1f} tok/s" if tps else "Speed"
     title += f" vs {target_tps:.1f} target only, timed in it" if target_tps else " (no target-only step timed yet)"
@@ -297,6 +303,7 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
         xaxis2=_axis(None, domain=[0.74, 1], anchor="y2", tickfont=dict(size=10), tickangle=0),
         yaxis2=_axis(None, anchor="x2", range=[0, top]),
         shapes=[_hline(1, BASELINE_COLOR, xref="x2 domain", yref="y2")],
+        annotations=notes,
         bargap=0.35,
     )
 

@@ -113,6 +113,9 @@ def test_speed_without_a_target_only_round_says_not_measured():
     assert not any(t.name == "their mean" for t in fig.data)
     bars = next(t for t in fig.data if t.type == "bar")
     assert bars.y[0] is None and bars.text[0] == "not measured"
+    # an empty bar draws no text: the reason is written on the axis where the bar would be
+    # (the prediction needs t₁ too)
+    assert [(a.x, a.text) for a in fig.layout.annotations] == [("measured", "not measured"), ("predicted", "not measured")]
     assert "no target-only step timed yet" in fig.layout.title.text
 
 
@@ -229,6 +232,8 @@ def test_target_only_run_shows_a_hint_for_acceptance():
     assert _trace(speed, "this reply").y[-1] == pytest.approx(10.0)
     # target only against target-only steps timed in the same reply: exactly 1.00×
     assert next(t for t in speed.data if t.type == "bar").y[0] == pytest.approx(1.0)
+    # nothing was drafted, so there is no prediction, and the page says why
+    assert [(a.x, a.text) for a in speed.layout.annotations] == [("predicted", "no drafts")]
 
 
 def test_long_runs_are_thinned_and_small():
