@@ -21,6 +21,9 @@ What is measured per run (one configuration, one prompt, one repeat), all wall-c
   ``GenerationConfig.measure_speedup``, so the engine makes some rounds target-only to time t₁
   (``num_timing_rounds``; :func:`specchat.costs.timing_rounds_due`); None when no round of the
   run drafted nothing (too short to reach a timing round, or run without them);
+- ``speedup_predicted_same_run`` (specchat runs): the speedup predicted from the same run's α
+  and measured costs (t₁, drafting time d, verify time v(n)), as the app and the CLI show it
+  (:attr:`SpeculationMetrics.predicted_speedup`); None without a drafted round and t₁;
 - α, tokens per round, c and the predicted S(γ) (specchat runs only; transformers exposes no
   per-round acceptance). The prediction is Leviathan et al. 2023, Theorem 3.8, summed over the
   rounds actually run: S = Σ_r E[N](α, γ_r) / Σ_r (γ_r·c + 1), which for a fixed γ is S(γ);
@@ -191,6 +194,9 @@ class RunResult:
     num_timing_rounds: int | None = None
     target_step_ms: float | None = None
     speedup_same_run: float | None = None
+    # and the speedup predicted from the same run's α and measured costs (t₁, d, v(n)), as the
+    # app and the CLI show it (SpeculationMetrics.predicted_speedup)
+    speedup_predicted_same_run: float | None = None
     # filled in against the target-only run of the same prompt and repeat
     speedup: float | None = None
     cost_ratio: float | None = None
@@ -273,6 +279,7 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         num_timing_rounds=metrics.num_timing_rounds,
         target_step_ms=metrics.target_step_ms,
         speedup_same_run=metrics.measured_speedup,
+        speedup_predicted_same_run=metrics.predicted_speedup,
     )
 
 
@@ -449,7 +456,8 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 SUMMARY_FIELDS = (
-    "decode_tokens_per_s", "e2e_tokens_per_s", "prefill_s", "speedup", "speedup_same_run", "alpha", "tokens_per_round",
+    "decode_tokens_per_s", "e2e_tokens_per_s", "prefill_s", "speedup", "speedup_same_run", "speedup_predicted_same_run",
+    "alpha", "tokens_per_round",
     "cost_ratio", "predicted_speedup", "measured_over_predicted", "ttft_s", "peak_mem_mb", "mean_gamma",
     "num_timing_rounds", "target_step_ms",
 )
@@ -593,14 +601,14 @@ def format_table(summary: dict) -> str:
     """The terminal table: one row per configuration (medians), then speedup by group, the
     ratio to transformers and, when measured, what the timing rounds cost."""
     w = max([30] + [len(name) for name in summary["configs"]])
-    head = (f"{'configuration':<{w}} {'tok/s':>6} {'e2e':>6} {'speedup':>7} {'same-run':>8} {'α':>5} {'tok/rnd':>7} "
+    head = (f"{'configuration':<{w}} {'tok/s':>6} {'e2e':>6} {'speedup':>7} {'same-run':>8} {'pred':>5} {'α':>5} {'tok/rnd':>7} "
             f"{'c':>5} {'pred S':>6} {'meas/pred':>9} {'timing':>6} {'TTFT s':>6} {'peak MB':>7} {'same':>5}")
     lines = [head, "-" * len(head)]
     for name, e in summary["configs"].items():
         o = e["overall"]
         lines.append(
             f"{name:<{w}} {_fmt(o['decode_tokens_per_s']):>6} {_fmt(o['e2e_tokens_per_s']):>6} {_fmt(o['speedup']):>7} "
-            f"{_fmt(o.get('speedup_same_run')):>8} {_fmt(o['alpha']):>5} "
+            f"{_fmt(o.get('speedup_same_run')):>8} {_fmt(o.get('speedup_predicted_same_run')):>5} {_fmt(o['alpha']):>5} "
             f"{_fmt(o['tokens_per_round']):>7} {_fmt(o['cost_ratio'], '.3f'):>5} {_fmt(o['predicted_speedup']):>6} "
             f"{_fmt(o['measured_over_predicted']):>9} {_fmt(o.get('num_timing_rounds'), '.0f'):>6} {_fmt(o['ttft_s']):>6} "
             f"{_fmt(o['peak_mem_mb'], '.0f'):>7} {e['identical']:>2}/{e['runs']:<2}"
@@ -608,6 +616,8 @@ def format_table(summary: dict) -> str:
     lines.append("tok/s: decode tokens/s (prefill excluded) · e2e: tokens/s from the call (prefill included) · "
                  "speedup: decode tok/s ÷ specchat target-only, same prompt, back to back · same-run: speedup "
                  "measured in the run itself (tokens × t₁ / decode time, t₁ timed by its target-only rounds) · "
+                 "pred: the speedup predicted from the run's own α and measured costs (t₁, d, v(n)), as the app "
+                 "shows it · "
                  "α, tok/rnd (tokens per round), "
                  "c (drafter time per draft ÷ target time per token), pred S (Leviathan S over the rounds run), "
                  "meas/pred: specchat only · timing: timing rounds per run · TTFT: seconds to the first token · "

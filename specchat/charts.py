@@ -504,8 +504,12 @@ def bench_figure(summary: dict, meta: dict) -> go.Figure:
     for col, hint in hints.items():
         axis = "x" if col == 1 else "x2"
         if not any(getattr(t, "xaxis", None) == axis for t in fig.data):
-            fig.add_annotation(text=hint, xref=f"{axis} domain", yref=f"{axis.replace('x', 'y')} domain",
-                               x=0.5, y=0.5, showarrow=False, font=dict(size=12, color=BASELINE_COLOR))
+            # paper coordinates: plotly.js places "x2 domain" on the first subplot when no trace uses x2
+            x_domain = fig.layout["xaxis" if col == 1 else "xaxis2"].domain
+            y_domain = fig.layout["yaxis" if col == 1 else "yaxis2"].domain
+            fig.add_annotation(text=hint, xref="paper", yref="paper", x=sum(x_domain) / 2, y=sum(y_domain) / 2,
+                               xanchor="center", yanchor="middle", showarrow=False,
+                               font=dict(size=12, color=BASELINE_COLOR))
     machine = f"{meta.get('processor', '?')}, {meta.get('torch_threads', '?')} threads, {meta.get('device', '?')}"
     fig.update_layout(
         template=_TEMPLATE, height=430, width=1100, barmode="group",

@@ -136,7 +136,8 @@ def test_bench_runs_end_to_end_on_a_real_small_model(smollm2_dir, tmp_path, caps
     assert data["meta"]["max_new_tokens"] == 8 and data["meta"]["target"]
     assert "specchat bench" in (out / "bench.html").read_text()
     csv_head = (out / "bench.csv").read_text().splitlines()[0].split(",")
-    assert csv_head[0] == "config" and {"speedup_same_run", "num_timing_rounds", "measure_speedup"} <= set(csv_head)
+    assert csv_head[0] == "config" and {"speedup_same_run", "speedup_predicted_same_run", "num_timing_rounds",
+                                        "measure_speedup"} <= set(csv_head)
 
 
 def test_bench_writes_to_bench_results_in_the_current_directory_by_default(smollm2_dir, tmp_path, monkeypatch, capsys):
@@ -262,6 +263,11 @@ def test_run_specchat_turns_timing_rounds_on_and_records_the_same_run_speedup():
     # 11 tokens × t₁ (the timing round: 20 ms) / 140 ms of decoding
     assert raw["speedup_same_run"] == pytest.approx(11 * 20.0 / 140.0)
     assert raw["num_timing_rounds"] == 1 and raw["target_step_ms"] == pytest.approx(20.0)
+    # predicted from the same run, by hand: α = 7/8 (3 + 1 + 3 accepted of 3 + 2 + 3 judged),
+    # E[N](7/8, 3) = (1 − (7/8)⁴) / (1/8); d = 12/3 = 4 ms, v(4) = 28 ms (every verify checked 4),
+    # so a γ = 3 round takes 3·4 + 28 = 40 ms; plus the one target-only round (1 token, 20 ms)
+    e3 = (1 - (7 / 8) ** 4) / (1 / 8)
+    assert raw["speedup_predicted_same_run"] == pytest.approx((1 + 3 * e3) * 20.0 / (20.0 + 3 * 40.0))
     assert raw["gammas"] == [3, 3, 0, 3] and raw["measure_speedup"] is True
     off = bench.BenchConfig("specchat", "int4", None, 8, measure_speedup=False)
     assert off.name == "specchat int4 adaptive (no timing rounds)"

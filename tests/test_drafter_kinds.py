@@ -49,3 +49,6 @@ def test_a_bench_panel_without_data_says_not_measured():
     notes = [a.text for a in fig.layout.annotations]
     assert any(n.startswith("not measured: no fixed γ ran") for n in notes)
     assert not any(n.startswith("not measured: no drafter ran with adaptive") for n in notes)
+    # written in the middle of the empty right-hand panel, not over the bars of the left one
+    note = next(a for a in fig.layout.annotations if a.text.startswith("not measured"))
+    assert note.xref == "paper" and note.x == pytest.approx(sum(fig.layout.xaxis2.domain) / 2)
