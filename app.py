@@ -1,7 +1,7 @@
 """specchat: a local Gradio chat that shows speculative decoding at work.
 
     python app.py [--target NAME_OR_PATH] [--drafter {none,ngram,int4,sibling,sibling-int4}]
-                  [--host 127.0.0.1] [--port 7860] [--dtype auto|float32|bfloat16]
+                  [--host 127.0.0.1] [--port 7860] [--dtype auto|float32|bfloat16] [--threads N]
 
 Layout and event wiring only. The models live in one module-level ChatService (loaded once,
 behind a lock, never in gr.State); what a browser session does (sending, queueing, Stop,
@@ -462,15 +462,47 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dtype", choices=DTYPE_CHOICES, default="auto",
         help="weights dtype for the target and model drafters (default auto)",
     )
+    parser.add_argument(
+        "--threads", type=_positive_int, default=None,
+        help="torch CPU threads (default: torch's, one per core); on a machine busy with other "
+             "work, fewer threads than cores can be much faster",
+    )
     return parser.parse_args(argv)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
+    return value
+
+
+def port_in_use(host: str, port: int) -> OSError | None:
+    """The error binding ``host:port`` gives right now (None when it is free): checked before
+    the models start loading, so that a taken port is a one-line error, not a traceback after
+    minutes of loading."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
 
 
 def _is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) or any(c.__name__ == "SpecchatError" for c in type(exc).__mro__)
 
 
-def _announce_ready(service: Any, drafter: str) -> None:
-    """Say in the terminal when the background loading has finished, or why it failed."""
+def _announce_ready(service: Any, drafter: str, url: str) -> None:
+    """Say in the terminal when the background loading has finished (with the page's address:
+    Gradio's own line is often overwritten by the progress bars), or why it failed."""
     service.ready.wait()
     if service.startup_error is not None:
         print(
@@ -479,7 +511,7 @@ def _announce_ready(service: Any, drafter: str) -> None:
             file=sys.stderr,
         )
     else:
-        print(f"Ready: {service.target_name} with drafter '{drafter}'.", file=sys.stderr)
+        print(f"Ready: {service.target_name} with drafter '{drafter}'. Open {url}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -490,6 +522,18 @@ def main(argv: list[str] | None = None) -> int:
             "reachable from the network. Use --host 127.0.0.1 to keep it on this machine.",
             file=sys.stderr,
         )
+    busy = port_in_use(args.host, args.port)
+    if busy is not None:
+        print(
+            f"error: cannot listen on {args.host}:{args.port} ({busy.strerror or busy}): is another "
+            "app using it? Pick another port with --port, e.g. --port 7861.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         service = get_service(target=args.target, dtype=args.dtype)
         kinds = list(service.drafter_kinds())
@@ -511,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     service.start(drafter)
-    threading.Thread(target=_announce_ready, args=(service, drafter), daemon=True).start()
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
+    threading.Thread(target=_announce_ready, args=(service, drafter, url), daemon=True).start()
     demo = build_ui(service, default_drafter=drafter)
     demo.queue(default_concurrency_limit=1)
     demo.launch(

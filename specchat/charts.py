@@ -216,7 +216,8 @@ def acceptance_by_position_figure(metrics: SpeculationMetrics) -> go.Figure:
     ticks = dict(tickvals=x, ticktext=[f"{i}<br>{a}/{n}" for i, (a, n) in zip(x, by_position)]) if len(x) <= 10 else {}
     return _figure(
         data, "Acceptance by draft position", show_legend=True,
-        xaxis=_axis("draft position (accepted / reached)", dtick=1 if len(x) <= 16 else None,
+        xaxis=_axis("draft position (accepted / reached)" if ticks else "draft position (counts on hover)",
+                    dtick=1 if len(x) <= 16 else None,
                     range=[0.5, len(x) + 0.5], **ticks),
         yaxis=_axis("β at position", range=[0, 1.12]),
         bargap=0.25,
@@ -369,19 +370,28 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
                 marker=dict(symbol="diamond", size=10, color=MEASURED_COLOR),
                 hovertemplate="measured at γ ≈ %{x}: %{y:.2f}×<extra></extra>",
             ))
-    notes = [_note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right", yanchor="top")]
-    if alpha <= cost:
-        notes.append(_note("α ≤ c: no γ gives a speedup", 0.5, 0.92, RESAMPLED, size=11))
+    # the S = 1 label on the side of the line that the curves leave free at the right edge
+    # (both below: above it; both above: below it; one each side: the side of the one farther away)
+    far = curve[-1] if abs(curve[-1] - 1) >= abs(textbook[-1] - 1) else textbook[-1]
+    above = (curve[-1] < 1 and textbook[-1] < 1) or (far >= 1 and not (curve[-1] >= 1 and textbook[-1] >= 1))
+    notes = [_note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right",
+                   yanchor="bottom" if above else "top")]
+    if curve[best - 1] < 1:
+        # the star still marks γ ≥ 1: adaptive γ keeps drafting (one token at least) to keep measuring α
+        why = "α ≤ c" if alpha <= cost else "at the measured costs"
+        notes.append(_note(f"{why}: no γ gives a speedup", 0.5, 0.95, RESAMPLED, size=11))
+        notes.append(_note("adaptive γ still drafts its best γ ≥ 1, to keep measuring α", 0.5, 0.87, TEXT, size=9))
     elif gamma and abs(gamma - best) >= 2:
         notes.append(_note(
             "adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
             0.5, 0.02, TEXT, size=9, yanchor="bottom",
         ))
     top = max(curve + textbook + [1.0, measured or 0.0])
+    headroom = 1.5 if curve[best - 1] < 1 else 1.15  # room for the notes above the curves
     return _figure(
         data, f"Theory: S(γ) at α = {alpha:.2f}, c = {cost:.2f}", show_legend=True,
         xaxis=_axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2),
-        yaxis=_axis("speedup ×", range=[0, top * 1.15]),
+        yaxis=_axis("speedup ×", range=[0, top * headroom]),
         shapes=[_hline(1, BASELINE_COLOR)], annotations=notes,
     )
 
@@ -412,11 +422,16 @@ def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> 
     x = [f"#{n} {d}" for n, d, _ in replies]
     colors = [drafter_kinds.color(d) for _, d, _ in replies]
 
-    def bars(values, name, color=colors, fmt=".2f", suffix=""):
+    drafted = [m.num_drafted > 0 for _, _, m in replies]
+
+    def bars(values, name, color=colors, fmt=".2f", suffix="", missing="measure", legend=True):
+        # a bar with no value would draw nothing, its text included: a flat bar says why instead
+        why = ["no<br>drafts" if missing == "drafts" and not d else "not<br>measured" for d in drafted]
         return dict(
-            type="bar", x=x, y=[_r(v, 3) for v in values], name=name, marker=dict(color=color), opacity=0.9,
-            text=["n/a" if v is None else f"{v:{fmt}}{suffix}" for v in values], textposition="outside",
-            textfont=dict(size=10), cliponaxis=False, hovertemplate=f"%{{x}}: %{{y:{fmt}}}{suffix}<extra>{name}</extra>",
+            type="bar", x=x, y=[0.0 if v is None else _r(v, 3) for v in values], name=name,
+            marker=dict(color=color), opacity=0.9, showlegend=legend,
+            text=[w if v is None else f"{v:{fmt}}{suffix}" for v, w in zip(values, why)], textposition="outside",
+            textfont=dict(size=10), cliponaxis=False, hovertemplate=f"%{{x}}: %{{text}}<extra>{name}</extra>",
         )
 
     def fig(data, title, ytitle, top, legend=False):
@@ -431,16 +446,19 @@ def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> 
     target = [m.target_only_tokens_per_s for _, _, m in replies]
     top = lambda values, floor=1.0: max([v for v in values if v is not None] + [floor])  # noqa: E731
     speedup_fig = fig(
-        [bars(measured, "measured", MEASURED_COLOR, suffix="×"), bars(predicted, "predicted", PREDICTED_COLOR, suffix="×")],
+        [bars(measured, "measured", MEASURED_COLOR, suffix="×"),
+         bars(predicted, "predicted", PREDICTED_COLOR, suffix="×", missing="drafts")],
         "Speedup by reply (vs target-only steps timed in each)", "speedup ×", top(measured + predicted), legend=True,
     )
     speedup_fig.layout.shapes = [_hline(1, BASELINE_COLOR)]
     return (
-        fig([bars(alphas, "α")], "α by reply", "α", 1.0),
+        fig([bars(alphas, "α", missing="drafts")], "α by reply", "α", 1.0),
         fig([bars(per_round, "tokens/round")], "Tokens per round by reply", "tokens per round", top(per_round)),
         speedup_fig,
-        fig([bars(speed, "this reply", colors, ".1f", " tok/s"), bars(target, "target only, timed in it", BASELINE_COLOR, ".1f", " tok/s")],
-            "Speed by reply", "tokens/s", top(speed + target), legend=True),
+        # the reply's bar takes its drafter's colour, so only the grey bar needs a legend entry
+        fig([bars(speed, "this reply", colors, ".1f", " tok/s", legend=False),
+             bars(target, "target only, timed in it", BASELINE_COLOR, ".1f", " tok/s")],
+            "Speed by reply (its drafter's colour) vs target only", "tokens/s", top(speed + target), legend=True),
     )
 
 

@@ -498,3 +498,53 @@ def test_reply_waits_for_background_loading_and_shows_progress():
     updates = list(stream)
     assert "tok-accepted" in str(updates[-1][chatbot][-1]["content"])
     assert app.loading_html(fake) is None
+
+
+def test_a_taken_port_is_a_one_line_error_before_any_loading(monkeypatch, capsys):
+    """A port already in use is refused at once, naming --port (Gradio's own error came as a
+    traceback after the models had started loading, and named an environment variable)."""
+    import socket
+
+    monkeypatch.setattr(app, "get_service", lambda **kwargs: pytest.fail("the models must not start loading"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert app.port_in_use("127.0.0.1", port) is not None
+        assert app.main(["--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "--port" in err and "Traceback" not in err
+    assert app.port_in_use("127.0.0.1", port) is None  # free again once closed
+
+
+def test_ready_line_repeats_the_address_and_threads_are_set(monkeypatch, capsys):
+    """The progress bars overwrite Gradio's "Running on" line: "Ready" repeats the address."""
+    import torch
+
+    fake = FakeService()
+
+    class FakeDemo:
+        def queue(self, **kwargs):
+            pass
+
+        def launch(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
+    monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: FakeDemo())
+    monkeypatch.setattr(app, "port_in_use", lambda host, port: None)
+    before = torch.get_num_threads()
+    try:
+        assert app.main(["--drafter", "ngram", "--port", "7998", "--threads", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    fake.ready.wait(5)
+    deadline = time.monotonic() + 5
+    err = ""
+    while "Ready" not in err and time.monotonic() < deadline:
+        time.sleep(0.05)
+        err += capsys.readouterr().err
+    assert "Ready: " in err and "Open http://127.0.0.1:7998" in err
+    with pytest.raises(SystemExit):
+        app.parse_args(["--threads", "0"])

@@ -140,6 +140,21 @@ def test_conversation_figures_have_one_bar_per_reply_in_the_drafters_colors(metr
     assert [t.name for t in speedup.data] == ["measured", "predicted"]
     assert list(speed.data[1].y) == pytest.approx([10.0, 5.0])  # target only, timed in each reply
     assert all(not f.data for f in charts.conversation_figures([]))
+    # the bar in the drafter's colour needs no legend entry (it took the first reply's colour)
+    assert [t.showlegend for t in speed.data] == [False, True]
+
+
+def test_conversation_bars_without_a_value_say_why():
+    """A target-only reply has no α and no prediction; a reply too short for a timing round
+    has no measured speedup: a flat bar says so (a bar with no value drew nothing)."""
+    none = _metrics([_round(i, 0, 0) for i in range(3)])
+    short = _metrics([_round(0, 4, 4), _round(1, 4, 2)])
+    alpha, _, speedup, speed = charts.conversation_figures([(1, "none", none), (2, "ngram", short)])
+    assert list(alpha.data[0].y) == [0.0, 1.0 * round(6 / 7, 3)] and alpha.data[0].text[0] == "no<br>drafts"
+    measured, predicted = speedup.data
+    assert list(measured.text) == ["1.00×", "not<br>measured"] and measured.y[1] == 0.0
+    assert list(predicted.text) == ["no<br>drafts", "not<br>measured"]
+    assert list(speed.data[1].text) == ["10.0 tok/s", "not<br>measured"]
 
 
 def _alpha_08_c_01() -> SpeculationMetrics:
@@ -198,6 +213,30 @@ def test_theory_figure_warns_when_alpha_not_above_c():
     m = _metrics([_round(0, 0, 0)] + [_round(i + 1, 4, 0, draft_ms=200.0) for i in range(3)])
     fig = charts.theory_figure(m)
     assert any("α ≤ c" in a.text for a in fig.layout.annotations)
+
+
+def test_theory_figure_says_when_no_gamma_wins_at_the_measured_costs():
+    """α = 0.75 > c = 0.1, so the textbook curve promises a speedup, but a verify pass costs
+    50 + 100 ms per checked position (t₁ = 100 ms): at these costs every γ loses. The page says
+    so, and why the star still marks a γ ≥ 1."""
+    rounds = [_round(0, 0, 0)]
+    for i, k in enumerate([2, 6] * 6):
+        rounds.append(_round(i + 1, k, k - 1, round_ms=10.0 * k + 50.0 + 100.0 * (k + 1)))
+    m = _metrics(rounds)
+    assert m.acceptance_rate == pytest.approx(0.75) and m.cost_ratio == pytest.approx(0.1)
+    fig = charts.theory_figure(m)
+    assert max(_trace(fig, "S(γ), measured costs").y) < 1 < max(_trace(fig, "textbook (verify = 1 step)").y)
+    texts = [a.text for a in fig.layout.annotations]
+    assert "at the measured costs: no γ gives a speedup" in texts
+    assert any(t.startswith("adaptive γ still drafts") for t in texts)
+    # at the right edge the measured curve is far below 1 and the textbook one above it
+    # (farther away): the S = 1 label goes above the line, on the textbook's side
+    label = next(a for a in fig.layout.annotations if a.text == "S = 1 (target only)")
+    assert label.yanchor == "bottom"
+    # with both curves above 1 at the right edge, the label goes under the line
+    good = charts.theory_figure(_alpha_08_c_01(), 4)
+    assert next(a for a in good.layout.annotations if a.text == "S = 1 (target only)").yanchor == "top"
+    assert not any("no γ gives" in a.text for a in good.layout.annotations)
 
 
 def test_theory_range_extends_past_ten_for_large_gamma():
