@@ -387,6 +387,9 @@ def _generate(args: argparse.Namespace) -> int:
             )
             metrics = SpeculationMetrics()
             color = sys.stdout.isatty() and not args.json
+            sample = f"sample {i + 1}/{args.num_samples}" if args.num_samples > 1 else None
+            if sample and not args.json:  # where one sample ends and the next begins
+                sys.stdout.write(f"--- {sample} (seed {config.seed}) ---\n")
             for event in service.generate(ids, drafter=args.drafter, config=config):
                 metrics.update(event)
                 if isinstance(event, TokenEvent) and not args.json:
@@ -400,23 +403,24 @@ def _generate(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
                 sys.stdout.flush()
-                print(summary_line(args.drafter, metrics, done), file=sys.stderr)
+                print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent) -> str:
+def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sample: str | None = None) -> str:
     """One line after a reply: tokens, speed, α, tokens per round and the speedup against the
-    target-only steps timed during this reply (``n/a`` where not measurable)."""
+    target-only steps timed during this reply (``n/a`` where not measurable); ``sample`` (e.g.
+    "sample 2/3") names the sample when there are several."""
     s = metrics.summary()
 
     def fmt(value, spec: str, suffix: str = "") -> str:
         return "n/a" if value is None else f"{value:{spec}}{suffix}"
 
     return (
-        f"[{drafter}] {s['num_tokens']} tokens, {fmt(s['tokens_per_s'], '.2f', ' tokens/s')}, "
+        f"[{drafter}{', ' + sample if sample else ''}] {s['num_tokens']} tokens, {fmt(s['tokens_per_s'], '.2f', ' tokens/s')}, "
         f"α={fmt(s['acceptance_rate'], '.2f')}, {fmt(s['mean_tokens_per_round'], '.2f')} tokens/round, "
         f"speedup {fmt(s['speedup'], '.2f', '×')} vs target-only steps timed during this reply "
         f"(predicted {fmt(s['speedup_predicted'], '.2f', '×')}), stop={done.stop_reason.value}"

@@ -181,3 +181,10 @@ def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smo
     assert plain.returncode == 0 and plain.stdout.endswith("\n")
     summary = plain.stderr.strip().splitlines()[-1]
     assert summary.startswith("[ngram] ") and "vs target-only steps timed during this reply" in summary
+    # several samples: each starts with a line naming it, and each summary line says which it is
+    two = subprocess.run([*base, "--drafter", "ngram", "--num-samples", "2", "--max-new-tokens", "8", "--seed", "5"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stdout.startswith("--- sample 1/2 (seed 5) ---\n") and "\n--- sample 2/2 (seed 6) ---\n" in two.stdout
+    summaries = [line for line in two.stderr.splitlines() if line.startswith("[ngram")]
+    assert [line.split("]")[0] for line in summaries] == ["[ngram, sample 1/2", "[ngram, sample 2/2"]
