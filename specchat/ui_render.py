@@ -212,21 +212,23 @@ def table_html(rows: list[dict]) -> str:
     """The conversation table: one row per reply (see ``session.Reply.row``)."""
     if not rows:
         return '<div class="spec-table-empty">The table fills in as you chat: one row per reply.</div>'
-    head = ("#", "drafter", "γ", "sampling", "tokens", "α", "tokens/round", "speedup", "predicted", "")
+    head = ("#", "drafter", "γ", "sampling", "tokens", "α", "tokens/round", "speedup", "predicted", "state")
     cells = []
     for r in rows:
         values = (
             str(r["reply"]), r["drafter"], r["gamma"], r["sampling"], str(r["tokens"]),
             _fmt(r["alpha"], ".2f"), _fmt(r["tokens_per_round"], ".2f"),
             _fmt(r["speedup"], ".2f", "×"), _fmt(r["speedup_predicted"], ".2f", "×"),
-            "" if r["state"] == "done" else r["state"],
+            r["state"],
         )
         cells.append("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in values) + "</tr>")
     header = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    # the footnote for "*" only when a row carries one
+    star = " * the drafter asked for could not be used." if any(r["drafter"].endswith(" *") for r in rows) else ""
     return (
         f'<table class="spec-table"><thead><tr>{header}</tr></thead><tbody>{"".join(cells)}</tbody></table>'
         f'<div class="spec-table-note">speedup: measured {SPEEDUP_BASIS}; predicted: from the '
-        "reply's measured α and costs. * the drafter asked for could not be used.</div>"
+        f"reply's measured α and costs.{star}</div>"
     )
 
 

@@ -439,6 +439,7 @@ def test_main_warns_for_network_host_and_launches_privately(monkeypatch, capsys)
             launched.update(kwargs)
 
     monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
+    monkeypatch.setattr(app, "port_in_use", lambda host, port: None)  # whatever else runs on this machine
     monkeypatch.setattr(
         app, "build_ui", lambda service, default_drafter=None: (launched.update(drafter=default_drafter), FakeDemo())[1]
     )
@@ -465,6 +466,7 @@ def test_main_default_drafter_and_no_warning_on_loopback(monkeypatch, capsys):
 
     monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
     monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: FakeDemo())
+    monkeypatch.setattr(app, "port_in_use", lambda host, port: None)
     fake.failing_drafters = set()
     assert app.main(["--host", "127.0.0.1"]) == 0
     fake.ready.wait(5)

@@ -186,6 +186,7 @@ def test_a_drafter_that_could_not_load_is_named_in_the_label():
     assert s.latest.label.startswith("#1 · none (int4 could not be loaded) · γ — ·")
     assert ("warning", "The drafter 'int4' could not be loaded (oom)") in [t for v in views for t in v.toasts]
     assert s.latest.row()["drafter"] == "none *"
+    assert "* the drafter asked for could not be used" in s.table()
 
 
 def test_the_table_after_three_replies_with_different_drafters():
@@ -201,6 +202,8 @@ def test_the_table_after_three_replies_with_different_drafters():
     html = s.table()
     assert html.count("<tr>") == 4 and "<td>sibling</td>" in html and "<td>1.91×</td>" in html
     assert "vs target-only steps timed during this reply" in html
+    assert "<th>state</th>" in html and html.count("<td>done</td>") == 3
+    assert "*" not in html  # no drafter fell back, so no footnote for one
 
 
 def test_the_charts_show_this_reply_or_the_whole_conversation():
