@@ -309,6 +309,8 @@ CSS = (
 .spec-table th, .spec-table td { padding: 2px 6px; border-bottom: 1px solid rgba(134, 142, 150, 0.25); text-align: right;
   white-space: nowrap; }
 .spec-table th:nth-child(2), .spec-table td:nth-child(2), .spec-table th:nth-child(4), .spec-table td:nth-child(4) { text-align: left; }
+#spec-explain strong { font-size: inherit; }  /* Gradio's prose made bold words larger */
+#spec-explain th, #spec-explain td:first-child { white-space: nowrap; }
 .spec-table-note, .spec-table-empty { font-size: 0.75rem; opacity: 0.7; margin-top: 4px; }
 .spec-notice { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-bottom: 4px; }
 .spec-loading { border: 1px solid #d0d7de; border-radius: 8px; padding: 8px 12px; margin: 4px 0; }
