@@ -317,7 +317,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
             can type the next message while this one waits or streams; the message goes on in
             ``pending``. If a reply is streaming, say that this message waits for it."""
-            if session_of(request).note_sent() and message and message.strip():
+            if session_of(request).note_sent(message) and message and message.strip():
                 gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
             return "", message
 

@@ -726,8 +726,8 @@ MUTANTS = [
         "clear-keeps-queued-messages",
         11,
         "specchat/session.py",
-        "            self._discard_queued = self._queued - self._cancel_queued\n",
-        "            pass\n",
+        "            self._discard_queued, self._cancel_queued = self._queued, 0\n",
+        "            self._cancel_queued = 0\n",
         "a message waiting when Clear is pressed still runs on the emptied chat",
     ),
     Mutant(

@@ -21,6 +21,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _device(text: str) -> str:
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``, …), else an
+    argparse error naming what is available (a bad name was a traceback)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (e.g. cpu, cuda, cuda:0)") from None
+    available = {"cpu": True, "cuda": torch.cuda.is_available(),
+                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    if not available.get(device.type, False):
+        have = ", ".join(k for k, ok in available.items() if ok)
+        raise argparse.ArgumentTypeError(f"{text!r} is not available on this machine; available: {have}")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return text
+
+
 def _ranged(kind, lo, hi, what: str, *, lo_open: bool = False):
     def parse(text: str):
         try:
@@ -61,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
-    gen.add_argument("--device", default=None, help="cpu, cuda, … (default: cuda if available)")
+    gen.add_argument("--device", type=_device, default=None, help="cpu, cuda, … (default: cuda if available)")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     aud.add_argument("--drafter", choices=SPECULATIVE_KIND_NAMES, required=True)
@@ -87,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a greedy divergence passes only where the target's top-2 logit gap is at most this "
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
     aud.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
-    aud.add_argument("--device", default=None)
+    aud.add_argument("--device", type=_device, default=None)
     ben = sub.add_parser(
         "bench", help="time the drafters against target-only and against transformers' assisted generation",
         description="Greedy decoding of a fixed prompt set (code, code edits, passage questions, open chat), "
@@ -113,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--repeats", type=_ranged(int, 1, 1000, "1..1000"), default=1)
     ben.add_argument("--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
     ben.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
-    ben.add_argument("--device", default=None)
+    ben.add_argument("--device", type=_device, default=None)
     ben.add_argument("--out", default="bench-results", metavar="DIR",
                      help="folder for the results: bench.json, bench.csv (with --csv), bench.html and bench.png "
                           "(default: bench-results in the current directory; '--out assets' replaces the "

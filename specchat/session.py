@@ -322,12 +322,14 @@ class ChatSession:
         return self._run is not None or self._queued > 0
 
     # -- sending, Stop, Clear -----------------------------------------------------------------
-    def note_sent(self) -> bool:
+    def note_sent(self, message: str | None = None) -> bool:
         """A message was sent (the box emptied); True when it waits behind a reply that streams
-        or another message that waits."""
+        or another message that waits. A blank ``message`` is not counted (``respond`` refuses it
+        at once, without waiting); None counts as a message."""
         with self._lock:
             busy = self._run is not None or self._queued > 0
-            self._queued += 1
+            if message is None or not _blank(message):
+                self._queued += 1
         return busy
 
     def stop(self) -> str | None:
@@ -351,8 +353,11 @@ class ChatSession:
             if self._run is not None:
                 self._run.discard = True
                 self._run.cancel.set()
-            self._discard_queued = self._queued - self._cancel_queued
+            # every waiting message is dropped, those Stop already cancelled too (they would
+            # otherwise show up on the new chat, marked "not sent")
+            self._discard_queued, self._cancel_queued = self._queued, 0
             self.history, self.exchanges = [], []
+            self._reply_count = 0  # the new conversation's replies are #1, #2, …
         return self.view()
 
     def close(self) -> None:
@@ -362,6 +367,7 @@ class ChatSession:
                 self._run.discard = True
                 self._run.cancel.set()
             self.history, self.exchanges = [], []
+            self._reply_count = 0
 
     # -- one reply ------------------------------------------------------------------------------
     def respond(self, message: str, settings: ReplySettings) -> Iterator[View]:
@@ -375,6 +381,9 @@ class ChatSession:
             ValueError: an out-of-range setting (before anything is shown; only an API call can
                 send one, the page's controls are bounded).
         """
+        if _blank(message):  # not counted by note_sent: refused at once, nothing waits
+            yield View(textbox=message or None, toasts=(("warning", "Type a message first."),))
+            return
         run = _Run()
         with self._lock:
             self._queued = max(self._queued - 1, 0)
@@ -403,12 +412,6 @@ class ChatSession:
                     self._run = None
 
     def _respond(self, message: str, settings: ReplySettings, run: _Run) -> Iterator[View]:
-        from specchat.chat import is_blank  # here: `app.py --help` must not import transformers
-
-        message = message or ""
-        if is_blank(message):  # empty, whitespace or only invisible characters
-            yield View(textbox=message or None, toasts=(("warning", "Type a message first."),))
-            return
         config = settings.config()  # ValueError for an out-of-range setting, before any change
         self._reply_count += 1
         reply = Reply(self._reply_count, message, settings)
@@ -475,6 +478,13 @@ class ChatSession:
             yield self.view()
             return
         yield self.view()  # the final update is always complete
+
+
+def _blank(message: str | None) -> bool:
+    """Empty, whitespace or only invisible characters (:func:`specchat.chat.is_blank`)."""
+    from specchat.chat import is_blank  # here: `app.py --help` must not import transformers
+
+    return is_blank(message or "")
 
 
 class SessionStore:

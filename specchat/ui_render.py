@@ -232,6 +232,10 @@ def table_html(rows: list[dict]) -> str:
     )
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
@@ -240,14 +244,15 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
     """The stats line of one reply: its label, α, tokens/round, speed, the measured speedup
     (against target-only steps timed during the reply) next to the predicted one, c."""
     if metrics is None or not metrics.rounds:
-        msg = "generating…" if running else "no reply yet: send a message"
+        msg = "generating…" if running else ("no tokens: the reply ended before its first round" if label
+                                              else "no reply yet: send a message")
         head = f'<span class="stat stat-label">{html.escape(label)}</span>' if label else ""
         return f'<div class="spec-stats">{head}<span class="stat stat-muted">{msg}</span></div>'
     t1 = metrics.target_step_ms
     timed = metrics.num_target_only_rounds
     basis = (
         f"{SPEEDUP_BASIS}: {timed} target-only step(s), {1000 / t1:.1f} tok/s" if t1
-        else "no target-only step timed in this reply yet"
+        else "no target-only step timed in this reply" + (" yet" if running else "")
     )
     items = [
         ("α", _fmt(metrics.acceptance_rate, ".2f"), "accepted drafts / judged drafts (the accepted ones plus the first rejection of each round)"),
@@ -266,7 +271,7 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
     counts = metrics.kind_counts
     target_only = sum(r.num_committed for r in metrics.rounds if r.num_drafted == 0)
     tail = (
-        f'<span class="stat stat-muted">{metrics.num_committed} tokens in {metrics.num_rounds} rounds: '
+        f'<span class="stat stat-muted">{_count(metrics.num_committed, "token")} in {_count(metrics.num_rounds, "round")}: '
         f'<span class="c-accepted">{counts["accepted"]} accepted</span>, '
         f'<span class="c-resampled">{counts["resampled"]} resampled</span>, '
         f'<span class="c-bonus">{counts["bonus"] - target_only} bonus</span>'
@@ -309,7 +314,7 @@ CSS = (
 .spec-table th, .spec-table td { padding: 2px 6px; border-bottom: 1px solid rgba(134, 142, 150, 0.25); text-align: right;
   white-space: nowrap; }
 .spec-table th:nth-child(2), .spec-table td:nth-child(2), .spec-table th:nth-child(4), .spec-table td:nth-child(4) { text-align: left; }
-#spec-explain strong { font-size: inherit; }  /* Gradio's prose made bold words larger */
+#spec-explain strong { font-weight: 600; }  /* 700 has no local Source Sans face: a larger fallback font drew it */
 #spec-explain th, #spec-explain td:first-child { white-space: nowrap; }
 .spec-table-note, .spec-table-empty { font-size: 0.75rem; opacity: 0.7; margin-top: 4px; }
 .spec-notice { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-bottom: 4px; }

@@ -584,6 +584,10 @@ def test_api_refuses_values_it_would_silently_coerce(served, setting, value):
         (["audit", "--drafter", "ngram", "--samples", "9"], "9 is out of range; allowed: an integer in 10..100000"),
         (["bench", "--gammas", "0"], "0 is out of range; allowed: 'adaptive' or 1..16"),
         (["bench", "--max-gamma", "17"], "17 is out of range; allowed: 1..16"),
+        # a device name torch does not know, or one this machine lacks: one line, not a traceback
+        (["generate", "--prompt", "hi", "--device", "foo"], "'foo' is not a torch device (e.g. cpu, cuda, cuda:0)"),
+        (["audit", "--drafter", "ngram", "--device", "cuda:99"], "'cuda:99'"),
+        (["bench", "--device", "cuda:99"], "'cuda:99'"),
     ],
 )
 def test_cli_out_of_range_values_not_in_test_cli(argv, allowed, capsys):

@@ -295,3 +295,18 @@ def test_colors_match_the_token_legend(metrics):
 
     assert charts.acceptance_by_position_figure(metrics).data[0].marker.color == KIND_COLORS["accepted"]
     assert _trace(charts.acceptance_rate_figure(metrics), "cumulative α").line.color == KIND_COLORS["accepted"]
+
+
+def test_stats_line_wording_for_short_and_finished_replies():
+    """One round reads "1 round"; a finished reply with no timed target-only step does not
+    promise one "yet"; a reply stopped before its first round says so instead of "no reply yet"."""
+    from specchat.ui_render import stats_html
+
+    one = _metrics([_round(0, 2, 2)])  # 3 tokens in 1 round, nothing timed
+    done = stats_html(one, label="#1 · ngram", running=False)
+    assert "3 tokens in 1 round:" in done and "no target-only step timed in this reply" in done
+    assert "timed in this reply yet" not in done
+    assert "timed in this reply yet" in stats_html(one, label="#1 · ngram", running=True)
+    stopped = stats_html(SpeculationMetrics(), label="#2 · ngram", running=False)
+    assert "no tokens: the reply ended before its first round" in stopped and "no reply yet" not in stopped
+    assert "no reply yet: send a message" in stats_html(None)

@@ -69,7 +69,7 @@ def test_no_transient_line_before_the_first_round_and_counts_always_agree():
     stats = [v.stats for v in views if v.stats]
     assert "generating…" in stats[0] and "tokens in" not in stats[0]
     for line in stats[1:]:
-        m = re.search(r"(\d+) tokens in (\d+) rounds: .*?(\d+) accepted.*?(\d+) resampled.*?(\d+) bonus"
+        m = re.search(r"(\d+) tokens? in (\d+) rounds?: .*?(\d+) accepted.*?(\d+) resampled.*?(\d+) bonus"
                       r"(?:.*?(\d+) target only)?", line)
         tokens, rounds, *kinds = m.groups()
         assert int(rounds) > 0 and int(tokens) == sum(int(k or 0) for k in kinds)
@@ -139,6 +139,44 @@ def test_clear_mid_stream_ends_on_an_empty_chat_and_drops_waiting_messages():
     # Gradio re-sends a stream's last update when it completes: it must be the empty chat
     assert rest[-1].chat == [] and s.history == [] and s.exchanges == []
     assert list(s.respond("waiting", settings()))[-1].chat == [] and len(fake.calls) == 1
+
+
+def test_stop_then_clear_leaves_an_empty_chat_and_the_next_reply_is_number_one():
+    """Stop cancels the waiting message; Clear right after (before the round ends) drops it
+    too: it must not come back on the new chat as "not sent". The new conversation's first
+    reply is #1 again."""
+    fake = FakeService(delay_s=0.01, rounds=50)
+    s = ChatSession(fake)
+    s.note_sent("first")
+    streaming = s.respond("first", settings())
+    next(streaming), next(streaming)
+    s.note_sent("queued")
+    assert "your queued message was cancelled" in s.stop()
+    s.clear()
+    list(streaming)
+    assert list(s.respond("queued", settings()))[-1].chat == [] and s.exchanges == []
+    assert s.stop() is None  # nothing is left waiting
+    s.note_sent("next")
+    run(s, "next")
+    assert [e.message for e in s.exchanges] == ["next"] and s.latest.number == 1
+    assert s.latest.label.startswith("#1 · ") and "<td>1</td>" in s.table()
+
+
+def test_blank_messages_sent_while_a_reply_streams_are_not_counted_as_waiting():
+    """Enter or Send on an empty box during a reply: a warning, no "queued" bubble, and Stop
+    does not report them as cancelled messages."""
+    fake = FakeService(delay_s=0.01, rounds=50)
+    s = ChatSession(fake)
+    s.note_sent("first")
+    streaming = s.respond("first", settings())
+    next(streaming), next(streaming)
+    for blank in ("", "   ", "\u200b"):
+        s.note_sent(blank)
+        views = list(s.respond(blank, settings()))
+        assert views[-1].toasts == (("warning", "Type a message first."),)
+    assert s.stop() is None  # the reply stops; no message was waiting
+    list(streaming)
+    assert [e.message for e in s.exchanges] == ["first"] and len(fake.calls) == 1
 
 
 def test_closing_the_stream_cancels_the_engine_and_keeps_the_partial_reply():
