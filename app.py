@@ -29,6 +29,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 import gradio as gr  # noqa: E402
 
 from specchat import charts, drafter_kinds  # noqa: E402
+from specchat.cli import _ranged  # noqa: E402  (the CLI's range-checked argparse types)
 from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE  # noqa: E402
 from specchat.metrics import SpeculationMetrics  # noqa: E402
 from specchat.session import CHART_SCOPES, ChatSession, ReplySettings, SessionStore, View  # noqa: E402
@@ -463,21 +464,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="weights dtype for the target and model drafters (default auto)",
     )
     parser.add_argument(
-        "--threads", type=_positive_int, default=None,
+        "--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), default=None,
         help="torch CPU threads (default: torch's, one per core); on a machine busy with other "
              "work, fewer threads than cores can be much faster",
     )
     return parser.parse_args(argv)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
-    return value
 
 
 def port_in_use(host: str, port: int) -> OSError | None:

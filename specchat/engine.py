@@ -166,7 +166,7 @@ class SpeculativeEngine:
                 final_text = state.detok.flush()  # text held back for a possible stop string
                 break
             drafting = state.drafter is not None
-            timing = self._timing_due(state, config)
+            timing = state.timing_next  # decided (and announced) at the end of the last round
             if timing:  # a target-only round, timed: t₁ measured in this run, under this load
                 gamma = 0
             else:
@@ -355,7 +355,8 @@ class SpeculativeEngine:
             timing=timing,
         )
         state.costs.update(event)
-        return dataclasses.replace(event, timing_next=state.stop is None and self._timing_due(state, config))
+        state.timing_next = state.stop is None and self._timing_due(state, config)
+        return dataclasses.replace(event, timing_next=state.timing_next)
 
     # -- the consumer, the drafter's failures, contract checks ------------------------------
     def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:
@@ -439,6 +440,7 @@ class _Generation:
     drafting_rounds: int = 0
     drafting_tokens: int = 0  # tokens committed by the rounds that drafted
     costs: CostEstimator = field(default_factory=CostEstimator)  # this run's t₁, d, v(n) so far
+    timing_next: bool = False  # the next round is a timing round (decided once, announced in RoundEvent)
     decode_start: float = 0.0
     elapsed_ms: float = 0.0  # decode time at the end of the last round
     paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding
