@@ -142,8 +142,8 @@ MUTANTS = [
         "bonus-from-last-draft-row",
         2,
         "specchat/sampling.py",
-        "return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS)",
-        "return VerifyResult(gamma, mask, sample(target_probs[gamma - 1], generator), TokenKind.BONUS)",
+        "return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS, u)",
+        "return VerifyResult(gamma, mask, sample(target_probs[gamma - 1], generator), TokenKind.BONUS, u)",
         "the bonus token is drawn from the last draft's row, not the row after it",
     ),
     # -- 3. p/q consistency -----------------------------------------------------------------
@@ -558,8 +558,8 @@ MUTANTS = [
         "drafter-reports-zero-steps",
         10,
         "specchat/drafters/model.py",
-        "return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens))",
-        "return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, 0)",
+        "return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens), trace)",
+        "return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, 0, trace)",
         "a model drafter reports 0 forward steps (c falls back to another formula)",
     ),
     Mutant(

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
     gen.add_argument("--device", type=_device, default=None, help="cpu, cuda, … (default: cuda if available)")
+    gen.add_argument("--trace", metavar="FILE",
+                     help="record every round (drafts, p, q, u, top-10 lists, residuals, times) to FILE as "
+                          "JSON lines (docs/TRACE.md); open it in the app with `python app.py --trace FILE`")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     aud.add_argument("--drafter", choices=SPECULATIVE_KIND_NAMES, required=True)
@@ -384,6 +387,15 @@ def _generate(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         print("python -m specchat: error: --prompt is empty", file=sys.stderr)
         return 2
+    if args.trace and args.num_samples > 1:
+        print("python -m specchat: error: --trace records one generation; use it with --num-samples 1", file=sys.stderr)
+        return 2
+    if args.trace:  # a bad path fails now, not after the models have loaded
+        try:
+            open(args.trace, "a", encoding="utf-8").close()
+        except OSError as exc:
+            print(f"python -m specchat: error: cannot write the trace to {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     try:
         service, status = _load_service(args)
         if service is None:
@@ -403,13 +415,17 @@ def _generate(args: argparse.Namespace) -> int:
                 max_new_tokens=args.max_new_tokens,
                 stop_strings=tuple(args.stop),
                 measure_speedup=True,  # t₁ timed in the same run: stats.speedup is like for like
+                trace=bool(args.trace),
             )
             metrics = SpeculationMetrics()
             color = sys.stdout.isatty() and not args.json
             sample = f"sample {i + 1}/{args.num_samples}" if args.num_samples > 1 else None
             if sample and not args.json:  # where one sample ends and the next begins
                 sys.stdout.write(f"--- {sample} (seed {config.seed}) ---\n")
+            events = []
             for event in service.generate(ids, drafter=args.drafter, config=config):
+                if args.trace:
+                    events.append(event)
                 metrics.update(event)
                 if isinstance(event, TokenEvent) and not args.json:
                     kind = event.kind.value if event.num_drafted else "target"
@@ -417,6 +433,14 @@ def _generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
+            if args.trace:
+                from specchat.trace import trace_records, write_trace
+
+                write_trace(args.trace, trace_records(
+                    events, target=service.target_name, drafter=args.drafter, config=config, prompt_ids=ids,
+                    message=args.prompt,
+                ))
+                print(f"trace: {len(events)} events written to {args.trace}", file=sys.stderr)
             if args.json:
                 print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
             else:

@@ -37,6 +37,11 @@ class GenerationConfig:
             distribution is unchanged. Over a long reply it gives up about (S − 1) / (16·E[N])
             of the throughput at a speedup S (2-3 % at S = 2-3; a gain when S < 1);
             ``python -m specchat bench --timing-cost`` measures it.
+        trace: record each round for the inspector and the trace file
+            (:mod:`specchat.trace`): the whole draft, p, q and u of every drafted token, top-10
+            lists of p and q raw and as used, the residual at a rejection, the n-gram source,
+            per-step times. Off: nothing is recorded and nothing is computed for it. The
+            recording is done after each round's timing and left out of the decode time.
 
     Raises:
         ValueError: from ``__post_init__`` with the allowed range, for any out-of-range value.
@@ -51,6 +56,7 @@ class GenerationConfig:
     stop_strings: tuple[str, ...] = field(default_factory=tuple)
     adaptive_gamma: bool = False
     measure_speedup: bool = False
+    trace: bool = False
 
     def __post_init__(self) -> None:
         errors = validate(

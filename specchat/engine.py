@@ -35,6 +35,7 @@ from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, St
 from specchat.kv import cut_cache
 from specchat.sampling import VerifyResult, logits_to_probs, verify_draft
 from specchat.text import StreamingDetokenizer
+from specchat.trace import build_round_trace
 
 
 class SpeculativeEngine:
@@ -68,6 +69,7 @@ class SpeculativeEngine:
         self._current: object | None = None
         # adaptive γ: one controller per (drafter name, γ_max, greedy), kept across generations
         self.gamma_controllers: dict[tuple[str, int, bool], AdaptiveGamma] = {}
+        self._token_texts: dict[int, str] = {}  # id → text, for traces
 
     # -- public ---------------------------------------------------------------------------
     def generate(
@@ -134,12 +136,13 @@ class SpeculativeEngine:
         cancel: threading.Event | None,
     ) -> Iterator[Event]:
         if cancel is not None and cancel.is_set():  # stopped while it waited (e.g. in the app's queue)
-            yield DoneEvent(StopReason.CANCELLED, (), (), "", 0.0, 0.0, len(prompt_ids))
+            yield DoneEvent(StopReason.CANCELLED, (), (), "", 0.0, 0.0, len(prompt_ids), prompt_ids=tuple(prompt_ids))
             return
         seed = config.seed if config.seed is not None else random.randrange(2**63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         state = _Generation(
-            ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings), drafter=drafter
+            ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings), drafter=drafter,
+            num_prompt_tokens=len(prompt_ids),
         )
 
         t0 = self._now()
@@ -189,6 +192,7 @@ class SpeculativeEngine:
             decode_ms=self._decode_ms(state),
             num_prompt_tokens=len(prompt_ids),
             final_text=final_text,
+            prompt_ids=tuple(prompt_ids),
         )
 
     # -- one round: Leviathan et al. 2023, Algorithm 1 --------------------------------------
@@ -210,7 +214,7 @@ class SpeculativeEngine:
         t_start = self._now()
         draft = self._draft(state, config, generator, num_speculative_tokens)  # 1. x1..xγ and q
         t_verify = self._now()
-        target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample or bonus
+        target_logits, target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample or bonus
         verify_ms = (self._now() - t_verify) * 1000
         self._roll_back(state, num_committed_before + result.num_accepted)  # keep the verified prefix only
         token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
@@ -218,6 +222,17 @@ class SpeculativeEngine:
             state, config, num_speculative_tokens, draft, result, len(token_events),
             draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing,
         )
+        if config.trace:  # recorded after the round's timing, and left out of the decode time
+            t_trace = time.perf_counter()
+            trace = build_round_trace(
+                draft_ids=draft.token_ids, draft_probs=draft.draft_probs, draft_trace=draft.trace,
+                target_logits=target_logits, target_probs=target_probs, result=result,
+                token_events=token_events, token_text=self._token_text,
+                context_ids=state.ids[:num_committed_before], num_prompt_tokens=state.num_prompt_tokens,
+                decode=self._decode,
+            )
+            round_event = dataclasses.replace(round_event, trace=trace)
+            state.paused_s += time.perf_counter() - t_trace
         return [*token_events, round_event]
 
     def _draft(
@@ -238,15 +253,16 @@ class SpeculativeEngine:
 
     def _verify(
         self, state: _Generation, draft: Draft, config: GenerationConfig, generator: torch.Generator
-    ) -> tuple[torch.Tensor, VerifyResult]:
+    ) -> tuple[torch.Tensor, torch.Tensor, VerifyResult]:
         """Steps 2-4: the target scores the last committed token and the γ drafts in one
-        forward pass, giving ``target_probs`` ``[γ + 1, V]`` float32 (p after the warpers), and
-        :func:`~specchat.sampling.verify_draft` accepts a prefix, then resamples or adds a bonus."""
+        forward pass, giving raw logits and ``target_probs`` ``[γ + 1, V]`` float32 (p after the
+        warpers), and :func:`~specchat.sampling.verify_draft` accepts a prefix, then resamples
+        or adds a bonus. Returns (logits, p, the result)."""
         target_logits = self._target_forward([state.ids[-1], *draft.token_ids.tolist()], logits_to_keep=0)
         target_probs = logits_to_probs(
             target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
         )
-        return target_probs, verify_draft(draft.token_ids, draft.draft_probs, target_probs, generator)
+        return target_logits, target_probs, verify_draft(draft.token_ids, draft.draft_probs, target_probs, generator)
 
     def _roll_back(self, state: _Generation, num_valid: int) -> None:
         """Cut the target's cache, and the drafter's, to the first ``num_valid`` positions:
@@ -418,6 +434,18 @@ class SpeculativeEngine:
         )
         return out.logits[0]
 
+    def _token_text(self, token_id: int) -> str:
+        """One id's text (cached), for the trace's labels; "" without a tokenizer."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self._decode([token_id])
+        return text
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None or not ids:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
     def _now(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -439,6 +467,7 @@ class _Generation:
     num_target_only: int = 0  # rounds that drafted nothing: each one timed t₁
     drafting_rounds: int = 0
     drafting_tokens: int = 0  # tokens committed by the rounds that drafted
+    num_prompt_tokens: int = 0
     costs: CostEstimator = field(default_factory=CostEstimator)  # this run's t₁, d, v(n) so far
     timing_next: bool = False  # the next round is a timing round (decided once, announced in RoundEvent)
     decode_start: float = 0.0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Any
 
 
 class TokenKind(str, enum.Enum):
@@ -105,6 +106,8 @@ class RoundEvent:
         timing_next: True when the next round will be a timing round. A consumer that draws a
             page holds its update until after it: a browser drawing on the same CPU would
             otherwise slow exactly that target-only step and bias t₁.
+        trace: the round's :class:`specchat.trace.RoundTrace` when the generation was traced
+            (``GenerationConfig.trace``), else None.
     """
 
     round_index: int
@@ -120,6 +123,7 @@ class RoundEvent:
     round_ms: float
     timing: bool = False
     timing_next: bool = False
+    trace: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ class DoneEvent:
             text that was held back because it could have been the start of a stop string, or
             an unfinished character. Streaming consumers append it to what they showed.
         error: reserved for a failure message (None on success).
+        prompt_ids: the prompt's token ids (for a trace file's header).
     """
 
     stop_reason: StopReason
@@ -152,6 +157,7 @@ class DoneEvent:
     num_prompt_tokens: int
     final_text: str = ""
     error: str | None = field(default=None)
+    prompt_ids: tuple[int, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)

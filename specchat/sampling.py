@@ -100,12 +100,15 @@ class VerifyResult:
         next_token_id: the token committed after the accepted ones.
         next_kind: RESAMPLED (drawn from the residual after a rejection) or BONUS (drawn from
             ``target_probs[γ]`` after full acceptance).
+        draws: ``[γ]`` float32, the uniform draws u of the accept test (all γ are drawn; those
+            after the first rejection decide nothing); None when γ = 0. Kept for the trace.
     """
 
     num_accepted: int
     accepted_mask: tuple[bool, ...]
     next_token_id: int
     next_kind: TokenKind
+    draws: torch.Tensor | None = None
 
 
 def verify_draft(
@@ -154,12 +157,12 @@ def verify_draft(
         num_accepted += 1
     mask = tuple(bool(a) for a in accepted)
     if num_accepted == gamma:
-        return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS)
+        return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS, u)
 
     i = num_accepted
     token = int(draft_token_ids[i])
     residual = residual_probs(target_probs[i], None if draft_probs is None else draft_probs[i], token)
-    return VerifyResult(i, mask, sample(residual, generator), TokenKind.RESAMPLED)
+    return VerifyResult(i, mask, sample(residual, generator), TokenKind.RESAMPLED, u)
 
 
 def residual_probs(

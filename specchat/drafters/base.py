@@ -21,11 +21,36 @@ class Draft:
             (after the same warpers as the target), or None when every token was chosen
             deterministically (greedy or n-gram): q is then one-hot.
         num_steps: drafter forward passes spent (0 for model-free drafters).
+        trace: what the engine's round trace needs beyond the draft itself, filled only when
+            ``GenerationConfig.trace`` is on (:class:`DraftTrace`); None otherwise.
     """
 
     token_ids: torch.Tensor
     draft_probs: torch.Tensor | None
     num_steps: int
+    trace: DraftTrace | None = None
+
+
+@dataclass(frozen=True)
+class DraftTrace:
+    """The drafter's side of a round trace (only with ``GenerationConfig.trace``).
+
+    Attributes:
+        raw_logits: ``[n, V_target]`` float32, the drafter's logits at each draft step before
+            any warper (aligned to the target's vocabulary, padding at -inf); None for a
+            drafter with no model (n-gram lookup).
+        step_ms: wall time of each draft step, milliseconds (one per forward pass; empty for
+            a model-free drafter).
+        copy_start: n-gram lookup only: the index in the context (prompt + reply so far) where
+            the copied continuation starts; ``match_len`` tokens before it matched the context's
+            last ``match_len`` tokens.
+        match_len: length of that matched suffix (n-gram lookup only).
+    """
+
+    raw_logits: torch.Tensor | None = None
+    step_ms: tuple[float, ...] = ()
+    copy_start: int | None = None
+    match_len: int | None = None
 
 
 def embedding_rows(model, *, output: bool) -> int:

@@ -8,11 +8,13 @@ to the drafter; the whole prompt on the first call) and then one token per furth
 
 from __future__ import annotations
 
+import time
+
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specchat.config import GenerationConfig
-from specchat.drafters.base import Draft, embedding_rows
+from specchat.drafters.base import Draft, DraftTrace, embedding_rows
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs
 
@@ -89,7 +91,11 @@ class ModelDrafter:
             return Draft(torch.empty(0, dtype=torch.long, device=self.device), None, 0)
         tokens: list[int] = []
         probs: list[torch.Tensor] = []
+        raw: list[torch.Tensor] = []  # trace only: raw logits and the time of each step
+        step_ms: list[float] = []
         while len(tokens) < max_tokens:
+            if config.trace:
+                t_step = self._now()
             logits = self._align(self._forward(pending, logits=True))
             q = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0]
             if config.greedy:
@@ -99,6 +105,9 @@ class ModelDrafter:
                 probs.append(q)
             tokens.append(token)
             pending = [token]
+            if config.trace:
+                raw.append(logits[0])
+                step_ms.append((self._now() - t_step) * 1000)
             if (
                 config.adaptive_gamma
                 and config.greedy
@@ -106,7 +115,8 @@ class ModelDrafter:
             ):
                 break
         draft_probs = torch.stack(probs) if probs else None
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens))
+        trace = DraftTrace(raw_logits=torch.stack(raw), step_ms=tuple(step_ms)) if config.trace else None
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens), trace)
 
     def rollback(self, num_valid: int) -> None:
         """Cut the cache to at most ``num_valid`` tokens (the engine passes committed_len − 1)."""
@@ -122,6 +132,12 @@ class ModelDrafter:
             input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1
         )
         return out.logits[:, -1, :].to(self.device) if logits else None
+
+    def _now(self) -> float:
+        """Seconds, for the trace's per-step times (synchronised on CUDA)."""
+        if self.model_device.type == "cuda":
+            torch.cuda.synchronize(self.model_device)
+        return time.perf_counter()
 
     def _align(self, logits: torch.Tensor) -> torch.Tensor:
         """``[1, V_drafter]`` → ``[1, V_target]`` with padding/unused ids at -inf."""

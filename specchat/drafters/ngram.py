@@ -12,7 +12,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specchat.config import GenerationConfig
-from specchat.drafters.base import Draft
+from specchat.drafters.base import Draft, DraftTrace
 
 
 class NgramDrafter:
@@ -39,8 +39,9 @@ class NgramDrafter:
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
     ) -> Draft:
-        tokens = lookup(np.asarray(ids, dtype=np.int64), max_tokens, self.max_ngram, self.min_ngram)
-        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, 0)
+        tokens, copy_start, match_len = lookup_source(np.asarray(ids, dtype=np.int64), max_tokens, self.max_ngram, self.min_ngram)
+        trace = DraftTrace(copy_start=copy_start, match_len=match_len) if config.trace and tokens else None
+        return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, 0, trace)
 
     def rollback(self, num_valid: int) -> None:
         pass
@@ -55,11 +56,20 @@ def lookup(ids: np.ndarray, max_tokens: int, max_ngram: int, min_ngram: int) -> 
     Longer suffixes are tried first. A match must start before the suffix itself and have at
     least one token after it. Returns [] when nothing matches.
     """
+    return lookup_source(ids, max_tokens, max_ngram, min_ngram)[0]
+
+
+def lookup_source(
+    ids: np.ndarray, max_tokens: int, max_ngram: int, min_ngram: int
+) -> tuple[list[int], int | None, int | None]:
+    """:func:`lookup`, and where the copy came from: ``(tokens, copy_start, match_len)``, with
+    ``ids[copy_start - match_len : copy_start]`` equal to the last ``match_len`` ids and
+    ``tokens == ids[copy_start : copy_start + len(tokens)]``; ``([], None, None)`` on a miss."""
     length = len(ids)
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         windows = sliding_window_view(ids[: length - 1], n)  # starts 0 … length-1-n
         hits = np.flatnonzero((windows == ids[length - n :]).all(axis=1))
         if hits.size:
             start = int(hits[-1]) + n
-            return ids[start : start + max_tokens].tolist()
-    return []
+            return ids[start : start + max_tokens].tolist(), start, n
+    return [], None, None
