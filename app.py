@@ -33,6 +33,7 @@ from specchat.cli import _ranged  # noqa: E402  (the CLI's range-checked argpars
 from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE  # noqa: E402
 from specchat.metrics import SpeculationMetrics  # noqa: E402
 from specchat.session import CHART_SCOPES, ChatSession, ReplySettings, SessionStore, View  # noqa: E402
+from specchat.inspector import INSPECTOR_CSS  # noqa: E402
 from specchat.ui_render import CSS, legend_html, stats_html, status_html, table_html  # noqa: E402
 
 if TYPE_CHECKING:
@@ -221,7 +222,58 @@ def _toast(level: str, text: str) -> None:
     (gr.Warning if level == "warning" else gr.Info)(text)
 
 
-def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
+# A click on a token (class tref-R-I) or a timeline round (class rref-R-K) anywhere on the page
+# is written into the hidden #spec-pick box; its change event asks the session to select it. The
+# time stamp makes a second click on the same token a change too. (Classes, not data- attributes:
+# the Chatbot's sanitizer keeps only the former.)
+CLICK_JS = """
+<script>
+document.addEventListener('click', (ev) => {
+  const el = ev.target.closest('[class*="tref-"], [class*="rref-"]');
+  if (!el) return;
+  const m = el.className.match(/\\b(tref|rref)-(\\d+)-(\\d+)\\b/);
+  if (!m) return;
+  const ref = (m[1] === 'rref' ? 'round:' : '') + m[2] + ':' + m[3];
+  const box = document.querySelector('#spec-pick textarea, #spec-pick input');
+  if (!box) return;
+  box.value = ref + '|' + Date.now();
+  box.dispatchEvent(new Event('input', {bubbles: true}));
+});
+</script>
+"""
+
+RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with the target alone, then with the "
+             "drafter, back to back with the same settings and seed, and replays both at their measured speeds.")
+
+
+class TraceOnlyService:
+    """The ChatService interface with no model: ``python app.py --trace FILE`` shows recorded
+    traces (every view works) and refuses to generate."""
+
+    loading = False
+    startup_error = None
+
+    def __init__(self, target_name: str):
+        self.target_name = target_name
+        self.ready = threading.Event()
+        self.ready.set()
+        self.drafter_errors: dict[str, str] = {}
+
+    def drafter_kinds(self) -> list[str]:
+        return ["none"]
+
+    def prepare_drafter(self, kind: str) -> None:
+        return None
+
+    def stream_chat(self, *args: Any, **kwargs: Any):
+        from specchat.errors import SpecchatError
+
+        raise SpecchatError(
+            "no model is loaded: this page shows recorded traces. Start `python app.py` without --trace to chat."
+        )
+
+
+def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: tuple[str, ...] = ()) -> gr.Blocks:
     """The whole app around ``service`` (anything with the ChatService interface): the layout,
     and events wired to the per-session logic of :class:`specchat.session.ChatSession`.
 
@@ -288,6 +340,25 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 max_new_tokens = bounded(gr.Slider(16, 2048, value=256, step=16, label="max new tokens"), integer=True)
                 clear_btn = gr.Button("Clear chat", variant="secondary", size="sm")
         gr.Examples(EXAMPLES, inputs=textbox, label="examples")
+        gr.Markdown("### Inside the rounds", elem_classes="spec-section")
+        with gr.Row(equal_height=True):
+            show_rejected = strict(gr.Checkbox(
+                value=False, label="show rejected drafts", info="inline in the replies, struck through", scale=2,
+            ))
+            race_btn = gr.Button("Race: target only vs drafter", scale=2, elem_id="spec-race-btn")
+            download = gr.DownloadButton("Download trace", value=None, scale=2, elem_id="spec-download")
+            upload = gr.UploadButton("Open a trace…", file_types=[".jsonl", ".json"], file_count="single", scale=2,
+                                     elem_id="spec-upload")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=320):
+                inspector = gr.HTML(elem_id="spec-inspector", value='<div class="spec-inspector spec-muted">'
+                                    "Click any token of a reply to look inside its round.</div>")
+            with gr.Column(scale=2, min_width=300):
+                timeline = gr.HTML(elem_id="spec-timeline", value='<div class="spec-timeline spec-muted">'
+                                   "The timeline fills in as a reply streams: one bar per round.</div>")
+        gr.Markdown(RACE_HINT, elem_classes="spec-race-hint")
+        race = gr.HTML(elem_id="spec-race")
+        pick = gr.Textbox(visible="hidden", elem_id="spec-pick", label="pick")
         scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                          elem_id="spec-scope")
         figures0 = charts.all_figures(SpeculationMetrics())
@@ -307,9 +378,13 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 _toast(level, text)
             out: dict = {}
             for component, value in ((chatbot, view.chat), (stats, view.stats), (table, view.table),
-                                     (textbox, view.textbox)):
+                                     (textbox, view.textbox), (inspector, view.inspector),
+                                     (timeline, view.timeline), (race, view.race)):
                 if value is not None:
                     out[component] = value
+            if view.trace_file is not None:
+                number = view.trace_file.rsplit("reply", 1)[-1].removesuffix(".jsonl")
+                out[download] = gr.DownloadButton(f"Download trace (reply #{number})", value=view.trace_file)
             if view.figures is not None:
                 out.update(zip(plots, view.figures))
             return out or {stats: gr.skip()}  # Gradio reads an empty dict as one value
@@ -387,10 +462,52 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
                 return
             yield {load_banner: "", drafter_status: status_html(f"drafter '{drafter0}' ready")}
 
+        def select(ref, request: gr.Request = None):
+            try:
+                return updates(session_of(request).select((ref or "").split("|")[0]))
+            except ValueError:
+                return {inspector: gr.skip()}
+
+        def set_show_rejected(show, request: gr.Request = None):
+            return updates(session_of(request).set_show_rejected(show))
+
+        def open_trace(file, request: gr.Request = None):
+            from specchat.trace import TraceError
+
+            path = getattr(file, "name", file)
+            try:
+                return updates(session_of(request).open_trace(path))
+            except (TraceError, OSError, UnicodeDecodeError) as exc:
+                raise gr.Error(f"Could not open the trace: {exc}", title="Not a trace", print_exception=False) from exc
+
+        def run_race(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+                     request: gr.Request = None):
+            session = session_of(request)
+            settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+            try:
+                for view in session.run_race(session.race_message(message), settings):
+                    yield updates(view)
+            except ValueError as exc:
+                raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
+
+        def replay_race(request: gr.Request = None):
+            for view in session_of(request).replay_race():
+                yield updates(view)
+
+        def open_startup_traces(request: gr.Request = None):
+            """``app.py --trace FILE``: each new page opens the files given."""
+            session = session_of(request)
+            view = None
+            if not session.exchanges:
+                for path in trace_files:
+                    view = session.open_trace(path)
+            return updates(view) if view is not None else {inspector: gr.skip()}
+
         def drop_session(request: gr.Request = None):
             sessions.drop(getattr(request, "session_hash", None))
 
-        everything = [textbox, chatbot, stats, table, *plots]
+        inside = [inspector, timeline, race, download]
+        everything = [textbox, chatbot, stats, table, *plots, *inside]
         common = dict(
             fn=respond, inputs=[pending, drafter, gamma, temperature, top_p, max_new_tokens, adaptive],
             outputs=everything, show_progress="hidden", concurrency_limit=1, concurrency_id="model",
@@ -418,10 +535,23 @@ def build_ui(service: Any, *, default_drafter: str | None = None) -> gr.Blocks:
             api_visibility="private",
             concurrency_limit=None,  # every open tab polls; no model work happens here
         )
-        cleared = [chatbot, stats, table, *plots]
+        cleared = [chatbot, stats, table, *plots, inspector, timeline]
         clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
         # the Chatbot's own trash button empties the display: empty the conversation with it
         chatbot.clear(clear, None, cleared, concurrency_limit=None, api_visibility="private")
+        pick.change(select, inputs=[pick], outputs=[inspector, timeline, download], concurrency_limit=None,
+                    show_progress="hidden", api_visibility="private")
+        show_rejected.change(set_show_rejected, inputs=[show_rejected], outputs=[chatbot], concurrency_limit=None,
+                             show_progress="hidden", api_visibility="private")
+        upload.upload(open_trace, inputs=[upload], outputs=everything, concurrency_limit=None,
+                      show_progress="hidden", api_name="open_trace")
+        race_btn.click(
+            run_race, inputs=[textbox, drafter, gamma, temperature, top_p, max_new_tokens, adaptive],
+            outputs=[race], show_progress="hidden", concurrency_limit=1, concurrency_id="model", api_name="race",
+        ).then(replay_race, None, [race], show_progress="hidden", concurrency_limit=None, api_visibility="private")
+        if trace_files:
+            demo.load(open_startup_traces, None, everything, show_progress="hidden", api_visibility="private",
+                      concurrency_limit=None)
         demo.unload(drop_session)
     demo.sessions = sessions
     return demo
@@ -462,6 +592,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--dtype", choices=DTYPE_CHOICES, default="auto",
         help="weights dtype for the target and model drafters (default auto)",
+    )
+    parser.add_argument(
+        "--trace", nargs="+", metavar="FILE", default=(),
+        help="open recorded trace files (from `python -m specchat generate --trace` or the page's download "
+             "button) without loading any model",
     )
     parser.add_argument(
         "--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), default=None,
@@ -521,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.trace:
+        return serve_traces(args)
     if args.threads:
         import torch
 
@@ -556,9 +693,31 @@ def main(argv: list[str] | None = None) -> int:
         server_port=args.port,
         share=False,
         ssr_mode=False,
-        css=CSS,
+        css=CSS + INSPECTOR_CSS,
+        head=CLICK_JS,
         run_history=False,
     )
+    return 0
+
+
+def serve_traces(args: argparse.Namespace) -> int:
+    """``--trace FILE…``: the page with the recorded replies and no model."""
+    from specchat.trace import TraceError, read_trace
+
+    targets = []
+    for path in args.trace:
+        try:
+            targets.append(str(read_trace(path).header.get("target", "?")))
+        except (TraceError, OSError, UnicodeDecodeError) as exc:
+            print(f"error: cannot open the trace {path}: {exc}", file=sys.stderr)
+            return 2
+    service = TraceOnlyService(", ".join(dict.fromkeys(targets)))
+    demo = build_ui(service, default_drafter="none", trace_files=tuple(args.trace))
+    demo.queue(default_concurrency_limit=1)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"Showing {len(args.trace)} trace file(s), no model loaded. Open http://{host}:{args.port}", file=sys.stderr)
+    demo.launch(server_name=args.host, server_port=args.port, share=False, ssr_mode=False,
+                css=CSS + INSPECTOR_CSS, head=CLICK_JS, run_history=False)
     return 0
 
 

@@ -11,7 +11,7 @@ is q (the distribution each draft token was actually drawn from). Both come from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -108,7 +108,7 @@ class VerifyResult:
     accepted_mask: tuple[bool, ...]
     next_token_id: int
     next_kind: TokenKind
-    draws: torch.Tensor | None = None
+    draws: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 def verify_draft(

@@ -13,9 +13,13 @@ Handlers get a :class:`View` (what to change on the page, ``None`` = leave it) a
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import random
+import tempfile
 import threading
 import time
+from pathlib import Path
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +28,7 @@ from typing import Any
 from specchat import charts, drafter_kinds
 from specchat.config import GenerationConfig
 from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
+from specchat.inspector import RaceLane, ReplyRounds, inspector_html, race_html, race_verdict, timeline_html
 from specchat.metrics import SpeculationMetrics
 from specchat.ui_render import (
     ReplyRenderer,
@@ -70,15 +75,32 @@ class ReplySettings:
     top_p: float
     max_new_tokens: int
 
-    def config(self) -> GenerationConfig:
-        """The engine's settings; speedups are always measured in the reply (timing rounds)."""
+    def config(self, seed: int | None = None) -> GenerationConfig:
+        """The engine's settings; speedups are always measured in the reply (timing rounds),
+        every round is traced (the inspector, the timeline, the trace file), and the seed is
+        drawn here so that the trace file records it."""
         return GenerationConfig(
             num_speculative_tokens=int(self.num_speculative_tokens),
             adaptive_gamma=bool(self.adaptive_gamma),
             temperature=float(self.temperature),
             top_p=float(self.top_p),
             max_new_tokens=int(self.max_new_tokens),
+            seed=random.randrange(2**63) if seed is None else seed,
             measure_speedup=True,
+            trace=True,
+        )
+
+    @classmethod
+    def from_trace(cls, header: dict) -> ReplySettings:
+        """The settings recorded in a trace file's header (missing ones get the defaults)."""
+        c = header.get("config") or {}
+        return cls(
+            drafter=str(header.get("drafter", "?")),
+            num_speculative_tokens=int(c.get("num_speculative_tokens", 4)),
+            adaptive_gamma=bool(c.get("adaptive_gamma", False)),
+            temperature=float(c.get("temperature", 0.0)),
+            top_p=float(c.get("top_p", 1.0)),
+            max_new_tokens=int(c.get("max_new_tokens", 256)),
         )
 
     def gamma_label(self, drafter: str) -> str:
@@ -117,15 +139,20 @@ class Reply:
     renderer: ReplyRenderer = field(default_factory=ReplyRenderer)
     events: list[Any] = field(default_factory=list)
     phase: Phase = Phase.RUNNING
+    rounds: ReplyRounds = field(default_factory=ReplyRounds)
+    source: str | None = None  # the trace file it was read from (a replay)
+    config: GenerationConfig | None = None
 
     def __post_init__(self) -> None:
         self.drafter = self.drafter or self.settings.drafter
+        self.renderer.key = self.number
 
     @property
     def label(self) -> str:
         """What made it: ``#3 · sibling-int4 · γ adaptive ≤ 12 · T 0 (greedy) · top-p 1``."""
         drafter = self.drafter + (f" ({self.fallback})" if self.fallback else "")
-        return f"#{self.number} · {drafter} · {self.settings.gamma_label(self.drafter)} · {self.settings.sampling_label()}"
+        label = f"#{self.number} · {drafter} · {self.settings.gamma_label(self.drafter)} · {self.settings.sampling_label()}"
+        return label + (f" · replayed from {self.source}" if self.source else "")
 
     def add(self, item: Event | Any) -> tuple[str, str] | None:
         """Fold in one item of the stream; return a toast ``(level, text)`` for the user, or None."""
@@ -133,11 +160,15 @@ class Reply:
         if isinstance(item, TokenEvent):
             self.metrics.update(item)
             self.renderer.add_token(item)
+            self.rounds.add(item)
         elif isinstance(item, RoundEvent):
             self.metrics.update(item)
+            self.renderer.add_round(item)
+            self.rounds.add(item)
         elif isinstance(item, DoneEvent):
             self.metrics.update(item)
             self.renderer.finish(item)
+            self.rounds.add(item)
             self.phase = Phase.STOPPED if item.stop_reason is StopReason.CANCELLED else Phase.DONE
         else:  # a Notice or a DrafterFailedEvent: shown in the bubble and as a toast
             text = str(getattr(item, "text", item))
@@ -158,13 +189,29 @@ class Reply:
     def running(self) -> bool:
         return self.phase in (Phase.WAITING, Phase.RUNNING)
 
-    def html(self) -> str:
-        """The reply's chat bubble: label, colored tokens and notices, and its own summary."""
+    def html(self, *, show_rejected: bool = False) -> str:
+        """The reply's chat bubble: label, colored tokens and notices, and its own summary
+        (with ``show_rejected``, the drafts its rounds threw away, struck through)."""
         if self.phase is Phase.WAITING:
             body = status_html("waiting for the models to finish loading…")
         else:
-            body = self.renderer.html()
+            body = self.renderer.html(show_rejected=show_rejected)
         return reply_html(self.label, body, self.metrics, running=self.running)
+
+    def trace_lines(self, target: str) -> list[dict]:
+        """The reply's trace file, as records (:func:`specchat.trace.trace_records`).
+
+        Raises:
+            ValueError: the reply has no finished, traced rounds.
+        """
+        from specchat.trace import trace_records
+
+        done = self.rounds.done
+        if done is None or not self.rounds.traced:
+            raise ValueError(f"reply #{self.number} has no trace to save (it has not finished, or was not traced)")
+        config = self.config or self.settings.config()
+        return list(trace_records(self.events, target=target, drafter=self.drafter, config=config,
+                                  prompt_ids=done.prompt_ids, message=self.message))
 
     def row(self) -> dict[str, Any]:
         """One row of the conversation table."""
@@ -203,6 +250,8 @@ class View:
         figures: the four chart figures.
         textbox: text to put back in the message box (a message that was not sent).
         toasts: ``(level, text)`` pairs to show, level "info" or "warning".
+        inspector / timeline / race: the token inspector, the round timeline and the race (HTML).
+        trace_file: a path, the selected reply's trace file (for the download button).
     """
 
     chat: list[dict] | None = None
@@ -211,6 +260,10 @@ class View:
     figures: tuple | None = None
     textbox: str | None = None
     toasts: tuple[tuple[str, str], ...] = ()
+    inspector: str | None = None
+    timeline: str | None = None
+    race: str | None = None
+    trace_file: str | None = None  # the selected reply's trace file, for the download button
 
 
 class _Run:
@@ -264,6 +317,12 @@ class ChatSession:
         self._cancel_queued = 0  # of those, how many Stop cancelled
         self._discard_queued = 0  # of those, how many Clear discarded
         self._reply_count = 0
+        self.show_rejected = False
+        self.selected: tuple[int, int | None] | None = None  # (reply number, token index) in the inspector
+        self.selected_round: int | None = None
+        self.race_lanes: tuple[RaceLane, RaceLane] | None = None
+        self.race_greedy = True
+        self._trace_dir: str | None = None
 
     # -- what the page shows ----------------------------------------------------------------
     @property
@@ -281,7 +340,7 @@ class ChatSession:
         for e in self.exchanges:
             out.append({"role": "user", "content": render_user(e.message) + (exchange_note_html(e.note) if e.note else "")})
             if e.reply is not None:
-                out.append({"role": "assistant", "content": e.reply.html()})
+                out.append({"role": "assistant", "content": e.reply.html(show_rejected=self.show_rejected)})
         return out
 
     def stats(self) -> str:
@@ -303,7 +362,103 @@ class ChatSession:
     def view(self, *, figures: bool = True) -> View:
         """Everything, as it is now."""
         return View(chat=self.chat(), stats=self.stats(), table=self.table(),
-                    figures=self.figures() if figures else None)
+                    figures=self.figures() if figures else None, inspector=self.inspector(),
+                    timeline=self.timeline(), trace_file=self.trace_file())
+
+    # -- inside the rounds: inspector, timeline, rejected drafts, trace files --------------------
+    def reply(self, number: int) -> Reply | None:
+        return next((r for r in self.replies if r.number == number), None)
+
+    def _focus(self) -> Reply | None:
+        """The reply the inspector and the timeline show: the selected one, else the latest."""
+        if self.selected is not None:
+            reply = self.reply(self.selected[0])
+            if reply is not None:
+                return reply
+        return self.latest
+
+    def inspector(self) -> str:
+        reply = self._focus()
+        if reply is None or self.selected is None or self.selected[0] != reply.number:
+            return inspector_html(0, ReplyRounds(), None)
+        return inspector_html(reply.number, reply.rounds, self.selected[1], temperature=reply.settings.temperature)
+
+    def timeline(self) -> str:
+        reply = self._focus()
+        if reply is None:
+            return timeline_html(0, ReplyRounds())
+        selected = self.selected_round if self.selected is not None and self.selected[0] == reply.number else None
+        return timeline_html(reply.number, reply.rounds, selected_round=selected)
+
+    def select(self, ref: str) -> View:
+        """A click on the page: ``"R:I"`` (token I of reply R) or ``"round:R:K"`` (round K of
+        reply R, shown from its first token). Unknown references leave the inspector empty.
+
+        Raises:
+            ValueError: a reference that is not of either form.
+        """
+        parts = (ref or "").strip().split(":")
+        try:
+            if len(parts) == 3 and parts[0] == "round":
+                number, k = int(parts[1]), int(parts[2])
+                reply = self.reply(number)
+                index = None if reply is None else reply.rounds.first_token.get(k)
+                self.selected, self.selected_round = (number, index), k
+            elif len(parts) == 2:
+                number, index = int(parts[0]), int(parts[1])
+                reply = self.reply(number)
+                tok = reply.rounds.tokens[index] if reply is not None and 0 <= index < len(reply.rounds.tokens) else None
+                self.selected = (number, index)
+                self.selected_round = None if tok is None else tok.round_index
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"not a token or round reference: {ref!r}") from None
+        return View(inspector=self.inspector(), timeline=self.timeline(), trace_file=self.trace_file())
+
+    def set_show_rejected(self, show: bool) -> View:
+        """Show (or hide) the drafts each round threw away, inline in the replies."""
+        self.show_rejected = bool(show)
+        return View(chat=self.chat())
+
+    def trace_file(self) -> str | None:
+        """Write the focused reply's trace file (JSON lines) and return its path; None when there
+        is nothing to save yet."""
+        from specchat.trace import write_trace
+
+        reply = self._focus()
+        if reply is None or reply.running or not reply.rounds.traced or reply.rounds.done is None:
+            return None
+        if self._trace_dir is None:
+            self._trace_dir = tempfile.mkdtemp(prefix="specchat-traces-")
+        path = Path(self._trace_dir) / f"specchat-trace-reply{reply.number}.jsonl"
+        target = getattr(self.service, "target_name", "target")
+        return str(write_trace(path, reply.trace_lines(target)))
+
+    def open_trace(self, path: str) -> View:
+        """Add a recorded reply (a trace file) to the conversation and select its first token:
+        every view shows it as it showed live. Needs no model. It does not enter the history the
+        model sees.
+
+        Raises:
+            TraceError: a file that is not a specchat trace (the message says why).
+        """
+        from specchat.trace import read_trace
+
+        trace = read_trace(path)
+        header = trace.header
+        with self._lock:
+            self._reply_count += 1
+            number = self._reply_count
+        message = str(header.get("message") or f"(the prompt of {Path(path).name}: {len(header.get('prompt_ids', []))} tokens)")
+        reply = Reply(number, message, ReplySettings.from_trace(header), source=Path(path).name)
+        for event in trace.events:
+            reply.add(event)
+        if reply.running:  # a trace cut short (no done line)
+            reply.phase = Phase.STOPPED
+        self.exchanges.append(Exchange(message, reply))
+        self.selected, self.selected_round = (number, 0 if reply.rounds.tokens else None), 0
+        return self.view()
 
     def set_chart_scope(self, scope: str) -> View:
         """Show the charts of the latest reply or of the whole conversation.
@@ -358,6 +513,7 @@ class ChatSession:
             self._discard_queued, self._cancel_queued = self._queued, 0
             self.history, self.exchanges = [], []
             self._reply_count = 0  # the new conversation's replies are #1, #2, …
+            self.selected = self.selected_round = None
         return self.view()
 
     def close(self) -> None:
@@ -368,6 +524,83 @@ class ChatSession:
                 self._run.cancel.set()
             self.history, self.exchanges = [], []
             self._reply_count = 0
+
+    # -- the race ------------------------------------------------------------------------------
+    def race_message(self, typed: str | None) -> str | None:
+        """What to race: the text in the message box, else the last message sent."""
+        if typed and not _blank(typed):
+            return typed
+        return self.exchanges[-1].message if self.exchanges else None
+
+    def run_race(self, message: str | None, settings: ReplySettings) -> Iterator[View]:
+        """Run ``message`` (a fresh single-turn chat) with the target only, then with
+        ``settings.drafter``, back to back with the same settings and seed, each traced; the
+        page shows only a short status meanwhile (drawing would slow the runs it times). Stop
+        ends it. :meth:`replay_race` then plays them back at their measured speeds.
+
+        Raises:
+            ValueError: an out-of-range setting.
+        """
+        if message is None or _blank(message):
+            yield View(toasts=(("warning", "Type a message (or send one) to race on."),))
+            return
+        if drafter_kinds.DRAFTER_KINDS.get(settings.drafter) is not None and drafter_kinds.get(settings.drafter).source == "none":
+            yield View(toasts=(("warning", "Pick a drafter to race against the target alone."),))
+            return
+        base_settings = dataclasses.replace(settings, drafter="none")
+        config = settings.config()  # ValueError before anything runs
+        run = _Run()
+        with self._lock:
+            if self._run is not None:
+                yield View(toasts=(("warning", "A reply is streaming: race when it has finished."),))
+                return
+            self._run = run
+        self.race_lanes, self.race_greedy = None, config.greedy
+        lanes = (RaceLane("target only"), RaceLane(settings.drafter))
+        try:
+            for lane, lane_settings in zip(lanes, (base_settings, settings)):
+                lane_config = dataclasses.replace(config, measure_speedup=False)  # the race itself is the measurement
+                last = self.clock()
+                yield View(race=race_html(*lanes, 0.0, status=f"running {lane.name}…"))
+                for item in self._stream([], message, lane_settings.drafter, lane_config, run.cancel):
+                    if isinstance(item, (TokenEvent, RoundEvent, DoneEvent)):
+                        lane.add(item)
+                    else:
+                        lane.name = lane.name if not getattr(item, "fallback_drafter", None) else "none (drafter failed)"
+                    now = self.clock()
+                    if isinstance(item, RoundEvent) and now - last >= 1.0:
+                        last = now
+                        yield View(race=race_html(*lanes, 0.0, status=f"running {lane.name}: {len(lane.tokens)} tokens…"))
+                if run.cancel.is_set():
+                    yield View(race=race_html(*lanes, None, status="race stopped"))
+                    return
+            self.race_lanes = lanes
+            yield View(race=race_html(*lanes, 0.0, status="both runs done: replaying them at their measured speeds…"))
+        except Exception as exc:  # a failing model: say so
+            yield View(race=race_html(*lanes, None, status=f"the race failed: {exc}"),
+                       toasts=(("warning", f"The race failed: {exc}"),))
+        finally:
+            with self._lock:
+                if self._run is run:
+                    self._run = None
+
+    def replay_race(self, frame_s: float = 0.1) -> Iterator[View]:
+        """Play the last race back: both lanes side by side at their measured speeds (real
+        time), then their final times and, at temperature 0, whether the texts are identical."""
+        lanes = self.race_lanes
+        if lanes is None:
+            return
+        total = max(lane.total_ms for lane in lanes)
+        start = self.clock()
+        while True:
+            t_ms = (self.clock() - start) * 1000
+            if t_ms >= total or self.race_lanes is not lanes:
+                break
+            yield View(race=race_html(*lanes, t_ms, status="replaying at the measured speeds"))
+            time.sleep(frame_s)
+        verdict = race_verdict(*lanes, greedy=self.race_greedy)
+        yield View(race=race_html(*lanes, None, status="same prompt, same settings and seed, run back to back",
+                                  verdict=verdict))
 
     # -- one reply ------------------------------------------------------------------------------
     def respond(self, message: str, settings: ReplySettings) -> Iterator[View]:
@@ -414,7 +647,9 @@ class ChatSession:
     def _respond(self, message: str, settings: ReplySettings, run: _Run) -> Iterator[View]:
         config = settings.config()  # ValueError for an out-of-range setting, before any change
         self._reply_count += 1
-        reply = Reply(self._reply_count, message, settings)
+        reply = Reply(self._reply_count, message, settings, config=config)
+        if self.selected is not None and self.selected[0] != reply.number:
+            self.selected = self.selected_round = None  # the views follow the new reply
         exchange = Exchange(message, reply)
         history = list(self.history)
         self.exchanges.append(exchange)
@@ -454,11 +689,12 @@ class ChatSession:
                 drawable = isinstance(item, RoundEvent) and not item.timing_next
                 if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
-                figures = None
+                figures = timeline = None
                 if now - last_plot >= self.plot_interval_s:
-                    figures, last_plot = self.figures(), now
+                    figures, timeline, last_plot = self.figures(), self.timeline(), now
                 last_text = now
-                yield View(chat=self.chat(), stats=self.stats(), figures=figures, toasts=(toast,) if toast else ())
+                yield View(chat=self.chat(), stats=self.stats(), figures=figures, timeline=timeline,
+                           toasts=(toast,) if toast else ())
         except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
             reply.fail(str(exc) or type(exc).__name__)
             yield View(chat=self.chat(), stats=self.stats(), table=self.table(), figures=self.figures(),

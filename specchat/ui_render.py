@@ -86,8 +86,11 @@ def token_title(event: TokenEvent) -> str:
     return " ".join(parts)
 
 
-def token_span(event: TokenEvent) -> str:
-    """One committed token as ``<span class="tok tok-KIND" title="…">escaped text</span>``.
+def token_span(event: TokenEvent, ref: str | None = None) -> str:
+    """One committed token as ``<span class="tok tok-KIND" title="…">escaped text</span>``;
+    with ``ref`` ("R:I": reply R, its I-th token) also the class ``tref-R-I``, which the page's
+    click hook sends to the token inspector (a class, because the Chatbot's sanitizer drops
+    ``data-`` attributes).
 
     Returns "" for a token that adds no text (mid-character pieces, special tokens).
     Newlines stay in the text (as ``&#10;``, see :func:`escape_text`); the reply container
@@ -95,10 +98,28 @@ def token_span(event: TokenEvent) -> str:
     """
     if not event.text:
         return ""
+    ref_class = f" {ref_class_of(ref)}" if ref else ""
     return (
-        f'<span class="tok tok-{token_class(event)}" title="{html.escape(token_title(event))}">'
+        f'<span class="tok tok-{token_class(event)}{ref_class}" title="{html.escape(token_title(event))}">'
         f"{escape_text(event.text)}</span>"
     )
+
+
+def ref_class_of(ref: str) -> str:
+    """``"R:I"`` → ``"tref-R-I"``: the class that makes a token clickable (see ``app.py``)."""
+    return "tref-" + ref.replace(":", "-")
+
+
+def rejected_run_html(trace, position: int) -> str:
+    """The drafts a round threw away, shown inline before the token that replaced them: the
+    rejected one struck through, the unjudged ones after it dotted. ``trace`` is the round's
+    :class:`~specchat.trace.RoundTrace`; ``position`` the rejected draft's index."""
+    parts = []
+    for i, d in enumerate(trace.drafted[position:], position):
+        cls = "tok-rejected" if i == position else "tok-unjudged"
+        title = "rejected draft" if i == position else "draft never judged (after the rejection)"
+        parts.append(f'<span class="{cls}" title="{title}">{escape_text(trace.token_texts.get(d.token_id, ""))}</span>')
+    return f'<span class="spec-rejected-run">{"".join(parts)}</span>' if parts else ""
 
 
 def render_user(text: str) -> str:
@@ -119,12 +140,28 @@ class ReplyRenderer:
     notices: list[str] = field(default_factory=list)
     status: str | None = None  # "stopped", "error: …", or a stop reason worth showing
     status_is_error: bool = False
+    key: int | None = None  # the reply's number: spans get the class tref-key-index
+    num_tokens: int = 0
+    rejected: dict[int, str] = field(default_factory=dict)  # span index → the drafts thrown away before it
+    _resampled_span: int | None = None
 
     def add_token(self, event: TokenEvent) -> None:
-        span = token_span(event)
+        ref = None if self.key is None else f"{self.key}:{self.num_tokens}"
+        self.num_tokens += 1
+        span = token_span(event, ref)
+        if event.kind is TokenKind.RESAMPLED:
+            self._resampled_span = len(self.spans)
         if span:
             self.spans.append(span)
             self.text += event.text
+
+    def add_round(self, event) -> None:
+        """A round ended: with a trace, keep its rejected drafts for :meth:`html` to show."""
+        trace = getattr(event, "trace", None)
+        rejected_at = trace.rejected_index if trace is not None else None
+        if rejected_at is not None and self._resampled_span is not None:
+            self.rejected[self._resampled_span] = rejected_run_html(trace, rejected_at)
+        self._resampled_span = None
 
     def add_notice(self, text: str) -> None:
         self.notices.append(text)
@@ -147,9 +184,14 @@ class ReplyRenderer:
         self.status = f"error: {message}"
         self.status_is_error = True
 
-    def html(self) -> str:
+    def html(self, *, show_rejected: bool = False) -> str:
+        """The bubble's HTML; with ``show_rejected`` the drafts each round threw away appear
+        inline (struck through) where they were proposed."""
         out = [f'<div class="spec-notice">{escape_text(n)}</div>' for n in self.notices]
-        body = "".join(self.spans) if self.spans else ""
+        if show_rejected and self.rejected:
+            body = "".join(self.rejected.get(i, "") + span for i, span in enumerate(self.spans))
+        else:
+            body = "".join(self.spans) if self.spans else ""
         if body or not self.status:
             out.append(f'<div class="spec-text spec-reply">{body or "…"}</div>')
         if self.status:
@@ -167,7 +209,7 @@ def legend_html() -> str:
     )
     return (
         f'<div class="spec-legend">{chips}'
-        '<span class="spec-legend-hint">hover a token for p (target) and q (drafter)</span></div>'
+        '<span class="spec-legend-hint">click a token to look inside its round</span></div>'
     )
 
 

@@ -266,7 +266,7 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     user, reply = _text(chat[0]["content"]), _text(chat[1]["content"])
     assert "hello &lt;b&gt;there&lt;/b&gt;" in user
     for cls in ("tok-accepted", "tok-resampled", "tok-bonus", "tok-target"):
-        assert f'class="tok {cls}"' in reply, cls
+        assert f'class="tok {cls} tref-1-' in reply, cls  # tref-R-I: the click target of the inspector
     assert "<script>" not in reply and "&lt;script&gt;alert(1)&lt;/script&gt;" in reply
     assert "<b>" not in reply
     assert "*done* &amp; &lt;b&gt;ok&lt;/b&gt;" in reply  # markdown characters kept literally
