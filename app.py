@@ -33,7 +33,6 @@ from specchat.cli import _ranged  # noqa: E402  (the CLI's range-checked argpars
 from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE  # noqa: E402
 from specchat.metrics import SpeculationMetrics  # noqa: E402
 from specchat.session import CHART_SCOPES, ChatSession, ReplySettings, SessionStore, View  # noqa: E402
-from specchat.inspector import INSPECTOR_CSS  # noqa: E402
 from specchat.ui_render import CSS, legend_html, stats_html, status_html, table_html  # noqa: E402
 
 if TYPE_CHECKING:
@@ -693,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
         server_port=args.port,
         share=False,
         ssr_mode=False,
-        css=CSS + INSPECTOR_CSS,
+        css=CSS,
         head=CLICK_JS,
         run_history=False,
     )
@@ -717,7 +716,7 @@ def serve_traces(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Showing {len(args.trace)} trace file(s), no model loaded. Open http://{host}:{args.port}", file=sys.stderr)
     demo.launch(server_name=args.host, server_port=args.port, share=False, ssr_mode=False,
-                css=CSS + INSPECTOR_CSS, head=CLICK_JS, run_history=False)
+                css=CSS, head=CLICK_JS, run_history=False)
     return 0
 
 

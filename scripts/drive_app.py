@@ -36,7 +36,7 @@ FLAGS = (
 PAGE_STATE = """
 const toks = document.querySelectorAll('#spec-chat .tok');
 const kinds = {}; const colors = {};
-toks.forEach(t => { const k = t.className.replace('tok ', ''); kinds[k] = (kinds[k] || 0) + 1;
+toks.forEach(t => { const k = [...t.classList].find(c => c.startsWith('tok-')); kinds[k] = (kinds[k] || 0) + 1;
                     colors[k] = getComputedStyle(t).backgroundColor; });
 return {tokens: toks.length, kinds, colors,
         stats: (document.querySelector('#spec-stats') || {}).innerText || '',

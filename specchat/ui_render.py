@@ -342,6 +342,61 @@ def _css() -> str:
     return "\n".join(rules)
 
 
+INSPECTOR_CSS = f"""
+.spec-inspector, .spec-timeline, .spec-race {{ font-size: 0.84rem; }}
+.spec-muted {{ opacity: 0.7; font-size: 0.8rem; }}
+.spec-sub {{ font-size: 0.78rem; opacity: 0.8; margin: 6px 0 2px; }}
+.spec-insp-head {{ font-weight: 600; margin-bottom: 6px; }}
+.spec-insp-head .tok, .spec-round-draft .tok {{ font-family: var(--font-mono); padding: 0 3px; }}
+[class*="tref-"], [class*="rref-"] {{ cursor: pointer; }}
+.tok-rejected {{ text-decoration: line-through; color: {KIND_COLORS["resampled"]}; opacity: 0.8; }}
+.tok-unjudged {{ color: #adb5bd; text-decoration: line-through dotted; }}
+.spec-rejected-run {{ font-size: 0.92em; }}
+.spec-sel {{ outline: 2px solid #1c7ed6; outline-offset: 1px; }}
+.spec-arrow {{ opacity: 0.6; margin: 0 4px; }}
+.spec-round-draft {{ margin-bottom: 6px; }}
+.spec-pq {{ display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }}
+.spec-bars {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }}
+.spec-bars td {{ padding: 1px 4px; border: none !important; background: transparent; }}
+.spec-bars tr {{ border: none !important; background: transparent !important; }}
+.spec-residual .spec-bars {{ max-width: 60%; }}
+.spec-bar-label {{ font-family: var(--font-mono); font-size: 0.78rem; white-space: pre; max-width: 8em; overflow: hidden; }}
+.spec-bar-cell {{ position: relative; width: 40%; }}
+.spec-bar {{ height: 12px; border-radius: 2px; min-width: 1px; }}
+.spec-bar-val {{ position: absolute; right: 4px; top: 0; font-size: 0.7rem; opacity: 0.9;
+  text-shadow: 0 0 3px var(--background-fill-primary, #fff), 0 0 3px var(--background-fill-primary, #fff); }}
+.spec-bar-mark td {{ background: rgba(28, 126, 214, 0.12); font-weight: 600; }}
+.spec-key {{ display: inline-block; width: 10px; height: 10px; border-radius: 2px; vertical-align: middle; }}
+.spec-legend-small {{ font-size: 0.75rem; opacity: 0.85; margin: 2px 0; }}
+.spec-decision {{ margin: 6px 0; }}
+.spec-uline {{ position: relative; height: 14px; background: rgba(232, 89, 12, 0.35); border-radius: 3px; margin: 8px 0 2px; }}
+.spec-ukeep {{ height: 100%; background: rgba(47, 158, 68, 0.6); border-radius: 3px 0 0 3px; }}
+.spec-umark {{ position: absolute; top: -5px; width: 2px; height: 24px; background: #212529; }}
+.spec-umark span {{ position: absolute; top: -14px; left: -3px; font-size: 0.7rem; font-weight: 700; }}
+.spec-uaxis {{ display: flex; justify-content: space-between; font-size: 0.7rem; opacity: 0.7; }}
+.spec-source-text {{ font-size: 0.78rem; }}
+mark.spec-match {{ background: rgba(250, 176, 5, 0.55); }}
+mark.spec-copy {{ background: rgba(21, 170, 191, 0.45); }}
+.spec-tl-summary {{ font-weight: 600; margin-bottom: 2px; }}
+.spec-tl-rows {{ max-height: 340px; overflow-y: auto; }}
+.spec-tl-row {{ display: grid; grid-template-columns: 2.5em minmax(120px, 1fr) 4em 9em minmax(80px, 1.2fr); gap: 6px;
+  align-items: center; padding: 1px 0; border-bottom: 1px solid rgba(134, 142, 150, 0.15); }}
+.spec-tl-row:hover {{ background: rgba(28, 126, 214, 0.06); }}
+.spec-tl-sel {{ background: rgba(28, 126, 214, 0.14) !important; }}
+.spec-tl-k, .spec-tl-ms {{ font-variant-numeric: tabular-nums; opacity: 0.75; font-size: 0.75rem; text-align: right; }}
+.spec-tl-bar {{ display: flex; height: 12px; gap: 1px; }}
+.spec-seg {{ height: 100%; border-radius: 1px; }}
+.spec-tl-end {{ font-size: 0.72rem; opacity: 0.8; white-space: nowrap; }}
+.spec-tl-toks {{ font-family: var(--font-mono); font-size: 0.72rem; white-space: pre; overflow: hidden; text-overflow: ellipsis; }}
+.spec-lanes {{ display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }}
+.spec-lane {{ border: 1px solid rgba(134, 142, 150, 0.35); border-radius: 6px; padding: 6px 8px; min-height: 120px; }}
+.spec-lane-head {{ margin-bottom: 4px; }}
+.spec-lane-text {{ max-height: 300px; overflow-y: auto; }}
+.spec-race-verdict {{ margin-top: 6px; }}
+"""
+"""CSS of the inside-the-rounds views (:mod:`specchat.inspector`); part of :data:`CSS`."""
+
+
 CSS = (
     """
 .spec-text { white-space: pre-wrap; overflow-wrap: anywhere; tab-size: 4;
@@ -383,5 +438,6 @@ CSS = (
 .toast-wrap { top: auto !important; bottom: var(--size-4, 16px) !important; }
 """
     + _css()
+    + INSPECTOR_CSS
 )
 """CSS for the app; pass it to ``launch(css=...)`` (Gradio 6)."""

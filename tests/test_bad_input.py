@@ -12,6 +12,8 @@ here); nothing the engine returns is fed back to it as the expectation.
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import os
@@ -375,7 +377,7 @@ def _assert_only_app_markup(page: _Page):
     for tag, attrs in page.elements:
         assert tag in ("div", "span"), tag
         assert set(attrs) <= {"class", "title"}, attrs  # no onerror, style, href, src
-        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error|label|summary|note)|tok tok-(accepted|resampled|bonus|target)", attrs["class"])
+        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error|label|summary|note)|tok tok-(accepted|resampled|bonus|target)( tref-\d+-\d+)?", attrs["class"])
         if "title" in attrs:
             assert re.fullmatch(
                 r"(accepted|resampled|bonus|target only \(no draft this round\)) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?",
@@ -473,9 +475,11 @@ def _assert_valid_message_still_works(client, fake):
     before = len(fake.calls)
     final = _submit(client, "still there?")
     assert len(fake.calls) == before + 1 and fake.calls[-1]["message"] == "still there?"
-    assert fake.calls[-1]["config"] == GenerationConfig(
+    config = fake.calls[-1]["config"]
+    assert isinstance(config.seed, int)  # drawn per reply, so that its trace file records it
+    assert dataclasses.replace(config, seed=None) == GenerationConfig(
         num_speculative_tokens=4, temperature=0.0, top_p=1.0, max_new_tokens=256, adaptive_gamma=True,
-        measure_speedup=True,
+        measure_speedup=True, trace=True,
     )
     reply = final[1][-1]["content"]
     reply = reply if isinstance(reply, str) else "".join(part.get("text", "") for part in reply)

@@ -81,7 +81,8 @@ def _serve(service) -> tuple:
     demo = app.build_ui(service, default_drafter="ngram")
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
-        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS
+        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS,
+        head=app.CLICK_JS,
     )
     return demo, url
 
@@ -182,6 +183,79 @@ def test_three_token_colors_match_the_legend_and_the_charts_render(served, brows
     assert sorted(p["id"] for p in plots) == ["plot-alpha", "plot-position", "plot-speed", "plot-theory"], plots
     assert all(p["traces"] >= 1 and p["points"] >= 1 and p["svg"] >= 1 for p in plots), plots
     assert "α" in state["stats"] and "tok/s" in state["stats"]
+
+
+def _inspect(d, css: str, index: int = 0) -> str:
+    """Click the index-th element matching ``css`` (a real click) and return the inspector's text
+    once it has changed."""
+    before = d.find_element(By.CSS_SELECTOR, "#spec-inspector").text
+    el = d.find_elements(By.CSS_SELECTOR, css)[index]
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
+    time.sleep(0.3)
+    el.click()
+    return _wait_for(lambda: (t := d.find_element(By.CSS_SELECTOR, "#spec-inspector").text) != before and t,
+                     20, f"the inspector after clicking {css}")
+
+
+def _decision(text: str) -> tuple[float, float, str]:
+    """(u, min(1, p/q), verdict) as the inspector writes them."""
+    import re
+
+    m = re.search(r"min\(1, p/q\) = ([0-9.]+); the draw u = ([0-9.]+) (<|≥) [0-9.]+, so the draft was (accepted|rejected)", text)
+    assert m, text
+    return float(m.group(2)), float(m.group(1)), m.group(4)
+
+
+def test_clicking_tokens_and_rounds_opens_the_inspector_and_the_race_runs(served, browser):
+    """A real click on an accepted, a resampled and a bonus token of a greedy int4 reply: the
+    inspector shows the round, u against min(1, p/q) on the right side of each other, the residual
+    of the resampled token; a timeline round opens its first token; the rejected drafts appear
+    inline; the race's texts at temperature 0 agree with the target-only reply."""
+    url, service = served
+    d = browser(url)
+    drive_app.pick_drafter(d, "int4", 120)
+    _set_slider(d, "max new tokens", 48)
+    drive_app.send(d, PALINDROME)
+    drive_app.wait_done(d, 300)
+    kinds = d.execute_script(drive_app.PAGE_STATE)["kinds"]
+    assert {"tok-accepted", "tok-resampled", "tok-bonus"} <= set(kinds), kinds
+
+    text = _inspect(d, "#spec-chat .tok-accepted", 2)
+    assert "accepted draft" in text and "raw (softmax of the logits, T = 1)" in text
+    u, ratio, verdict = _decision(text)
+    assert verdict == "accepted" and u < ratio
+    text = _inspect(d, "#spec-chat .tok-resampled")
+    assert "resampled after draft" in text and "the residual norm(max(0, p − q))" in text
+    u, ratio, verdict = _decision(text)
+    assert verdict == "rejected" and u >= ratio
+    drive_app.screenshot(d, str(OUT / "inspector_resampled.png"), width=1280)
+    text = _inspect(d, "#spec-chat .tok-bonus")
+    assert "bonus token after all" in text and "extra position" in text
+
+    # a timeline round selects the round's first token
+    rounds = d.find_elements(By.CSS_SELECTOR, "#spec-timeline [class*=rref-]")
+    assert len(rounds) >= 3
+    text = _inspect(d, "#spec-timeline [class*=rref-]", 2)
+    assert "round 3 ·" in text
+    # the selected reply's trace can be downloaded
+    assert "Download trace (reply #1)" in d.find_element(By.CSS_SELECTOR, "#spec-download").text
+
+    # rejected drafts inline: one struck-through run before each resampled token that replaced a draft
+    assert not d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected")
+    d.execute_script("[...document.querySelectorAll('label')].find(l => l.textContent.includes('show rejected drafts')).click()")
+    _wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected"), 20, "rejected drafts inline")
+    assert len(d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected")) == kinds["tok-resampled"]
+
+    # the race, greedy: the target-only lane is the target's greedy reply; the texts agree
+    _set_slider(d, "max new tokens", 24)
+    d.find_element(By.CSS_SELECTOR, "#spec-input textarea").send_keys("Say hello in French.")
+    drive_app.button(d, "Race: target only vs drafter").click()
+    verdict = _wait_for(lambda: (t := d.find_element(By.CSS_SELECTOR, "#spec-race").text) and
+                        ("faster" in t or "slower" in t) and t, 240, "the race's verdict")
+    drive_app.screenshot(d, str(OUT / "race.png"), width=1280)
+    assert "target only" in verdict and "int4" in verdict and "done in" in verdict
+    assert "Identical text, token for token" in verdict or "logits" in verdict, verdict
+    assert d.find_element(By.CSS_SELECTOR, "#spec-input textarea").get_attribute("value") == "Say hello in French."
 
 
 def test_html_in_the_prompt_and_in_the_reply_stays_inert_text(served, browser):
@@ -352,7 +426,8 @@ def test_a_drafter_that_fails_to_load_falls_back_to_target_only_visibly(smollm2_
     demo = app.build_ui(service, default_drafter="sibling")
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
-        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS
+        server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS,
+        head=app.CLICK_JS,
     )
     try:
         d = drive_app.driver(1280, 900)
