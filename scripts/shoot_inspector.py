@@ -46,7 +46,10 @@ def main() -> None:
     d = driver(1440, 1100)
     d.get(url)
     deadline = time.time() + 900
-    while time.time() < deadline and "ready" not in d.find_element(By.CSS_SELECTOR, "#spec-drafter-status").text:
+    while time.time() < deadline:
+        status = d.find_elements(By.CSS_SELECTOR, "#spec-drafter-status")
+        if status and "ready" in status[0].text:
+            break
         time.sleep(2)
     set_number(d, "max new tokens", 64)
     reply = 0

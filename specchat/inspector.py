@@ -113,17 +113,23 @@ def _bars(rows: list[tuple[str, list[tuple[float | None, str]]]], *, mark: str |
     return "".join(out)
 
 
-def _pq_rows(trace: RoundTrace, p_top: TopList | None, q_top: TopList | None) -> list[tuple[str, list]]:
-    """Rows for the union of p's and q's top lists (p's order first), at most MAX_BAR_ROWS.
-    A value outside its list's top k is unknown and drawn empty ("–")."""
+def _pq_rows(
+    trace: RoundTrace, p_top: TopList | None, q_top: TopList | None, must: int | None = None
+) -> list[tuple[str, list]]:
+    """Rows for the union of p's and q's top lists (p's order first), at most MAX_BAR_ROWS, always
+    including ``must`` (the token in question). A value outside its list's top k is unknown and
+    drawn empty ("–")."""
     p_map = dict(p_top or ())
     q_map = dict(q_top or ())
     ids: list[int] = []
     for t, _ in list(p_top or ()) + list(q_top or ()):
         if t not in ids:
             ids.append(t)
+    ids = ids[:MAX_BAR_ROWS]
+    if must is not None and must not in ids:
+        ids = ids[: MAX_BAR_ROWS - 1] + [must]
     rows = []
-    for t in ids[:MAX_BAR_ROWS]:
+    for t in ids:
         bars = [(p_map.get(t), TARGET_COLOR)]
         if q_top is not None:
             bars.append((q_map.get(t), DRAFT_COLOR))
@@ -140,8 +146,8 @@ def _pq_panel(trace: RoundTrace, i: int, *, marked: int | None) -> str:
               + (f' <span class="spec-key" style="background:{DRAFT_COLOR}"></span> q (drafter)' if has_q else ""))
     raw_q = pos.draft_top_raw if has_q else None
     raw_note = "" if (raw_q is not None or not has_q) else '<div class="spec-muted">the lookup has no model: q is one-hot at the copied token</div>'
-    used = _bars(_pq_rows(trace, pos.target_top, pos.draft_top), mark=mark)
-    raw = _bars(_pq_rows(trace, pos.target_top_raw, raw_q if raw_q is not None else None), mark=mark)
+    used = _bars(_pq_rows(trace, pos.target_top, pos.draft_top, marked), mark=mark)
+    raw = _bars(_pq_rows(trace, pos.target_top_raw, raw_q if raw_q is not None else None, marked), mark=mark)
     return (
         f'<div class="spec-legend-small">{legend}</div>'
         '<div class="spec-pq">'
@@ -190,7 +196,8 @@ def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, 
     kind_words = {
         "accepted": f"accepted draft (draft {tok.position + 1} of {len(tr.drafted)})",
         "resampled": f"resampled after draft {tok.position + 1} of {len(tr.drafted)} was rejected",
-        "bonus": f"bonus token after all {len(tr.drafted)} drafts were accepted",
+        "bonus": ("bonus token after the draft was accepted" if len(tr.drafted) == 1
+                  else f"bonus token after all {len(tr.drafted)} drafts were accepted"),
         "target": "target-only round: nothing was drafted" + (" (a timing round)" if rnd.timing else ""),
     }[kind]
     head = (
@@ -242,6 +249,8 @@ def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, 
         res = tr.positions[pos].residual_top
         if res is not None:
             rows = [(_text(tr.token_texts.get(t, "")), [(pr, RESIDUAL_COLOR)]) for t, pr in res]
+            if tok.token_id not in dict(res):  # drawn from the tail beyond the top k
+                rows.append((_text(tr.token_texts.get(tok.token_id, "")), [(None, RESIDUAL_COLOR)]))
             body.append(
                 '<div class="spec-residual">'
                 f'<div class="spec-sub">the residual norm(max(0, p − q)) it was drawn from: '
@@ -400,11 +409,21 @@ def race_verdict(base: RaceLane, spec: RaceLane, *, greedy: bool) -> str:
                      "changes the answer.")
     else:
         i = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
-        gap = _logit_gap(base, i)
-        gap_text = (f" There the target's two most likely tokens were {gap:.3f} apart in logits: a near-tie "
-                    "that the different batch shapes of the two runs can flip (floating-point rounding)."
-                    if gap is not None else "")
-        parts.append(f"The texts differ from token {i + 1} on (one stopped early, or a near-tie).{gap_text}")
+        if i == min(len(a), len(b)):
+            parts.append(f"The same text up to token {i}, where one of the runs stopped (a stop or the token budget).")
+        else:
+            gap = _logit_gap(base, i)
+            if gap is None:
+                gap_text = ""
+            elif gap < 1e-3:
+                gap_text = (" There the target's two most likely tokens were tied (logit gap below 0.001, e.g. equal "
+                            "bf16 logits): which one is the argmax then depends on floating-point rounding, which "
+                            "differs between a one-token step and a multi-token verify pass.")
+            else:
+                gap_text = (f" There the target's two most likely tokens were {gap:.3f} apart in logits: a near-tie "
+                            "that the different batch shapes of the two runs can flip (floating-point rounding).")
+            parts.append(f"The texts differ from token {i + 1} on.{gap_text} Speculation is exact in exact "
+                         "arithmetic; the audit (<code>python -m specchat audit</code>) tests it statistically.")
     return "<br>".join(parts)
 
 

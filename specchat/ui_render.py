@@ -369,7 +369,7 @@ INSPECTOR_CSS = f"""
 .spec-key {{ display: inline-block; width: 10px; height: 10px; border-radius: 2px; vertical-align: middle; }}
 .spec-legend-small {{ font-size: 0.75rem; opacity: 0.85; margin: 2px 0; }}
 .spec-decision {{ margin: 6px 0; }}
-.spec-uline {{ position: relative; height: 14px; background: rgba(232, 89, 12, 0.35); border-radius: 3px; margin: 8px 0 2px; }}
+.spec-uline {{ position: relative; height: 14px; background: rgba(232, 89, 12, 0.35); border-radius: 3px; margin: 18px 0 2px; }}
 .spec-ukeep {{ height: 100%; background: rgba(47, 158, 68, 0.6); border-radius: 3px 0 0 3px; }}
 .spec-umark {{ position: absolute; top: -5px; width: 2px; height: 24px; background: #212529; }}
 .spec-umark span {{ position: absolute; top: -14px; left: -3px; font-size: 0.7rem; font-weight: 700; }}
