@@ -251,6 +251,10 @@ class TraceOnlyService:
 
     loading = False
     startup_error = None
+    banner = status_html(
+        "Showing recorded traces: no model is loaded. Every view works; sending and racing need the app "
+        "started without --trace."
+    )
 
     def __init__(self, target_name: str):
         self.target_name = target_name
@@ -301,7 +305,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=320):
                 gr.HTML(legend_html())
-                load_banner = gr.HTML(loading_html(service) or "", elem_id="spec-loading")
+                load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
                 chatbot = gr.Chatbot(
                     label="chat", show_label=False, height=460,
                     render_markdown=False,  # show model text verbatim; see specchat/ui_render.py
@@ -459,7 +463,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                 yield {load_banner: "", drafter_status: status_html(text, error=True),
                        drafter: "none", active_drafter: "none"}
                 return
-            yield {load_banner: "", drafter_status: status_html(f"drafter '{drafter0}' ready")}
+            yield {load_banner: getattr(service, "banner", ""), drafter_status: status_html(f"drafter '{drafter0}' ready")}
 
         def select(ref, request: gr.Request = None):
             try:
@@ -485,13 +489,14 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
             settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
             try:
                 for view in session.run_race(session.race_message(message), settings):
-                    yield updates(view)
+                    yield {k: v for k, v in updates(view).items() if k is race} or {race: gr.skip()}
             except ValueError as exc:
                 raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
 
         def replay_race(request: gr.Request = None):
+            yield {race: gr.skip()}  # nothing to replay (a refused or stopped race) leaves the panel as it is
             for view in session_of(request).replay_race():
-                yield updates(view)
+                yield {race: view.race}
 
         def open_startup_traces(request: gr.Request = None):
             """``app.py --trace FILE``: each new page opens the files given."""

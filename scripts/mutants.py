@@ -47,6 +47,7 @@ FAMILY = {
     9: ["tests/test_kind9_lifecycle.py"],
     10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py"],
     11: ["tests/test_session.py"],
+    12: ["tests/test_trace.py", "tests/test_inspector.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -60,6 +61,7 @@ KIND_NAMES = {
     9: "resource lifecycle",
     10: "events and stats",
     11: "a browser session (send, queue, Stop, Clear, labels)",
+    12: "round traces and the views built on them",
 }
 
 
@@ -737,6 +739,55 @@ MUTANTS = [
         "            run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds\n",
         "            pass\n",
         "a closed tab does not stop the engine",
+    ),
+    # -- 12. round traces and the views built on them ----------------------------------------
+    Mutant(
+        "trace-u-of-the-next-draft",
+        12,
+        "specchat/trace.py",
+        "u=float(draws[i]) if i < judged else None,",
+        "u=float(draws[min(i + 1, len(draws) - 1)]) if i < judged else None,",
+        "each drafted token is recorded with the draw that decided the next one",
+    ),
+    Mutant(
+        "trace-judges-every-draft",
+        12,
+        "specchat/trace.py",
+        "judged = min(n, result.num_accepted + 1)",
+        "judged = n",
+        "drafts after the first rejection are recorded as judged",
+    ),
+    Mutant(
+        "trace-raw-list-is-warped",
+        12,
+        "specchat/trace.py",
+        "raw_target = torch.softmax(target_logits.float(), dim=-1)",
+        "raw_target = target_probs",
+        "the raw target list is the warped p (one-hot at temperature 0)",
+    ),
+    Mutant(
+        "trace-residual-is-p",
+        12,
+        "specchat/trace.py",
+        "residual_top = top_list(residual_probs(target_probs[i], q_row, ids[i]), k)",
+        "residual_top = top_list(target_probs[i], k)",
+        "the residual shown at a rejection is p, not norm(max(0, p − q))",
+    ),
+    Mutant(
+        "replay-loses-token-text",
+        12,
+        "specchat/trace.py",
+        'CommittedToken(int(c["token_id"]), str(c["kind"]), str(c["text"]), float(c["p"]),',
+        'CommittedToken(int(c["token_id"]), str(c["kind"]), str(c["text"]).strip(), float(c["p"]),',
+        "a replayed trace loses the tokens' spaces and newlines",
+    ),
+    Mutant(
+        "inspector-u-against-p",
+        12,
+        "specchat/inspector.py",
+        "    r = _ratio(p, q)\n",
+        "    r = min(1.0, p)\n",
+        "the inspector draws u against p instead of min(1, p/q)",
     ),
 ]
 

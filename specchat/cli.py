@@ -433,6 +433,12 @@ def _generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
+            if args.json:
+                print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
+            else:
+                sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
+                sys.stdout.flush()
+                print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
             if args.trace:
                 from specchat.trace import trace_records, write_trace
 
@@ -440,13 +446,7 @@ def _generate(args: argparse.Namespace) -> int:
                     events, target=service.target_name, drafter=args.drafter, config=config, prompt_ids=ids,
                     message=args.prompt,
                 ))
-                print(f"trace: {len(events)} events written to {args.trace}", file=sys.stderr)
-            if args.json:
-                print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
-            else:
-                sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
-                sys.stdout.flush()
-                print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
+                print(f"trace: {metrics.num_rounds} rounds written to {args.trace}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1

@@ -323,6 +323,7 @@ class ChatSession:
         self.race_lanes: tuple[RaceLane, RaceLane] | None = None
         self.race_greedy = True
         self._trace_dir: str | None = None
+        self._race_stop = threading.Event()  # Stop during a race's replay
 
     # -- what the page shows ----------------------------------------------------------------
     @property
@@ -491,6 +492,7 @@ class ChatSession:
         """Stop: the streaming reply ends after its current round and keeps what it wrote;
         messages waiting behind it are cancelled with it (each is shown, marked "not sent").
         Returns what to tell the user when messages were cancelled, else None."""
+        self._race_stop.set()
         with self._lock:
             if self._run is not None:
                 self._run.cancel.set()
@@ -541,20 +543,30 @@ class ChatSession:
         Raises:
             ValueError: an out-of-range setting.
         """
+        self.race_lanes = None
+        if not hasattr(self.service, "stream_chat") or getattr(self.service, "banner", None):
+            yield View(race=status_html("The race needs a model: start the app without --trace."))
+            return
         if message is None or _blank(message):
-            yield View(toasts=(("warning", "Type a message (or send one) to race on."),))
+            yield View(race=status_html("Type a message (or send one) to race on."),
+                       toasts=(("warning", "Type a message (or send one) to race on."),))
             return
         if drafter_kinds.DRAFTER_KINDS.get(settings.drafter) is not None and drafter_kinds.get(settings.drafter).source == "none":
-            yield View(toasts=(("warning", "Pick a drafter to race against the target alone."),))
+            yield View(race=status_html("Pick a drafter to race against the target alone."),
+                       toasts=(("warning", "Pick a drafter to race against the target alone."),))
             return
         base_settings = dataclasses.replace(settings, drafter="none")
         config = settings.config()  # ValueError before anything runs
         run = _Run()
         with self._lock:
-            if self._run is not None:
-                yield View(toasts=(("warning", "A reply is streaming: race when it has finished."),))
-                return
-            self._run = run
+            busy = self._run is not None
+            if not busy:
+                self._run = run
+        if busy:
+            yield View(race=status_html("A reply is streaming: race when it has finished."),
+                       toasts=(("warning", "A reply is streaming: race when it has finished."),))
+            return
+        self._race_stop.clear()
         self.race_lanes, self.race_greedy = None, config.greedy
         lanes = (RaceLane("target only"), RaceLane(settings.drafter))
         try:
@@ -594,7 +606,7 @@ class ChatSession:
         start = self.clock()
         while True:
             t_ms = (self.clock() - start) * 1000
-            if t_ms >= total or self.race_lanes is not lanes:
+            if t_ms >= total or self.race_lanes is not lanes or self._race_stop.is_set():
                 break
             yield View(race=race_html(*lanes, t_ms, status="replaying at the measured speeds"))
             time.sleep(frame_s)

@@ -181,6 +181,8 @@ def build_round_trace(
     n = int(draft_ids.shape[0])
     ids = draft_ids.tolist()
     judged = min(n, result.num_accepted + 1)
+    if len(token_events) < result.num_accepted + 1:  # a stop cut the commit: later drafts count for nothing
+        judged = len(token_events)
     draws = result.draws.tolist() if result.draws is not None else []
     drafted = []
     for i, token in enumerate(ids):
@@ -194,7 +196,7 @@ def build_round_trace(
     raw_draft = None
     if draft_trace is not None and draft_trace.raw_logits is not None:
         raw_draft = torch.softmax(draft_trace.raw_logits.float(), dim=-1)
-    rejected = result.num_accepted if result.num_accepted < n else None
+    rejected = result.num_accepted if result.num_accepted < judged else None
     positions = []
     for i in range(n + 1):
         draft_top = draft_top_raw = residual_top = None
@@ -367,18 +369,24 @@ def read_trace(source: str | Path | Iterable[str]) -> TraceFile:
         OSError: the file cannot be opened.
     """
     if isinstance(source, (str, Path)):
-        with Path(source).open(encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        try:
+            with Path(source).open(encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except UnicodeDecodeError:
+            raise TraceError(f"{Path(source).name} is not a text file: is this a specchat trace file?") from None
     else:
         lines = list(source)
     header: dict[str, Any] | None = None
     events: list[Any] = []
+    last = max((i for i, line in enumerate(lines, 1) if line.strip()), default=0)
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
+            if number == last and header is not None:  # a recording cut mid-line: keep what is whole
+                break
             raise TraceError(f"line {number} is not JSON ({exc.msg}): is this a specchat trace file?") from None
         kind = record.get("type") if isinstance(record, dict) else None
         if header is None:

@@ -356,7 +356,7 @@ INSPECTOR_CSS = f"""
 .spec-arrow {{ opacity: 0.6; margin: 0 4px; }}
 .spec-round-draft {{ margin-bottom: 6px; }}
 .spec-pq {{ display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }}
-.spec-bars {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }}
+.spec-bars {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; border: none !important; }}
 .spec-bars td {{ padding: 1px 4px; border: none !important; background: transparent; }}
 .spec-bars tr {{ border: none !important; background: transparent !important; }}
 .spec-residual .spec-bars {{ max-width: 60%; }}

@@ -550,3 +550,13 @@ def test_ready_line_repeats_the_address_and_threads_are_set(monkeypatch, capsys)
     assert "Ready: " in err and "Open http://127.0.0.1:7998" in err
     with pytest.raises(SystemExit):
         app.parse_args(["--threads", "0"])
+
+
+def test_app_trace_option_refuses_a_file_that_is_not_a_trace(tmp_path, capsys):
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text("hello\n", encoding="utf-8")
+    assert app.main(["--trace", str(bad), "--port", "7998"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot open the trace" in err and "not JSON" in err
+    assert app.main(["--trace", str(tmp_path / "missing.jsonl"), "--port", "7998"]) == 2
+    assert "missing.jsonl" in capsys.readouterr().err

@@ -625,3 +625,46 @@ def _threads():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, browser, tmp_path):
+    """``app.py --trace FILE``: a reply recorded by the engine (tiny models, T = 0.9) opens in a
+    page with no model loaded; its tokens show the live reply's kinds and text, a click opens the
+    inspector, the timeline has one row per round, and sending a message says there is no model."""
+    from lossless import TINY_PROMPT, TINY_VOCAB
+
+    from specchat.config import GenerationConfig
+    from specchat.drafters.model import ModelDrafter
+    from specchat.session import Reply, ReplySettings
+
+    drafter = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
+    config = GenerationConfig(num_speculative_tokens=4, temperature=0.9, max_new_tokens=40, seed=5, trace=True)
+    live = Reply(1, "recorded", ReplySettings("other", 4, False, 0.9, 1.0, 40), config=config)
+    for event in engine.generate(TINY_PROMPT, drafter, config):
+        live.add(event)
+    path = tmp_path / "recorded.jsonl"
+    from specchat.trace import write_trace
+
+    write_trace(path, live.trace_lines("tiny"))
+    demo = app.build_ui(app.TraceOnlyService("tiny"), default_drafter="none", trace_files=(str(path),))
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False,
+                            share=False, css=app.CSS, head=app.CLICK_JS)
+    try:
+        d = browser(url)
+        _wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok"), 30, "the replayed tokens")
+        shown = d.execute_script(
+            "return [...document.querySelectorAll('#spec-chat .tok')].map(e => "
+            "[[...e.classList].find(c => c.startsWith('tok-')), e.textContent]);"
+        )
+        expected = [[f"tok-{'target' if t.num_drafted == 0 else t.kind.value}", t.text] for t in live.rounds.tokens if t.text]
+        assert shown == expected
+        assert "replayed from recorded.jsonl" in d.find_element(By.CSS_SELECTOR, "#spec-chat").text
+        text = _inspect(d, "#spec-chat .tok", 1)
+        assert "reply #1 · round" in text
+        assert len(d.find_elements(By.CSS_SELECTOR, "#spec-timeline [class*=rref-]")) == len(live.rounds.rounds)
+        drive_app.screenshot(d, str(OUT / "trace_replay.png"), width=1280)
+        drive_app.send(d, "hello")
+        _wait_for(lambda: "no model is loaded" in d.find_element(By.TAG_NAME, "body").text, 30, "the no-model message")
+    finally:
+        demo.close()

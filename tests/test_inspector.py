@@ -146,3 +146,22 @@ def test_race_verdict_identical_and_first_difference_with_the_logit_gap():
     text = race_verdict(base, other, greedy=True)
     assert "differ from token 2" in text and f"{math.log(0.5 / 0.3):.3f} apart in logits" in text
     assert "different samples" in race_verdict(base, other, greedy=False)
+
+
+def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
+    from specchat.session import ReplySettings
+
+    class Service:
+        def stream_chat(self, *a, **k):
+            raise AssertionError("a refused race runs nothing")
+
+    session = ChatSession(Service())
+    views = list(session.run_race(None, ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
+    assert "Type a message" in views[-1].race
+    views = list(session.run_race("hi", ReplySettings("none", 4, False, 0.0, 1.0, 16)))
+    assert "Pick a drafter" in views[-1].race
+    # a long replay (10 s of measured time) ends at once after Stop, with the verdict
+    session.race_lanes = (_lane("target only", [1, 2], [5000.0, 10000.0]), _lane("sibling", [1, 2], [10.0, 20.0]))
+    session.stop()
+    views = list(session.replay_race(frame_s=0.0))
+    assert len(views) == 1 and "Identical text" in views[0].race

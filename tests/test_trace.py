@@ -86,7 +86,11 @@ def test_committed_ids_equal_the_output(traces, case):
         expected = [d.token_id for d in tr.drafted[:n_acc]] + [tr.next_token_id]
         assert [c.token_id for c in tr.committed] == expected[: len(tr.committed)]
         assert accepted[:n_acc] == expected[:n_acc]
-        assert tr.next_kind == ("bonus" if n_acc == len(tr.drafted) else "resampled")
+        if len(tr.committed) == n_acc + 1:  # not cut by a stop
+            assert tr.next_kind == ("bonus" if n_acc == len(tr.drafted) else "resampled")
+        else:  # a stop cut the round: the drafts after it count for nothing, as in α
+            assert all(d.u is None for d in tr.drafted[len(tr.committed):])
+            assert list(r.accepted_mask) == [d.accepted for d in tr.drafted if d.accepted is not None]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[1] == 0.0])
@@ -172,10 +176,11 @@ def test_residual_by_hand():
     target_probs = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]])
     draft_probs = torch.tensor([[0.2, 0.6, 0.2]])
     result = VerifyResult(0, (False,), 0, TokenKind.RESAMPLED, torch.tensor([0.9]))
+    resampled = TokenEvent(0, TokenKind.RESAMPLED, "0", 0.5, None, 1, 0.3, 0.6, 0, 0, 1)
     tr = build_round_trace(
         draft_ids=torch.tensor([1]), draft_probs=draft_probs, draft_trace=None,
         target_logits=torch.log(target_probs), target_probs=target_probs, result=result,
-        token_events=[], token_text=str,
+        token_events=[resampled], token_text=str,
     )
     assert tr.positions[0].residual_top == ((0, 1.0),)
     d = tr.drafted[0]
