@@ -30,7 +30,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from specchat.adaptive import AdaptiveGamma
 from specchat.config import GenerationConfig
 from specchat.costs import CostEstimator, timing_round_due
-from specchat.drafters.base import Draft, Drafter, embedding_rows
+from specchat.drafters.base import Draft, Drafter, embedding_rows, synced_now
 from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.kv import cut_cache
 from specchat.sampling import VerifyResult, logits_to_probs, verify_draft
@@ -447,9 +447,7 @@ class SpeculativeEngine:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
     def _now(self) -> float:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return time.perf_counter()
+        return synced_now(self.device)
 
 
 @dataclass

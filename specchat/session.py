@@ -142,6 +142,7 @@ class Reply:
     rounds: ReplyRounds = field(default_factory=ReplyRounds)
     source: str | None = None  # the trace file it was read from (a replay)
     config: GenerationConfig | None = None
+    trace_path: str | None = None  # its trace file, once written (a finished reply never changes)
 
     def __post_init__(self) -> None:
         self.drafter = self.drafter or self.settings.drafter
@@ -430,11 +431,13 @@ class ChatSession:
         reply = self._focus()
         if reply is None or reply.running or not reply.rounds.traced or reply.rounds.done is None:
             return None
-        if self._trace_dir is None:
-            self._trace_dir = tempfile.mkdtemp(prefix="specchat-traces-")
-        path = Path(self._trace_dir) / f"specchat-trace-reply{reply.number}.jsonl"
-        target = getattr(self.service, "target_name", "target")
-        return str(write_trace(path, reply.trace_lines(target)))
+        if reply.trace_path is None:  # written once: every click and redraw asks for it
+            if self._trace_dir is None:
+                self._trace_dir = tempfile.mkdtemp(prefix="specchat-traces-")
+            path = Path(self._trace_dir) / f"specchat-trace-reply{reply.number}.jsonl"
+            target = getattr(self.service, "target_name", "target")
+            reply.trace_path = str(write_trace(path, reply.trace_lines(target)))
+        return reply.trace_path
 
     def open_trace(self, path: str) -> View:
         """Add a recorded reply (a trace file) to the conversation and select its first token:

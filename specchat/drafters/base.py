@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,6 +52,14 @@ class DraftTrace:
     step_ms: tuple[float, ...] = ()
     copy_start: int | None = None
     match_len: int | None = None
+
+
+def synced_now(device: torch.device) -> float:
+    """``time.perf_counter()`` after the device's queued work has finished (CUDA runs
+    asynchronously; on CPU nothing to wait for): seconds, for timing model work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def embedding_rows(model, *, output: bool) -> int:

@@ -8,13 +8,11 @@ to the drafter; the whole prompt on the first call) and then one token per furth
 
 from __future__ import annotations
 
-import time
-
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from specchat.config import GenerationConfig
-from specchat.drafters.base import Draft, DraftTrace, embedding_rows
+from specchat.drafters.base import Draft, DraftTrace, embedding_rows, synced_now
 from specchat.kv import cut_cache
 from specchat.sampling import logits_to_probs
 
@@ -95,7 +93,7 @@ class ModelDrafter:
         step_ms: list[float] = []
         while len(tokens) < max_tokens:
             if config.trace:
-                t_step = self._now()
+                t_step = synced_now(self.model_device)
             logits = self._align(self._forward(pending, logits=True))
             q = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0]
             if config.greedy:
@@ -107,7 +105,7 @@ class ModelDrafter:
             pending = [token]
             if config.trace:
                 raw.append(logits[0])
-                step_ms.append((self._now() - t_step) * 1000)
+                step_ms.append((synced_now(self.model_device) - t_step) * 1000)
             if (
                 config.adaptive_gamma
                 and config.greedy
@@ -132,12 +130,6 @@ class ModelDrafter:
             input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1
         )
         return out.logits[:, -1, :].to(self.device) if logits else None
-
-    def _now(self) -> float:
-        """Seconds, for the trace's per-step times (synchronised on CUDA)."""
-        if self.model_device.type == "cuda":
-            torch.cuda.synchronize(self.model_device)
-        return time.perf_counter()
 
     def _align(self, logits: torch.Tensor) -> torch.Tensor:
         """``[1, V_drafter]`` → ``[1, V_target]`` with padding/unused ids at -inf."""
