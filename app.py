@@ -365,12 +365,19 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
         scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                          elem_id="spec-scope")
         figures0 = charts.all_figures(SpeculationMetrics())
+        ledger0, worth0 = ChatSession(service).analysis()
         with gr.Row():
             plot_alpha = gr.Plot(figures0[0], show_label=False, elem_id="plot-alpha", elem_classes="spec-plot", min_width=320)
             plot_position = gr.Plot(figures0[1], show_label=False, elem_id="plot-position", elem_classes="spec-plot", min_width=320)
         with gr.Row():
             plot_speed = gr.Plot(figures0[2], show_label=False, elem_id="plot-speed", elem_classes="spec-plot", min_width=320)
             plot_theory = gr.Plot(figures0[3], show_label=False, elem_id="plot-theory", elem_classes="spec-plot", min_width=320)
+        gr.Markdown("### What speculation spent and saved", elem_classes="spec-section")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=320):
+                ledger = gr.HTML(ledger0, elem_id="spec-ledger")
+            with gr.Column(scale=2, min_width=300):
+                plot_worth = gr.Plot(worth0, show_label=False, elem_id="plot-worth", elem_classes="spec-plot")
         gr.Markdown("**The conversation, one row per reply**", elem_classes="spec-table-title")
         table = gr.HTML(table_html([]), elem_id="spec-table")
         plots = (plot_alpha, plot_position, plot_speed, plot_theory)
@@ -390,6 +397,10 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                 out[download] = gr.DownloadButton(f"Download trace (reply #{number})", value=view.trace_file)
             if view.figures is not None:
                 out.update(zip(plots, view.figures))
+            if view.ledger is not None:
+                out[ledger] = view.ledger
+            if view.worth is not None:
+                out[plot_worth] = view.worth
             return out or {stats: gr.skip()}  # Gradio reads an empty dict as one value
 
         def take_message(message, request: gr.Request = None):
@@ -510,7 +521,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
         def drop_session(request: gr.Request = None):
             sessions.drop(getattr(request, "session_hash", None))
 
-        inside = [inspector, timeline, race, download]
+        inside = [inspector, timeline, race, download, ledger, plot_worth]
         everything = [textbox, chatbot, stats, table, *plots, *inside]
         common = dict(
             fn=respond, inputs=[pending, drafter, gamma, temperature, top_p, max_new_tokens, adaptive],
@@ -539,11 +550,11 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
             api_visibility="private",
             concurrency_limit=None,  # every open tab polls; no model work happens here
         )
-        cleared = [chatbot, stats, table, *plots, inspector, timeline]
+        cleared = [chatbot, stats, table, *plots, inspector, timeline, ledger, plot_worth]
         clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
         # the Chatbot's own trash button empties the display: empty the conversation with it
         chatbot.clear(clear, None, cleared, concurrency_limit=None, api_visibility="private")
-        pick.change(select, inputs=[pick], outputs=[inspector, timeline, download], concurrency_limit=None,
+        pick.change(select, inputs=[pick], outputs=[inspector, timeline, download, ledger, plot_worth], concurrency_limit=None,
                     show_progress="hidden", api_visibility="private")
         show_rejected.change(set_show_rejected, inputs=[show_rejected], outputs=[chatbot], concurrency_limit=None,
                              show_progress="hidden", api_visibility="private")

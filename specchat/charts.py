@@ -30,6 +30,7 @@ __all__ = [
     "speed_series",
     "theory_curve",
     "bench_figure",
+    "worth_figure",
 ]
 
 FIGURE_HEIGHT = 300  # px
@@ -393,6 +394,50 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
         xaxis=_axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2),
         yaxis=_axis("speedup ×", range=[0, top * headroom]),
         shapes=[_hline(1, BASELINE_COLOR)], annotations=notes,
+    )
+
+
+def worth_figure(points: list, current: str | None = None) -> go.Figure:
+    """"Is this drafter worth it?": α against c for each drafter used in the conversation, with
+    the line α = c. Above it some γ gives a speedup (Leviathan et al. 2023: S(γ) > 1 for some γ
+    iff α > c); on or below it none does.
+
+    Args:
+        points: :class:`specchat.ledger_view.DrafterPoint` s (α pooled over the drafter's
+            replies, c measured in them).
+        current: the drafter of the reply in view (drawn larger).
+    """
+    title = "Is the drafter worth it? α against c"
+    shown = [p for p in points if p.cost_ratio is not None]
+    if not shown:
+        return _empty(title, "needs a reply with a drafter and a timed target-only step")
+    top = max(1.0, max(p.cost_ratio for p in shown) * 1.1)
+    data = [
+        dict(type="scatter", x=[0, top, top, 0], y=[0, top, 1.05 * top, 1.05 * top], fill="toself", mode="none",
+             fillcolor="rgba(47, 158, 68, 0.07)", hoverinfo="skip", showlegend=False),
+        dict(type="scatter", x=[0, top, top], y=[0, top, 0], fill="toself", mode="none",
+             fillcolor="rgba(232, 89, 12, 0.07)", hoverinfo="skip", showlegend=False),
+        dict(type="scatter", x=[0, top], y=[0, top], mode="lines", name="α = c",
+             line=dict(color=BASELINE_COLOR, width=1.5, dash="dash"), hoverinfo="skip", showlegend=False),
+    ]
+    for p in shown:
+        big = p.drafter == current
+        data.append(dict(
+            type="scatter", x=[round(p.cost_ratio, 4)], y=[round(p.alpha, 4)], mode="markers+text",
+            name=p.drafter, text=[f"{p.drafter}{' (this reply)' if big else ''}"], textposition="top center",
+            textfont=dict(size=10, color=p.color),
+            marker=dict(size=15 if big else 10, color=p.color, line=dict(color="white", width=1)),
+            hovertemplate=(f"{p.drafter}: α = %{{y:.2f}}, c = %{{x:.3f}} ({p.num_replies} repl"
+                           f"{'y' if p.num_replies == 1 else 'ies'}, {p.num_drafted} drafted)<extra></extra>"),
+        ))
+    notes = [
+        _note("α > c: some γ speeds up", 0.03, 0.97, KIND_COLORS["accepted"], xanchor="left", yanchor="top"),
+        _note("α ≤ c: no γ does", 0.97, 0.03, RESAMPLED, xanchor="right", yanchor="bottom"),
+    ]
+    return _figure(
+        data, title, xaxis=_axis("c: drafter step / target step (measured)", range=[0, top]),
+        yaxis=_axis("α: acceptance rate (measured)", range=[0, 1.05 * top if top > 1 else 1.05]),
+        annotations=notes,
     )
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.events import DoneEvent, RoundEvent, TokenEvent, TokenKind
-from specchat.trace import RoundTrace, TopList
+from specchat.trace import ProofTrace, RoundTrace, TopList
 from specchat.ui_render import KIND_COLORS, escape_text, ref_class_of
 
 TARGET_COLOR = "#1c7ed6"  # p bars
@@ -173,6 +173,91 @@ def _decision(p: float, q: float, u: float, accepted: bool) -> str:
     )
 
 
+# ---- the exactness argument on a real position ----------------------------------------------------
+@dataclass(frozen=True)
+class ProofRow:
+    """One token x of the proof view: the two paths by which x can be emitted, and p(x).
+
+    ``accepted_path`` = min(p(x), q(x)) (x drafted and kept), ``residual_path`` = (1 − β)·p′(x)
+    (a rejection, then x drawn from the residual); ``total`` is their sum, which must equal ``p``.
+    """
+
+    token_id: int | None  # None: every token not listed, summed
+    p: float
+    q: float | None
+    accepted_path: float
+    residual_path: float
+
+    @property
+    def total(self) -> float:
+        return self.accepted_path + self.residual_path
+
+
+def proof_rows(proof: ProofTrace) -> list[ProofRow]:
+    """The proof view's rows: each listed token, then the rest summed (when it has any mass).
+
+    P(emit x) = q(x)·min(1, p(x)/q(x)) + (1 − β)·p′(x) = min(p(x), q(x)) + (1 − β)·p′(x), which
+    is p(x) because (1 − β)·p′(x) = max(0, p(x) − q(x)) (Leviathan et al. 2023, Appendix A.1)."""
+    scale = 1.0 - proof.beta
+    rows = [ProofRow(t, p, q, min(p, q), scale * r) for t, p, q, r in proof.rows]
+    p_rest, min_rest, r_rest = proof.other
+    if p_rest > 1e-9 or min_rest > 1e-9 or r_rest > 1e-9:
+        rows.append(ProofRow(None, p_rest, None, min_rest, scale * r_rest))
+    return rows
+
+
+def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None) -> str:
+    """Three bar groups over the tokens of a rejected position: min(p, q) (the accepted path),
+    (1 − β)·p′ (the residual path) and their sum, drawn over p (an outline): the exactness
+    argument on the numbers this round used. ``drawn`` (the resampled token) is marked."""
+    rows = proof_rows(proof)
+    shown = rows[:MAX_BAR_ROWS] + [r for r in rows[MAX_BAR_ROWS:] if r.token_id in (drawn, None)]
+    top = max((max(r.p, r.total) for r in shown), default=1.0) or 1.0
+    accepted_color, residual_color = KIND_COLORS["accepted"], RESIDUAL_COLOR
+
+    def bar(value: float, color: str) -> str:
+        return (f'<td class="spec-bar-cell"><div class="spec-bar" style="width:{value / top * 100:.2f}%;'
+                f'background:{color}"></div><span class="spec-bar-val">{_prob(value)}</span></td>')
+
+    out = ['<table class="spec-bars spec-proof-bars"><tr><th></th><th>min(p, q)<br><span>accepted path</span></th>'
+           '<th>(1 − β)·p′<br><span>residual path</span></th><th>sum, over p (outline)</th></tr>']
+    for r in shown:
+        label = "all other tokens" if r.token_id is None else _text(trace.token_texts.get(r.token_id, ""))
+        marked = ' class="spec-bar-mark"' if r.token_id is not None and r.token_id == drawn else ""
+        a, b = r.accepted_path / top * 100, r.residual_path / top * 100
+        out.append(
+            f'<tr{marked}><td class="spec-bar-label">{label}</td>{bar(r.accepted_path, accepted_color)}'
+            f'{bar(r.residual_path, residual_color)}'
+            f'<td class="spec-bar-cell"><div class="spec-stack"><div style="width:{a:.2f}%;background:{accepted_color}"></div>'
+            f'<div style="width:{b:.2f}%;background:{residual_color}"></div></div>'
+            f'<div class="spec-pline" style="width:{r.p / top * 100:.2f}%"></div>'
+            f'<span class="spec-bar-val">{_prob(r.total)} = p {_prob(r.p)}</span></td></tr>'
+        )
+    out.append("</table>")
+    gap = max((abs(r.total - r.p) for r in rows), default=0.0)
+    example = ""
+    x = next((r for r in rows if r.token_id == drawn), None)
+    if x is not None:
+        example = (f'<div>For the drawn token {token_chip(trace, x.token_id, "tok-resampled")}: '
+                   f"min({_prob(x.p)}, {_prob(x.q)}) + {1 - proof.beta:.3f} × p′ "
+                   f"= {x.accepted_path:.4f} + {x.residual_path:.4f} = <b>{x.total:.4f}</b>, and p(x) = <b>{x.p:.4f}</b>.</div>")
+    return (
+        '<div class="spec-proof">'
+        '<div class="spec-sub">Why the output is exactly p: every token x can come out of this position two ways</div>'
+        '<div class="spec-formula">P(emit x) = q(x)·min(1, p(x)/q(x)) + (1 − β)·p′(x) '
+        "= min(p(x), q(x)) + (1 − β)·p′(x) = p(x)</div>"
+        f"<div>β = Σ<sub>x</sub> min(p(x), q(x)) = <b>{proof.beta:.4f}</b> is the chance that this position's draft "
+        f"is accepted, so a rejection happens with probability 1 − β = {1 - proof.beta:.4f}; the residual "
+        "p′ = norm(max(0, p − q)) puts back exactly the mass that q under-proposed: "
+        "(1 − β)·p′(x) = max(0, p(x) − q(x)).</div>"
+        f"{example}"
+        + "".join(out)
+        + f'<div class="spec-muted">Numbers measured in this round (p and q as used, the residual the engine '
+        f"sampled from); bars scaled to the largest p shown. Largest |sum − p| over all {len(rows)} rows: "
+        f"{gap:.1e} (float precision).</div></div>"
+    )
+
+
 # ---- the inspector ---------------------------------------------------------------------------------
 def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, *, temperature: float = 0.0) -> str:
     """The token inspector for token ``token_index`` of reply ``reply_number`` (its round's
@@ -259,6 +344,9 @@ def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, 
                 + '<div class="spec-muted">mass where q ≥ p is removed: the accepted path already covers it; '
                 "this is what makes the output exactly p.</div></div>"
             )
+        proof = tr.positions[pos].proof
+        if proof is not None:
+            body.append(proof_html(tr, proof, tok.token_id))
     else:  # bonus or target-only: drawn from p at the extra position
         what = "the extra position" if kind == "bonus" else "this step"
         body.append(f'<div class="spec-sub">drawn from the target\'s p at {what} (the drawn token is marked)</div>')

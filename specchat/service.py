@@ -21,6 +21,7 @@ from specchat.drafters import Drafter, ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
 from specchat.errors import SpecchatError
 from specchat.events import Event
+from specchat.ledger import ModelSize, ModelSizes, model_size
 from specchat.progress import BOARD
 from specchat.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
 
@@ -76,6 +77,7 @@ class ChatService:
         self.target_path: Path | None = None
         self.engine: SpeculativeEngine | None = None
         self._drafters: dict[str, Drafter | None] = {"none": None}
+        self._sizes: dict[str, ModelSize] = {}  # "target" and each model drafter's kind
         # drafters whose loading failed (kind -> the error); chat turns then answer target-only
         # without retrying, an explicit prepare_drafter() retries
         self.drafter_errors: dict[str, BaseException] = {}
@@ -231,6 +233,20 @@ class ChatService:
             raise ValueError(f"drafter kind {name!r} has no way to be built (source {kind.source!r})")
         self._drafters[name] = drafter
         return drafter
+
+    def model_sizes(self, drafter: str) -> ModelSizes | None:
+        """The target's and ``drafter``'s matmul weights and bytes (for ĉ and the ledger of
+        :mod:`specchat.ledger`); None before the target is loaded. A drafter with no model, or one
+        not loaded, has none. Counted once per model."""
+        if self.engine is None:
+            return None
+        if "target" not in self._sizes:
+            self._sizes["target"] = model_size(self.engine.target_model)
+        obj = self._drafters.get(drafter)
+        model = getattr(obj, "model", None)
+        if model is not None and drafter not in self._sizes:
+            self._sizes[drafter] = model_size(model)
+        return ModelSizes(self._sizes["target"], self._sizes.get(drafter) if model is not None else None)
 
     def _model_drafter(self, model, name: str) -> ModelDrafter:
         return ModelDrafter(

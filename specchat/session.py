@@ -29,6 +29,8 @@ from specchat import charts, drafter_kinds
 from specchat.config import GenerationConfig
 from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
 from specchat.inspector import RaceLane, ReplyRounds, inspector_html, race_html, race_verdict, timeline_html
+from specchat.ledger import Ledger, ModelSizes, count_ledger
+from specchat.ledger_view import drafter_points, ledger_html
 from specchat.metrics import SpeculationMetrics
 from specchat.ui_render import (
     ReplyRenderer,
@@ -143,6 +145,7 @@ class Reply:
     source: str | None = None  # the trace file it was read from (a replay)
     config: GenerationConfig | None = None
     trace_path: str | None = None  # its trace file, once written (a finished reply never changes)
+    sizes: ModelSizes | None = None  # the target's and the drafter's sizes (ĉ, bytes read)
 
     def __post_init__(self) -> None:
         self.drafter = self.drafter or self.settings.drafter
@@ -199,6 +202,16 @@ class Reply:
             body = self.renderer.html(show_rejected=show_rejected)
         return reply_html(self.label, body, self.metrics, running=self.running)
 
+    def ledger(self) -> Ledger:
+        """What this reply's decoding spent and saved (:func:`specchat.ledger.count_ledger`)."""
+        done = self.metrics.done
+        return count_ledger(self.metrics.rounds, sizes=self.sizes, alpha=self.metrics.acceptance_rate,
+                            prefill_ms=None if done is None else done.prefill_ms)
+
+    def ledger_html(self) -> str:
+        return ledger_html(self.ledger(), self.metrics, title=f"Reply #{self.number} · {self.label.split(' · ', 1)[1]}",
+                           drafter=self.drafter, running=self.running)
+
     def trace_lines(self, target: str) -> list[dict]:
         """The reply's trace file, as records (:func:`specchat.trace.trace_records`).
 
@@ -211,8 +224,9 @@ class Reply:
         if done is None or not self.rounds.traced:
             raise ValueError(f"reply #{self.number} has no trace to save (it has not finished, or was not traced)")
         config = self.config or self.settings.config()
+        extra = {} if self.sizes is None else {"model_sizes": self.sizes.to_json()}
         return list(trace_records(self.events, target=target, drafter=self.drafter, config=config,
-                                  prompt_ids=done.prompt_ids, message=self.message))
+                                  prompt_ids=done.prompt_ids, message=self.message, **extra))
 
     def row(self) -> dict[str, Any]:
         """One row of the conversation table."""
@@ -253,6 +267,7 @@ class View:
         toasts: ``(level, text)`` pairs to show, level "info" or "warning".
         inspector / timeline / race: the token inspector, the round timeline and the race (HTML).
         trace_file: a path, the selected reply's trace file (for the download button).
+        ledger / worth: the focused reply's ledger (HTML) and the α-against-c figure.
     """
 
     chat: list[dict] | None = None
@@ -265,6 +280,8 @@ class View:
     timeline: str | None = None
     race: str | None = None
     trace_file: str | None = None  # the selected reply's trace file, for the download button
+    ledger: str | None = None  # the focused reply's ledger (HTML)
+    worth: Any = None  # the α-against-c figure of the conversation's drafters
 
 
 class _Run:
@@ -363,9 +380,31 @@ class ChatSession:
 
     def view(self, *, figures: bool = True) -> View:
         """Everything, as it is now."""
+        ledger, worth = self.analysis() if figures else (None, None)
         return View(chat=self.chat(), stats=self.stats(), table=self.table(),
                     figures=self.figures() if figures else None, inspector=self.inspector(),
-                    timeline=self.timeline(), trace_file=self.trace_file())
+                    timeline=self.timeline(), trace_file=self.trace_file(), ledger=ledger, worth=worth)
+
+    def analysis(self) -> tuple[str, Any]:
+        """The focused reply's ledger (HTML) and the α-against-c figure of every drafter used in
+        the conversation (the focused reply's drawn larger)."""
+        reply = self._focus()
+        if reply is None:
+            ledger = ('<div class="spec-ledger spec-muted">Send a message: the ledger shows what its decoding '
+                      "spent (drafter passes, arithmetic) and saved (target passes, weight reads).</div>")
+        else:
+            if reply.sizes is None and reply.source is None:
+                reply.sizes = self._model_sizes(reply.drafter)
+            ledger = reply.ledger_html()
+        points = drafter_points((r.drafter, r.metrics) for r in self.replies)
+        return ledger, charts.worth_figure(points, None if reply is None else reply.drafter)
+
+    def _model_sizes(self, drafter: str) -> ModelSizes | None:
+        sizes = getattr(self.service, "model_sizes", None)
+        try:
+            return sizes(drafter) if callable(sizes) else None
+        except Exception:  # sizes are an extra: never let them break a reply
+            return None
 
     # -- inside the rounds: inspector, timeline, rejected drafts, trace files --------------------
     def reply(self, number: int) -> Reply | None:
@@ -416,7 +455,9 @@ class ChatSession:
                 raise ValueError
         except ValueError:
             raise ValueError(f"not a token or round reference: {ref!r}") from None
-        return View(inspector=self.inspector(), timeline=self.timeline(), trace_file=self.trace_file())
+        ledger, worth = self.analysis()
+        return View(inspector=self.inspector(), timeline=self.timeline(), trace_file=self.trace_file(),
+                    ledger=ledger, worth=worth)
 
     def set_show_rejected(self, show: bool) -> View:
         """Show (or hide) the drafts each round threw away, inline in the replies."""
@@ -455,7 +496,8 @@ class ChatSession:
             self._reply_count += 1
             number = self._reply_count
         message = str(header.get("message") or f"(the prompt of {Path(path).name}: {len(header.get('prompt_ids', []))} tokens)")
-        reply = Reply(number, message, ReplySettings.from_trace(header), source=Path(path).name)
+        reply = Reply(number, message, ReplySettings.from_trace(header), source=Path(path).name,
+                      sizes=ModelSizes.from_json(header.get("model_sizes")))
         for event in trace.events:
             reply.add(event)
         if reply.running:  # a trace cut short (no done line)
@@ -694,6 +736,8 @@ class ChatSession:
             stream = self._stream(history, message, settings.drafter, config, run.cancel)
             for item in stream:
                 toast = reply.add(item)
+                if reply.sizes is None and isinstance(item, RoundEvent):  # the drafter is loaded by now
+                    reply.sizes = self._model_sizes(reply.drafter)
                 if run.discard:  # Clear: the engine stops at the round's end (cancel is set); show nothing more
                     continue
                 now = self.clock()
@@ -704,12 +748,13 @@ class ChatSession:
                 drawable = isinstance(item, RoundEvent) and not item.timing_next
                 if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
-                figures = timeline = None
+                figures = timeline = ledger = worth = None
                 if now - last_plot >= self.plot_interval_s:
                     figures, timeline, last_plot = self.figures(), self.timeline(), now
+                    ledger, worth = self.analysis()
                 last_text = now
                 yield View(chat=self.chat(), stats=self.stats(), figures=figures, timeline=timeline,
-                           toasts=(toast,) if toast else ())
+                           ledger=ledger, worth=worth, toasts=(toast,) if toast else ())
         except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
             reply.fail(str(exc) or type(exc).__name__)
             yield View(chat=self.chat(), stats=self.stats(), table=self.table(), figures=self.figures(),

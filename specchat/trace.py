@@ -74,6 +74,8 @@ class PositionTrace:
             is None for a drafter with no model (n-gram lookup: q as used is one-hot).
         residual_top: top-k of norm(max(0, p − q)) at the rejected position (what the resampled
             token was drawn from; p itself when the residual has no mass); None elsewhere.
+        proof: at the rejected position, the numbers of the exactness argument
+            (:class:`ProofTrace`); None elsewhere.
     """
 
     target_top: TopList
@@ -81,6 +83,25 @@ class PositionTrace:
     draft_top: TopList | None = None
     draft_top_raw: TopList | None = None
     residual_top: TopList | None = None
+    proof: ProofTrace | None = None
+
+
+@dataclass(frozen=True)
+class ProofTrace:
+    """The exactness argument's numbers at a rejected position (Leviathan et al. 2023,
+    Appendix A.1; Chen et al. 2023, Theorem 1): P(emit x) = min(p(x), q(x)) + (1 − β)·p′(x) = p(x),
+    with β = Σ_x min(p(x), q(x)) and p′ = norm(max(0, p − q)) the residual.
+
+    Attributes:
+        beta: β, summed over the whole vocabulary (float64 over the float32 p and q as used).
+        rows: ``((token_id, p, q, residual), …)`` for the union of the top-k of p, q and the
+            residual, most likely under p first; ``residual`` is p′(x) as the engine sampled it.
+        other: ``(p, min(p, q), residual)`` summed over every token not in ``rows``.
+    """
+
+    beta: float
+    rows: tuple[tuple[int, float, float, float], ...]
+    other: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,44 @@ def top_list(probs, k: int = TRACE_TOP_K) -> TopList:
     return tuple((int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist()) if v > 0.0)
 
 
+def proof_trace(
+    target_probs, draft_probs, draft_token_id: int, residual, k: int = TRACE_TOP_K, *, include: Iterable[int] = ()
+) -> ProofTrace:
+    """The :class:`ProofTrace` of one position.
+
+    Args:
+        target_probs: ``[V]`` float32 p as used.
+        draft_probs: ``[V]`` float32 q as used, or None (one-hot at ``draft_token_id``).
+        draft_token_id: the drafted token.
+        residual: ``[V]`` float32, the residual the engine sampled from
+            (:func:`specchat.sampling.residual_probs`).
+        include: ids listed even when outside every top k (the rejected draft is always listed;
+            the engine adds the resampled token).
+    """
+    import torch
+
+    p = target_probs.double()
+    if draft_probs is None:
+        q = torch.zeros_like(p)
+        q[draft_token_id] = 1.0
+    else:
+        q = draft_probs.double()
+    r = residual.double()
+    overlap = torch.minimum(p, q)
+    ids: list[int] = list(dict.fromkeys([int(draft_token_id), *(int(t) for t in include)]))
+    for row in (p, q, r):
+        values, top = torch.topk(row, min(k, row.shape[-1]))
+        ids.extend(int(t) for t, v in zip(top.tolist(), values.tolist()) if v > 0.0 and int(t) not in ids)
+    ids.sort(key=lambda t: -float(p[t]))
+    index = torch.tensor(ids, dtype=torch.long, device=p.device)
+    rest = lambda x: float(x.sum() - x[index].sum())  # noqa: E731
+    return ProofTrace(
+        beta=float(overlap.sum()),
+        rows=tuple((t, float(p[t]), float(q[t]), float(r[t])) for t in ids),
+        other=(rest(p), rest(overlap), rest(r)),
+    )
+
+
 def build_round_trace(
     *,
     draft_ids,
@@ -199,17 +258,19 @@ def build_round_trace(
     rejected = result.num_accepted if result.num_accepted < judged else None
     positions = []
     for i in range(n + 1):
-        draft_top = draft_top_raw = residual_top = None
+        draft_top = draft_top_raw = residual_top = proof = None
         if i < n:
             draft_top = ((ids[i], 1.0),) if draft_probs is None else top_list(draft_probs[i], k)
             if raw_draft is not None and i < raw_draft.shape[0]:
                 draft_top_raw = top_list(raw_draft[i], k)
         if i == rejected:
             q_row = None if draft_probs is None else draft_probs[i]
-            residual_top = top_list(residual_probs(target_probs[i], q_row, ids[i]), k)
+            residual = residual_probs(target_probs[i], q_row, ids[i])
+            residual_top = top_list(residual, k)
+            proof = proof_trace(target_probs[i], q_row, ids[i], residual, k, include=(int(result.next_token_id),))
         positions.append(PositionTrace(
             target_top=top_list(target_probs[i], k), target_top_raw=top_list(raw_target[i], k),
-            draft_top=draft_top, draft_top_raw=draft_top_raw, residual_top=residual_top,
+            draft_top=draft_top, draft_top_raw=draft_top_raw, residual_top=residual_top, proof=proof,
         ))
     committed = tuple(
         CommittedToken(e.token_id, e.kind.value, e.text, e.target_prob, e.draft_prob) for e in token_events
@@ -231,6 +292,7 @@ def build_round_trace(
     for pos in positions:
         for top in (pos.target_top, pos.target_top_raw, pos.draft_top, pos.draft_top_raw, pos.residual_top):
             wanted.update(t for t, _ in top or ())
+        wanted.update(row[0] for row in (pos.proof.rows if pos.proof is not None else ()))
     trace.token_texts.update({t: token_text(t) for t in sorted(wanted)})
     return trace
 
@@ -262,7 +324,9 @@ def round_record(event: RoundEvent) -> dict[str, Any]:
         "positions": [
             {"target_top": _top_json(p.target_top), "draft_top": _top_json(p.draft_top),
              "target_top_raw": _top_json(p.target_top_raw), "draft_top_raw": _top_json(p.draft_top_raw),
-             "residual_top": _top_json(p.residual_top)}
+             "residual_top": _top_json(p.residual_top),
+             **({} if p.proof is None else {"proof": {"beta": p.proof.beta, "tokens": [list(r) for r in p.proof.rows],
+                                                      "other": list(p.proof.other)}})}
             for p in tr.positions
         ],
         "draft_ms": event.draft_ms,
@@ -426,7 +490,7 @@ def _round_events(r: dict[str, Any]) -> list[Any]:
     )
     positions = tuple(
         PositionTrace(_top_from(p["target_top"]), _top_from(p["target_top_raw"]), _top_from(p.get("draft_top")),
-                      _top_from(p.get("draft_top_raw")), _top_from(p.get("residual_top")))
+                      _top_from(p.get("draft_top_raw")), _top_from(p.get("residual_top")), _proof_from(p.get("proof")))
         for p in r["positions"]
     )
     source = r.get("ngram_source") or {}
@@ -458,6 +522,16 @@ def _round_events(r: dict[str, Any]) -> list[Any]:
         trace=trace,
     ))
     return out
+
+
+def _proof_from(value: Any) -> ProofTrace | None:
+    if value is None:
+        return None
+    rows = tuple((int(t), float(p), float(q), float(res)) for t, p, q, res in value["tokens"])
+    other = tuple(float(x) for x in value.get("other") or (0.0, 0.0, 0.0))
+    if len(other) != 3:
+        raise ValueError("proof.other needs three numbers")
+    return ProofTrace(float(value["beta"]), rows, other)  # type: ignore[arg-type]
 
 
 def _done_event(r: dict[str, Any]) -> DoneEvent:

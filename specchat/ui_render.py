@@ -360,6 +360,14 @@ INSPECTOR_CSS = f"""
 .spec-bars td {{ padding: 1px 4px; border: none !important; background: transparent; }}
 .spec-bars tr {{ border: none !important; background: transparent !important; }}
 .spec-residual .spec-bars {{ max-width: 60%; }}
+.spec-proof {{ margin-top: 8px; padding-top: 6px; border-top: 1px dashed #ced4da; }}
+.spec-formula {{ font-family: var(--font-mono); font-size: 0.8rem; margin: 4px 0; }}
+.spec-proof-bars th {{ font-size: 0.72rem; font-weight: 600; text-align: left; padding: 1px 4px; border: none !important; background: transparent !important; }}
+.spec-proof-bars th span {{ font-weight: 400; opacity: 0.75; }}
+.spec-proof-bars .spec-bar-cell {{ width: 28%; }}
+.spec-stack {{ display: flex; height: 12px; }}
+.spec-stack div {{ height: 12px; }}
+.spec-pline {{ position: absolute; left: 4px; top: 0; height: 12px; box-sizing: border-box; border: 1.5px solid #212529; border-radius: 2px; pointer-events: none; }}
 .spec-bar-label {{ font-family: var(--font-mono); font-size: 0.78rem; white-space: pre; max-width: 8em; overflow: hidden; }}
 .spec-bar-cell {{ position: relative; width: 40%; }}
 .spec-bar {{ height: 12px; border-radius: 2px; min-width: 1px; }}
@@ -395,6 +403,26 @@ mark.spec-copy {{ background: rgba(21, 170, 191, 0.45); }}
 .spec-race-verdict {{ margin-top: 6px; }}
 """
 """CSS of the inside-the-rounds views (:mod:`specchat.inspector`); part of :data:`CSS`."""
+
+
+LEDGER_CSS = """
+.spec-ledger { font-size: 0.85rem; font-variant-numeric: tabular-nums; }
+.spec-ledger-title { font-weight: 600; margin-bottom: 2px; }
+.spec-ledger-headline { font-size: 0.95rem; margin: 2px 0 6px; }
+.spec-ledger-table { border-collapse: collapse; width: 100%; margin-bottom: 4px; }
+.spec-ledger-table th, .spec-ledger-table td { padding: 2px 6px; border-bottom: 1px solid rgba(134, 142, 150, 0.25);
+  text-align: right; }
+.spec-ledger-table th:first-child, .spec-ledger-table td:first-child { text-align: left; }
+.spec-ledger-table td:last-child, .spec-ledger-table th:last-child { text-align: left; }
+.spec-tag { font-size: 0.66rem; border-radius: 3px; padding: 0 3px; margin-left: 2px; vertical-align: 1px;
+  text-transform: uppercase; letter-spacing: 0.02em; }
+.spec-tag-counted { background: #e7f5ff; color: #1864ab; }
+.spec-tag-measured { background: #f1f3f5; color: #343a40; }
+.spec-tag-predicted { background: #e6fcf5; color: #087f5b; }
+.spec-ledger-limits, .spec-ledger-worth { margin-top: 4px; }
+.spec-warn { color: #c92a2a; font-weight: 600; }
+"""
+"""CSS of the ledger (:mod:`specchat.ledger_view`); part of :data:`CSS`."""
 
 
 CSS = (
@@ -439,5 +467,6 @@ CSS = (
 """
     + _css()
     + INSPECTOR_CSS
+    + LEDGER_CSS
 )
 """CSS for the app; pass it to ``launch(css=...)`` (Gradio 6)."""

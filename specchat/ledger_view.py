@@ -1,0 +1,227 @@
+"""The seed's cost analysis on a real reply, as HTML: the ledger, "is this drafter worth it?"
+and the limits (prefill against decode). No gradio, no tensors.
+
+Every figure says whether it is counted (from the reply's events), measured (timed in the same
+reply) or predicted (a formula of Leviathan et al. 2023 with the measured α, c and the counted ĉ).
+Symbols as in ALGORITHM.md: α acceptance rate, γ draft tokens per round, c = drafter step time /
+target step time (measured), ĉ = drafter arithmetic per token / target's (parameter counts),
+E[N] = (1 − α^(γ+1)) / (1 − α) expected tokens per round.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from specchat import drafter_kinds, theory
+from specchat.ledger import Ledger
+from specchat.metrics import SpeculationMetrics
+
+__all__ = ["DrafterPoint", "drafter_points", "worth_words", "ledger_html", "headline", "fmt_bytes"]
+
+
+def fmt_bytes(n: float | None) -> str:
+    """``1.23 GB``, ``456 MB``, ``789 kB`` (SI units)."""
+    if n is None:
+        return "–"
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+
+
+def _x(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}×"
+
+
+@dataclass(frozen=True)
+class DrafterPoint:
+    """One drafter on the α-against-c chart: pooled over the replies it made.
+
+    ``alpha`` = Σ accepted / Σ judged drafts; ``cost_ratio`` = the replies' measured c, averaged
+    with their drafted tokens as weights (None until some reply timed a target-only step).
+    """
+
+    drafter: str
+    alpha: float
+    cost_ratio: float | None
+    num_replies: int
+    num_drafted: int
+
+    @property
+    def color(self) -> str:
+        kind = drafter_kinds.DRAFTER_KINDS.get(self.drafter)
+        return kind.color if kind is not None else "#495057"
+
+
+def drafter_points(replies: Iterable[tuple[str, SpeculationMetrics]]) -> list[DrafterPoint]:
+    """Pool each drafter's replies (``(drafter, metrics)``, in conversation order) into one point;
+    drafters that never had a draft judged (target only) are left out. Order: first use."""
+    pooled: dict[str, list[float]] = {}  # accepted, judged, Σ c·w, Σ w, replies, drafted
+    for drafter, m in replies:
+        if m.num_verified == 0:
+            continue
+        acc = pooled.setdefault(drafter, [0.0] * 6)
+        acc[0] += m.num_accepted
+        acc[1] += m.num_verified
+        if m.cost_ratio is not None:
+            acc[2] += m.cost_ratio * m.num_drafted
+            acc[3] += m.num_drafted
+        acc[4] += 1
+        acc[5] += m.num_drafted
+    return [
+        DrafterPoint(d, a[0] / a[1], a[2] / a[3] if a[3] > 0 else None, int(a[4]), int(a[5]))
+        for d, a in pooled.items()
+    ]
+
+
+def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, metrics: SpeculationMetrics | None = None) -> str:
+    """One or two sentences: does α > c hold for this drafter, what does theory then promise,
+    and (with ``metrics``) how far a verify pass is from costing one target step here."""
+    if alpha is None:
+        return f"{drafter}: no draft judged yet, so no α."
+    if cost_ratio is None:
+        return f"{drafter}: α = {alpha:.2f}; c needs a timed target-only step (a longer reply has one)."
+    if alpha > cost_ratio:
+        best = theory.optimal_num_speculative_tokens(alpha, cost_ratio, 16)
+        words = (f"{drafter}: α = {alpha:.2f} > c = {cost_ratio:.3f}, above the line: some γ speeds decoding up "
+                 f"(textbook best γ = {best}, S = {theory.predicted_speedup(alpha, best, cost_ratio):.2f}×).")
+    else:
+        words = (f"{drafter}: α = {alpha:.2f} ≤ c = {cost_ratio:.3f}, on or below the line: no γ gives a speedup; "
+                 "target-only decoding is faster.")
+    if metrics is not None:
+        t1, gamma = metrics.target_step_ms, metrics.mean_num_speculative_tokens
+        verify = metrics.costs.verify_ms(round(gamma) + 1) if gamma else None
+        if t1 and verify:
+            words += (f" The rule assumes verifying γ + 1 tokens costs one target step; here it costs "
+                      f"{verify / t1:.2f} steps (measured at γ + 1 = {round(gamma) + 1}), which moves the real "
+                      "break-even up.")
+    return words
+
+
+def headline(ledger: Ledger, speedup: float | None) -> str:
+    """The ledger's sentence: how much faster, for how much arithmetic."""
+    arithmetic = ledger.arithmetic
+    if speedup is None or arithmetic is None:
+        if arithmetic is not None:
+            return (f"{arithmetic:.2f}× the arithmetic of target-only decoding for {ledger.reads_factor:.2f}× fewer "
+                    "target weight reads (the speedup needs a timed target-only step).")
+        return "The ledger fills in as the reply's rounds come in."
+    if speedup >= 1.0:
+        return (f"{speedup:.2f}× faster while doing {arithmetic:.2f}× the arithmetic: speculation trades spare "
+                "compute for memory bandwidth.")
+    return (f"{1 / speedup:.2f}× slower, doing {arithmetic:.2f}× the arithmetic: here the drafting and the wider "
+            "verify passes cost more time than the saved weight reads.")
+
+
+def ledger_html(
+    ledger: Ledger,
+    metrics: SpeculationMetrics,
+    *,
+    title: str,
+    drafter: str,
+    running: bool = False,
+) -> str:
+    """The ledger table of one reply, its headline sentence, ĉ's source, the α > c words and
+    the prefill-against-decode note."""
+    if ledger.target_passes == 0:
+        return (f'<div class="spec-ledger spec-muted">{html.escape(title)}: the ledger fills in as the reply\'s '
+                "rounds come in.</div>")
+    tag = lambda kind: f'<span class="spec-tag spec-tag-{kind}">{kind}</span>'  # noqa: E731
+    alpha = ledger.alpha
+    sizes = ledger.sizes
+    rows: list[tuple[str, str, str, str, str]] = []  # what, this reply, target only, factor, theory
+    enp = ledger.reads_factor_predicted
+    rows.append((
+        "target forward passes", f"{ledger.target_passes:,}", f"{ledger.target_only_passes:,}",
+        f"{_x(ledger.reads_factor)} fewer {tag('counted')}",
+        f"E[N] = {enp:.2f} {tag('predicted')}" if enp is not None else "–",
+    ))
+    if sizes is not None:
+        rows.append((
+            "target weight bytes read", fmt_bytes(ledger.target_bytes), fmt_bytes(ledger.target_only_bytes),
+            f"{_x(ledger.reads_factor)} less {tag('counted')}",
+            f"÷ E[N] = {enp:.2f} {tag('predicted')}" if enp is not None else "–",
+        ))
+        if sizes.drafter is not None:
+            rows.append((
+                "drafter weight bytes read", f"{fmt_bytes(ledger.drafter_bytes)} ({ledger.drafter_passes:,} passes)",
+                "0", "", "",
+            ))
+            rows.append((
+                "all weight bytes read", fmt_bytes((ledger.target_bytes or 0) + (ledger.drafter_bytes or 0)),
+                fmt_bytes(ledger.target_only_bytes), f"{_x(ledger.bytes_factor)} {tag('counted')}", "",
+            ))
+    share = ledger.draft_share
+    rows.append((
+        "drafter passes", f"{ledger.drafter_passes:,}", "0",
+        (f"{share:.0%} of the decode time {tag('measured')}" if share is not None and ledger.drafter_passes else "–"),
+        "",
+    ))
+    if ledger.arithmetic is not None:
+        c_hat = ledger.flop_ratio or 0.0
+        predicted = ledger.arithmetic_predicted
+        rows.append((
+            "arithmetic, in target-token units",
+            f"{ledger.arithmetic_units:,.0f}", f"{ledger.num_tokens:,}",
+            f"{_x(ledger.arithmetic)} {tag('counted')}",
+            (f"(1 − α)(γĉ + γ + 1) / (1 − α<sup>γ+1</sup>) = {predicted:.2f}× {tag('predicted')}"
+             if predicted is not None else "–"),
+        ))
+    thrown = ledger.num_thrown_away
+    rows.append((
+        "drafted tokens", f"{ledger.num_drafted:,}: {ledger.num_accepted:,} kept, {thrown:,} thrown away", "0",
+        f"{thrown / ledger.num_drafted:.0%} thrown away {tag('counted')}" if ledger.num_drafted else "–", "",
+    ))
+    body = "".join(
+        f"<tr><td>{what}</td><td>{this}</td><td>{base}</td><td>{factor}</td><td>{pred}</td></tr>"
+        for what, this, base, factor, pred in rows
+    )
+    table = (
+        '<table class="spec-ledger-table"><tr><th></th><th>this reply</th><th>target only</th>'
+        f"<th>factor</th><th>theory (α = {'–' if alpha is None else f'{alpha:.2f}'}, γ as drafted)</th></tr>"
+        f"{body}</table>"
+    )
+    # ĉ: where it comes from
+    if sizes is None:
+        chat = "ĉ unknown: the model sizes were not recorded, so bytes and arithmetic are left out."
+    elif sizes.drafter is None:
+        chat = (f"ĉ = 0: the {html.escape(drafter)} drafter runs no model. Target: {_params(sizes.target.matmul_params)} "
+                f"matmul weights, {fmt_bytes(sizes.target.weight_bytes)} read per pass.")
+    else:
+        int4_copy = drafter_kinds.DRAFTER_KINDS.get(drafter)
+        same = int4_copy is not None and int4_copy.source == "target"
+        chat = (f"ĉ = {sizes.flop_ratio:.2f} = the drafter's matmul weights ({_params(sizes.drafter.matmul_params)}) / "
+                f"the target's ({_params(sizes.target.matmul_params)}), about 2 FLOPs per weight per token "
+                "(attention over the context left out)"
+                + ("; the int4 copy does the target's multiply-adds on dequantized 4-bit weights, so ĉ = 1 while it "
+                   "reads a quarter of the bytes" if same else "")
+                + f". Bytes per pass: target {fmt_bytes(sizes.target.weight_bytes)}, drafter "
+                  f"{fmt_bytes(sizes.drafter.weight_bytes)}.")
+    # the limits: prefill against decode
+    if ledger.prefill_ms is None:
+        limits = ("Prefill: measured when the reply ends. " if running else "") + \
+            f"Decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}."
+    else:
+        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
+                  "speculation speeds up only the decoding. The prefill runs the whole prompt through the target in "
+                  "one pass, which is compute-bound already (as are large batches), so drafting cannot help it.")
+        if ledger.mostly_prefill:
+            limits += (f' <b class="spec-warn">This reply was mostly prefill ({ledger.prefill_share:.0%} of its time):'
+                       " any speedup applies to the smaller part.</b>")
+    worth = worth_words(drafter, metrics.acceptance_rate, metrics.cost_ratio, metrics)
+    return (
+        '<div class="spec-ledger">'
+        f'<div class="spec-ledger-title">{html.escape(title)}</div>'
+        f'<div class="spec-ledger-headline">{html.escape(headline(ledger, metrics.measured_speedup))}</div>'
+        f"{table}"
+        f'<div class="spec-muted">{chat}</div>'
+        f'<div class="spec-ledger-limits">{limits}</div>'
+        f'<div class="spec-ledger-worth"><b>Is this drafter worth it?</b> {html.escape(worth)}</div>'
+        "</div>"
+    )
