@@ -48,6 +48,7 @@ FAMILY = {
     10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py"],
     11: ["tests/test_session.py"],
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
+    13: ["tests/test_ledger.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -62,6 +63,7 @@ KIND_NAMES = {
     10: "events and stats",
     11: "a browser session (send, queue, Stop, Clear, labels)",
     12: "round traces and the views built on them",
+    13: "the cost ledger and the exactness proof view",
 }
 
 
@@ -769,8 +771,8 @@ MUTANTS = [
         "trace-residual-is-p",
         12,
         "specchat/trace.py",
-        "residual_top = top_list(residual_probs(target_probs[i], q_row, ids[i]), k)",
-        "residual_top = top_list(target_probs[i], k)",
+        "residual = residual_probs(target_probs[i], q_row, ids[i])",
+        "residual = target_probs[i]",
         "the residual shown at a rejection is p, not norm(max(0, p − q))",
     ),
     Mutant(
@@ -788,6 +790,71 @@ MUTANTS = [
         "    r = _ratio(p, q)\n",
         "    r = min(1.0, p)\n",
         "the inspector draws u against p instead of min(1, p/q)",
+    ),
+    # -- 13. the cost ledger and the exactness proof view ------------------------------------
+    Mutant(
+        "ledger-verify-positions-miss-one",
+        13,
+        "specchat/ledger.py",
+        "target_positions=sum(r.num_drafted + 1 for r in rounds),",
+        "target_positions=sum(r.num_drafted for r in rounds),",
+        "the arithmetic leaves out the extra (bonus) position each verify pass computes",
+    ),
+    Mutant(
+        "ledger-one-target-pass-per-token",
+        13,
+        "specchat/ledger.py",
+        "target_passes=len(rounds),",
+        "target_passes=sum(r.num_committed for r in rounds),",
+        "the ledger counts a target pass per committed token, as if nothing were saved",
+    ),
+    Mutant(
+        "ledger-flop-ratio-inverted",
+        13,
+        "specchat/ledger.py",
+        "self.drafter.matmul_params / self.target.matmul_params",
+        "self.target.matmul_params / max(self.drafter.matmul_params, 1)",
+        "ĉ is the target's size over the drafter's",
+    ),
+    Mutant(
+        "ledger-prediction-ignores-drafter-work",
+        13,
+        "specchat/ledger.py",
+        "theory.flop_multiplier(alpha, r.num_drafted, flop_ratio or 0.0)",
+        "theory.flop_multiplier(alpha, r.num_drafted, 0.0)",
+        "the predicted arithmetic leaves out the drafter's γĉ",
+    ),
+    Mutant(
+        "model-size-counts-packed-int4",
+        13,
+        "specchat/ledger.py",
+        "for dim in (shape if shape is not None else tensor.shape):",
+        "for dim in tensor.shape:",
+        "a 4-bit weight counts its packed bytes as parameters (ĉ of the int4 copy reads 1/8)",
+    ),
+    Mutant(
+        "model-size-counts-tied-twice",
+        13,
+        "specchat/ledger.py",
+        "if tensor is None or id(tensor) in seen:",
+        "if tensor is None:",
+        "a weight shared by two layers (a tied head) is counted twice",
+    ),
+    Mutant(
+        "proof-beta-is-the-product",
+        13,
+        "specchat/trace.py",
+        "overlap = torch.minimum(p, q)",
+        "overlap = p * q",
+        "β is recorded as Σ p·q instead of Σ min(p, q)",
+    ),
+    Mutant(
+        "proof-residual-path-not-scaled",
+        13,
+        "specchat/inspector.py",
+        "    scale = 1.0 - proof.beta\n",
+        "    scale = 1.0\n",
+        "the proof view's residual path is p′ instead of (1 − β)·p′",
     ),
 ]
 

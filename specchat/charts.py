@@ -424,18 +424,19 @@ def worth_figure(points: list, current: str | None = None) -> go.Figure:
         big = p.drafter == current
         data.append(dict(
             type="scatter", x=[round(p.cost_ratio, 4)], y=[round(p.alpha, 4)], mode="markers+text",
-            name=p.drafter, text=[f"{p.drafter}{' (this reply)' if big else ''}"], textposition="top center",
+            name=p.drafter, text=[f"{p.drafter}{' (this reply)' if big else ''}"],
+            textposition="middle left" if p.cost_ratio > 0.6 * top else "middle right",
             textfont=dict(size=10, color=p.color),
             marker=dict(size=15 if big else 10, color=p.color, line=dict(color="white", width=1)),
             hovertemplate=(f"{p.drafter}: α = %{{y:.2f}}, c = %{{x:.3f}} ({p.num_replies} repl"
                            f"{'y' if p.num_replies == 1 else 'ies'}, {p.num_drafted} drafted)<extra></extra>"),
         ))
     notes = [
-        _note("α > c: some γ speeds up", 0.03, 0.97, KIND_COLORS["accepted"], xanchor="left", yanchor="top"),
+        _note("α > c: some γ speeds up", 0.5, 0.99, KIND_COLORS["accepted"], yanchor="top"),
         _note("α ≤ c: no γ does", 0.97, 0.03, RESAMPLED, xanchor="right", yanchor="bottom"),
     ]
     return _figure(
-        data, title, xaxis=_axis("c: drafter step / target step (measured)", range=[0, top]),
+        data, title, xaxis=_axis("c: drafter step / target step (measured)", range=[-0.04 * top, 1.02 * top]),
         yaxis=_axis("α: acceptance rate (measured)", range=[0, 1.05 * top if top > 1 else 1.05]),
         annotations=notes,
     )

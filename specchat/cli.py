@@ -10,6 +10,7 @@ from specchat.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MA
 from specchat.drafter_kinds import KIND_NAMES, SPECULATIVE_KIND_NAMES
 from specchat.events import DoneEvent, TokenEvent
 from specchat.metrics import SpeculationMetrics
+from specchat.ledger import count_ledger
 
 _ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -433,18 +434,22 @@ def _generate(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
+            sizes = service.model_sizes(args.drafter)
+            ledger = count_ledger(metrics.rounds, sizes=sizes, alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms)
             if args.json:
-                print(json.dumps(_sample_json(done, metrics, args, config.seed), ensure_ascii=False))
+                print(json.dumps({**_sample_json(done, metrics, args, config.seed), "ledger": ledger.summary()},
+                                 ensure_ascii=False))
             else:
                 sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
                 sys.stdout.flush()
                 print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
+                print(ledger.line(), file=sys.stderr)
             if args.trace:
                 from specchat.trace import trace_records, write_trace
 
                 write_trace(args.trace, trace_records(
                     events, target=service.target_name, drafter=args.drafter, config=config, prompt_ids=ids,
-                    message=args.prompt,
+                    message=args.prompt, **({} if sizes is None else {"model_sizes": sizes.to_json()}),
                 ))
                 print(f"trace: {metrics.num_rounds} rounds written to {args.trace}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:

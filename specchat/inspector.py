@@ -228,9 +228,10 @@ def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None) -> str:
         out.append(
             f'<tr{marked}><td class="spec-bar-label">{label}</td>{bar(r.accepted_path, accepted_color)}'
             f'{bar(r.residual_path, residual_color)}'
-            f'<td class="spec-bar-cell"><div class="spec-stack"><div style="width:{a:.2f}%;background:{accepted_color}"></div>'
+            f'<td class="spec-bar-cell"><div class="spec-sumwrap"><div class="spec-stack">'
+            f'<div style="width:{a:.2f}%;background:{accepted_color}"></div>'
             f'<div style="width:{b:.2f}%;background:{residual_color}"></div></div>'
-            f'<div class="spec-pline" style="width:{r.p / top * 100:.2f}%"></div>'
+            f'<div class="spec-pline" style="width:{r.p / top * 100:.2f}%"></div></div>'
             f'<span class="spec-bar-val">{_prob(r.total)} = p {_prob(r.p)}</span></td></tr>'
         )
     out.append("</table>")

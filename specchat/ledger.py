@@ -223,6 +223,48 @@ class Ledger:
         share = self.prefill_share
         return share is not None and share > PREFILL_HEAVY
 
+    def summary(self) -> dict[str, Any]:
+        """The ledger as a flat JSON-friendly dict (counts, ms, factors; None where unknown)."""
+        return {
+            "num_tokens": self.num_tokens,
+            "target_passes": self.target_passes,
+            "target_only_passes": self.target_only_passes,
+            "reads_factor": self.reads_factor,
+            "reads_factor_predicted": self.reads_factor_predicted,
+            "target_bytes": self.target_bytes,
+            "target_only_bytes": self.target_only_bytes,
+            "drafter_passes": self.drafter_passes,
+            "drafter_bytes": self.drafter_bytes,
+            "bytes_factor": self.bytes_factor,
+            "draft_share": self.draft_share,
+            "flop_ratio": self.flop_ratio,
+            "arithmetic_units": self.arithmetic_units,
+            "arithmetic": self.arithmetic,
+            "arithmetic_predicted": self.arithmetic_predicted,
+            "num_drafted": self.num_drafted,
+            "num_thrown_away": self.num_thrown_away,
+            "prefill_ms": self.prefill_ms,
+            "decode_ms": self.decode_ms,
+        }
+
+    def line(self) -> str:
+        """One line of text for the CLI."""
+        f = lambda v, spec="{:.2f}×": "n/a" if v is None else spec.format(v)  # noqa: E731
+        parts = [
+            f"{self.target_passes} target passes for {self.num_tokens} tokens ({f(self.reads_factor)} fewer weight "
+            f"reads, E[N] predicts {f(self.reads_factor_predicted)})",
+        ]
+        if self.drafter_passes:
+            parts.append(f"{self.drafter_passes} drafter passes ({f(self.draft_share, '{:.0%}')} of decode time)")
+        parts.append(f"arithmetic {f(self.arithmetic)} target-only (predicted {f(self.arithmetic_predicted)}, "
+                     f"ĉ={f(self.flop_ratio, '{:.2f}')})")
+        if self.num_drafted:
+            parts.append(f"{self.num_thrown_away} of {self.num_drafted} drafts thrown away")
+        if self.prefill_ms is not None:
+            parts.append(f"prefill {self.prefill_ms / 1000:.2f} s, decode {self.decode_ms / 1000:.2f} s"
+                         + (" (mostly prefill: speculation speeds up only decoding)" if self.mostly_prefill else ""))
+        return "ledger: " + "; ".join(parts)
+
 
 def count_ledger(
     rounds: Iterable[RoundEvent],

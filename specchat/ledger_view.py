@@ -140,13 +140,13 @@ def ledger_html(
     rows.append((
         "target forward passes", f"{ledger.target_passes:,}", f"{ledger.target_only_passes:,}",
         f"{_x(ledger.reads_factor)} fewer {tag('counted')}",
-        f"E[N] = {enp:.2f} {tag('predicted')}" if enp is not None else "–",
+        f"E[N] = {enp:.2f}× fewer {tag('predicted')}" if enp is not None else "–",
     ))
     if sizes is not None:
         rows.append((
             "target weight bytes read", fmt_bytes(ledger.target_bytes), fmt_bytes(ledger.target_only_bytes),
             f"{_x(ledger.reads_factor)} less {tag('counted')}",
-            f"÷ E[N] = {enp:.2f} {tag('predicted')}" if enp is not None else "–",
+            f"E[N] = {enp:.2f}× less {tag('predicted')}" if enp is not None else "–",
         ))
         if sizes.drafter is not None:
             rows.append((

@@ -367,7 +367,8 @@ INSPECTOR_CSS = f"""
 .spec-proof-bars .spec-bar-cell {{ width: 28%; }}
 .spec-stack {{ display: flex; height: 12px; }}
 .spec-stack div {{ height: 12px; }}
-.spec-pline {{ position: absolute; left: 4px; top: 0; height: 12px; box-sizing: border-box; border: 1.5px solid #212529; border-radius: 2px; pointer-events: none; }}
+.spec-sumwrap {{ position: relative; }}
+.spec-pline {{ position: absolute; left: 0; top: 0; height: 12px; box-sizing: border-box; border: 1.5px solid #212529; border-radius: 2px; pointer-events: none; }}
 .spec-bar-label {{ font-family: var(--font-mono); font-size: 0.78rem; white-space: pre; max-width: 8em; overflow: hidden; }}
 .spec-bar-cell {{ position: relative; width: 40%; }}
 .spec-bar {{ height: 12px; border-radius: 2px; min-width: 1px; }}
@@ -410,8 +411,9 @@ LEDGER_CSS = """
 .spec-ledger-title { font-weight: 600; margin-bottom: 2px; }
 .spec-ledger-headline { font-size: 0.95rem; margin: 2px 0 6px; }
 .spec-ledger-table { border-collapse: collapse; width: 100%; margin-bottom: 4px; }
-.spec-ledger-table th, .spec-ledger-table td { padding: 2px 6px; border-bottom: 1px solid rgba(134, 142, 150, 0.25);
-  text-align: right; }
+.spec-ledger-table th, .spec-ledger-table td { padding: 2px 6px; border: none !important;
+  border-bottom: 1px solid rgba(134, 142, 150, 0.25) !important; text-align: right; background: transparent !important; }
+.spec-ledger-table th { font-weight: 600; vertical-align: bottom; }
 .spec-ledger-table th:first-child, .spec-ledger-table td:first-child { text-align: left; }
 .spec-ledger-table td:last-child, .spec-ledger-table th:last-child { text-align: left; }
 .spec-tag { font-size: 0.66rem; border-radius: 3px; padding: 0 3px; margin-left: 2px; vertical-align: 1px;
