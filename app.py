@@ -132,6 +132,8 @@ own. So every round commits 1 … γ+1 tokens and the output has exactly the tar
 | c | cost ratio: one drafted token's time / t₁ |
 | E[N] | expected tokens per round = (1 − α^(γ+1)) / (1 − α) |
 | S(γ) | predicted speedup = E[N] · t₁ / (γ·d + v(γ+1)), with d the drafter's time per token and v(n) a verify pass over n tokens, all measured in the reply; Leviathan's (1 − α^(γ+1)) / ((1 − α)(γc + 1)) when v = t₁ |
+| ĉ | arithmetic ratio: the drafter's matmul weights / the target's (0.32 for the 0.5B sibling of the 1.5B target, 1 for the int4 copy, 0 for n-gram) |
+| β | at one position: Σₓ min(p(x), q(x)), the chance its draft is accepted |
 
 **Speedups are measured like for like.** Now and then a round drafts nothing: a plain
 target-only decode step (grey underline, *target only*), timed during the reply under the same
@@ -146,6 +148,12 @@ the acceptance at each draft position and of the drafting and verification times
 the γ (up to the slider) with the highest predicted speedup, the same formula as the chart.
 The γ it chose is the grey step line on the acceptance chart. It changes only how many tokens
 are drafted, never which tokens are kept, so the answer's distribution is the same.
+
+**What it costs.** The ledger under the charts counts both sides for a reply: the target runs one
+pass per *round* instead of one per token, so it reads its weights E[N] times less often, while
+the arithmetic *grows* by (1 − α)(γĉ + γ + 1) / (1 − α^(γ+1)): speculation trades spare compute
+for memory bandwidth. Figures are tagged *counted*, *measured* or *predicted*. Click a
+**resampled** token to see why the output is still exactly p: min(p, q) + (1 − β)·p′ = p.
 
 **Honest limits.** The gain needs a *memory-bound* decode step: verifying γ+1 tokens must cost
 about as much as generating one. Prefill and large batches are compute-bound and gain little.

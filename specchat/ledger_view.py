@@ -99,8 +99,12 @@ def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, met
         verify = metrics.costs.verify_ms(round(gamma) + 1) if gamma else None
         if t1 and verify:
             words += (f" The rule assumes verifying γ + 1 tokens costs one target step; here it costs "
-                      f"{verify / t1:.2f} steps (measured at γ + 1 = {round(gamma) + 1}), which moves the real "
-                      "break-even up.")
+                      f"{verify / t1:.2f} steps (measured at γ + 1 = {round(gamma) + 1}).")
+            curve = metrics.predicted_speedup_curve(16)
+            if curve:
+                best = max(range(len(curve)), key=lambda i: (curve[i], -i))
+                words += (f" With the costs measured in this reply the best is γ = {best + 1} at {curve[best]:.2f}×"
+                          + (": no γ pays on this machine now." if curve[best] < 1 else "."))
     return words
 
 
@@ -112,6 +116,9 @@ def headline(ledger: Ledger, speedup: float | None) -> str:
             return (f"{arithmetic:.2f}× the arithmetic of target-only decoding for {ledger.reads_factor:.2f}× fewer "
                     "target weight reads (the speedup needs a timed target-only step).")
         return "The ledger fills in as the reply's rounds come in."
+    if 0.97 <= speedup < 1.03:
+        return (f"About as fast as target-only ({speedup:.2f}×) while doing {arithmetic:.2f}× the arithmetic: the "
+                "saved weight reads just paid for the drafting and the wider verify passes.")
     if speedup >= 1.0:
         return (f"{speedup:.2f}× faster while doing {arithmetic:.2f}× the arithmetic: speculation trades spare "
                 "compute for memory bandwidth.")

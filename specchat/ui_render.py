@@ -410,7 +410,7 @@ LEDGER_CSS = """
 .spec-ledger { font-size: 0.85rem; font-variant-numeric: tabular-nums; }
 .spec-ledger-title { font-weight: 600; margin-bottom: 2px; }
 .spec-ledger-headline { font-size: 0.95rem; margin: 2px 0 6px; }
-.spec-ledger-table { border-collapse: collapse; width: 100%; margin-bottom: 4px; }
+.spec-ledger-table { border-collapse: collapse; width: 100%; margin-bottom: 4px; border: none !important; }
 .spec-ledger-table th, .spec-ledger-table td { padding: 2px 6px; border: none !important;
   border-bottom: 1px solid rgba(134, 142, 150, 0.25) !important; text-align: right; background: transparent !important; }
 .spec-ledger-table th { font-weight: 600; vertical-align: bottom; }

@@ -325,3 +325,15 @@ def test_worth_figure_has_the_line_and_each_drafter():
     assert names["int4"].marker.size > names["ngram"].marker.size
     assert (names["ngram"].x[0], names["ngram"].y[0]) == (0.01, 0.4)
     assert "needs a reply" in charts.worth_figure([]).layout.annotations[0].text
+
+
+def test_worth_words_with_the_measured_costs():
+    """The hand-built reply: t₁ = 80 ms (the timing round), d = 80 ms / 8 drafted = 10 ms, v = 100 ms
+    (both drafting rounds check 5 positions), α = 5/6. Verifying γ + 1 = 5 costs 100/80 = 1.25
+    steps; S(γ) = E[N](5/6, γ)·80 / (10γ + 100): γ = 6 → 4.3255·80/160 = 2.163, γ = 7 →
+    4.6046·80/170 = 2.167, γ = 8 → 4.8372·80/180 = 2.150, so the best is γ = 7 at 2.17×."""
+    m = _metrics(_rounds())
+    words = worth_words("sibling", m.acceptance_rate, m.cost_ratio, m)
+    assert "α = 0.83 > c = 0.125" in words
+    assert "costs 1.25 steps (measured at γ + 1 = 5)" in words
+    assert "the best is γ = 7 at 2.17×." in words
