@@ -50,7 +50,7 @@ def main() -> None:
     first = sys.argv[3] if len(sys.argv) > 3 else None
     second = sys.argv[4] if len(sys.argv) > 4 else "ngram"
     out.mkdir(parents=True, exist_ok=True)
-    d = driver(1440, 1100)
+    d = driver(1440, 1700)
     d.get(url)
     deadline = time.time() + 900
     while time.time() < deadline:
@@ -76,6 +76,7 @@ def main() -> None:
     shot(d, "#plot-worth", out / "alpha-vs-c.png")
     if pick_low_beta(d, 1):
         shot(d, "#spec-inspector", out / "proof.png")
+        shot(d, "#spec-inspector .spec-proof", out / "proof-only.png")
         proof = d.find_elements(By.CSS_SELECTOR, "#spec-inspector .spec-proof")
         print(proof[0].text if proof else "NO PROOF VIEW", flush=True)
         shot(d, "#spec-ledger", out / "ledger-focus-1.png")

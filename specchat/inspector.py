@@ -222,7 +222,7 @@ def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None) -> str:
     out = ['<table class="spec-bars spec-proof-bars"><tr><th></th><th>min(p, q)<br><span>accepted path</span></th>'
            '<th>(1 − β)·p′<br><span>residual path</span></th><th>sum, over p (outline)</th></tr>']
     for r in shown:
-        label = "all other tokens" if r.token_id is None else _text(trace.token_texts.get(r.token_id, ""))
+        label = "the rest" if r.token_id is None else _text(trace.token_texts.get(r.token_id, ""))
         marked = ' class="spec-bar-mark"' if r.token_id is not None and r.token_id == drawn else ""
         a, b = r.accepted_path / top * 100, r.residual_path / top * 100
         out.append(
