@@ -432,12 +432,16 @@ def worth_figure(points: list, current: str | None = None) -> go.Figure:
                            f"{'y' if p.num_replies == 1 else 'ies'}, {p.num_drafted} drafted)<extra></extra>"),
         ))
     notes = [
-        _note("α > c: some γ speeds up", 0.5, 0.99, KIND_COLORS["accepted"], yanchor="top"),
+        _note("α > c: some γ speeds up", 0.12 * top, 1.03, KIND_COLORS["accepted"], xref="x", yref="y",
+              xanchor="left", yanchor="top"),
         _note("α ≤ c: no γ does", 0.97, 0.03, RESAMPLED, xanchor="right", yanchor="bottom"),
     ]
+    if top > 1:
+        notes.append(_note("c > 1: a drafter step costs more than a target step; nothing pays", 0.97, 0.12,
+                           RESAMPLED, xanchor="right", yanchor="bottom", size=9))
     return _figure(
         data, title, xaxis=_axis("c: drafter step / target step (measured)", range=[-0.04 * top, 1.02 * top]),
-        yaxis=_axis("α: acceptance rate (measured)", range=[0, 1.05 * top if top > 1 else 1.05]),
+        yaxis=_axis("α: acceptance rate (measured)", range=[0, 1.05]),
         annotations=notes,
     )
 

@@ -206,12 +206,20 @@ def proof_rows(proof: ProofTrace) -> list[ProofRow]:
     return rows
 
 
-def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None) -> str:
+def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None, rejected: int | None = None) -> str:
     """Three bar groups over the tokens of a rejected position: min(p, q) (the accepted path),
     (1 − β)·p′ (the residual path) and their sum, drawn over p (an outline): the exactness
-    argument on the numbers this round used. ``drawn`` (the resampled token) is marked."""
+    argument on the numbers this round used. ``drawn`` (the resampled token) is marked; it and
+    ``rejected`` (the rejected draft) are always shown; tokens beyond the first MAX_BAR_ROWS are
+    summed into "the rest" with every unlisted token, so the shown rows add up to 1."""
     rows = proof_rows(proof)
-    shown = rows[:MAX_BAR_ROWS] + [r for r in rows[MAX_BAR_ROWS:] if r.token_id in (drawn, None)]
+    listed = [r for r in rows if r.token_id is not None]
+    keep = {r.token_id for r in listed[:MAX_BAR_ROWS]} | {t for t in (drawn, rejected) if t is not None}
+    shown = [r for r in listed if r.token_id in keep]
+    hidden = [r for r in rows if r.token_id is None or r.token_id not in keep]
+    if hidden:
+        shown.append(ProofRow(None, sum(r.p for r in hidden), None, sum(r.accepted_path for r in hidden),
+                              sum(r.residual_path for r in hidden)))
     top = max((max(r.p, r.total) for r in shown), default=1.0) or 1.0
     accepted_color, residual_color = KIND_COLORS["accepted"], RESIDUAL_COLOR
 
@@ -236,6 +244,8 @@ def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None) -> str:
         )
     out.append("</table>")
     gap = max((abs(r.total - r.p) for r in rows), default=0.0)
+    precision = ("float precision" if gap < 1e-4 else
+                 "more than float error: these numbers do not add up, so the recorded proof is damaged")
     example = ""
     x = next((r for r in rows if r.token_id == drawn), None)
     if x is not None:
@@ -255,7 +265,7 @@ def proof_html(trace: RoundTrace, proof: ProofTrace, drawn: int | None) -> str:
         + "".join(out)
         + f'<div class="spec-muted">Numbers measured in this round (p and q as used, the residual the engine '
         f"sampled from); bars scaled to the largest p shown. Largest |sum − p| over all {len(rows)} rows: "
-        f"{gap:.1e} (float precision).</div></div>"
+        f"{gap:.1e} ({precision}).</div></div>"
     )
 
 
@@ -347,7 +357,7 @@ def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, 
             )
         proof = tr.positions[pos].proof
         if proof is not None:
-            body.append(proof_html(tr, proof, tok.token_id))
+            body.append(proof_html(tr, proof, tok.token_id, rejected=d.token_id))
     else:  # bonus or target-only: drawn from p at the extra position
         what = "the extra position" if kind == "bonus" else "this step"
         body.append(f'<div class="spec-sub">drawn from the target\'s p at {what} (the drawn token is marked)</div>')

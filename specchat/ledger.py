@@ -70,6 +70,9 @@ class ModelSizes:
     def __post_init__(self) -> None:
         if self.target.matmul_params <= 0:
             raise ValueError("the target has no matmul weights to count")
+        for name, size in (("target", self.target), ("drafter", self.drafter)):
+            if size is not None and (size.matmul_params <= 0 or size.weight_bytes < 0):
+                raise ValueError(f"the {name}'s sizes must be positive, got {size}")
 
     @property
     def flop_ratio(self) -> float:
@@ -81,12 +84,19 @@ class ModelSizes:
 
     @classmethod
     def from_json(cls, value: Any) -> ModelSizes | None:
-        """From :meth:`to_json`'s dict; None for a missing or malformed value."""
+        """From :meth:`to_json`'s dict; None for a missing or malformed value (not whole numbers,
+        not positive, infinite)."""
+
+        def size(d: Any) -> ModelSize:
+            values = (d["matmul_params"], d["weight_bytes"])
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+                raise TypeError("sizes are whole numbers")
+            return ModelSize(*values)
+
         try:
             drafter = value.get("drafter")
-            return cls(ModelSize(int(value["target"]["matmul_params"]), int(value["target"]["weight_bytes"])),
-                       None if drafter is None else ModelSize(int(drafter["matmul_params"]), int(drafter["weight_bytes"])))
-        except (AttributeError, KeyError, TypeError, ValueError):
+            return cls(size(value["target"]), None if drafter is None else size(drafter))
+        except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
             return None
 
 
@@ -289,6 +299,8 @@ def count_ledger(
     """
     rounds = list(rounds)
     flop_ratio = None if sizes is None else sizes.flop_ratio
+    if sizes is not None and sizes.drafter is None and any(r.draft_steps for r in rounds):
+        flop_ratio = None  # a drafter model ran, but its size was not recorded: ĉ unknown
     tokens_pred = units_pred = 0.0
     for r in rounds:
         if r.num_drafted == 0 or alpha is None:

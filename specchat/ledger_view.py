@@ -11,6 +11,7 @@ E[N] = (1 − α^(γ+1)) / (1 − α) expected tokens per round.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "–"
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
+        if n >= size * 0.9995:  # 999,999 B is "1 MB", not "1e+03 kB"
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} B"
 
@@ -85,7 +86,7 @@ def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, met
     and (with ``metrics``) how far a verify pass is from costing one target step here."""
     if alpha is None:
         return f"{drafter}: no draft judged yet, so no α."
-    if cost_ratio is None:
+    if cost_ratio is None or not cost_ratio >= 0 or math.isinf(cost_ratio):
         return f"{drafter}: α = {alpha:.2f}; c needs a timed target-only step (a longer reply has one)."
     if alpha > cost_ratio:
         best = theory.optimal_num_speculative_tokens(alpha, cost_ratio, 16)
@@ -111,11 +112,22 @@ def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, met
 def headline(ledger: Ledger, speedup: float | None) -> str:
     """The ledger's sentence: how much faster, for how much arithmetic."""
     arithmetic = ledger.arithmetic
+    if ledger.target_passes == 0:
+        return "The ledger fills in as the reply's rounds come in."
+    if ledger.num_drafted == 0:
+        return "Nothing was drafted: every round was a plain target step, one pass per token."
+    if speedup is not None and not speedup > 0:
+        speedup = None
     if speedup is None or arithmetic is None:
         if arithmetic is not None:
             return (f"{arithmetic:.2f}× the arithmetic of target-only decoding for {ledger.reads_factor:.2f}× fewer "
                     "target weight reads (the speedup needs a timed target-only step).")
-        return "The ledger fills in as the reply's rounds come in."
+        if speedup is not None:
+            pace = f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
+            return (f"{pace} than target-only (measured), for {ledger.reads_factor:.2f}× fewer target passes; the "
+                    "arithmetic needs the two models' sizes, which were not recorded.")
+        return (f"{ledger.reads_factor:.2f}× fewer target passes than tokens; the speedup needs a timed target-only "
+                "step, the arithmetic the models' sizes.")
     if 0.97 <= speedup < 1.03:
         return (f"About as fast as target-only ({speedup:.2f}×) while doing {arithmetic:.2f}× the arithmetic: the "
                 "saved weight reads just paid for the drafting and the wider verify passes.")
@@ -160,9 +172,11 @@ def ledger_html(
                 "drafter weight bytes read", f"{fmt_bytes(ledger.drafter_bytes)} ({ledger.drafter_passes:,} passes)",
                 "0", "", "",
             ))
+            more = ledger.bytes_factor is not None and ledger.bytes_factor > 1
             rows.append((
                 "all weight bytes read", fmt_bytes((ledger.target_bytes or 0) + (ledger.drafter_bytes or 0)),
-                fmt_bytes(ledger.target_only_bytes), f"{_x(ledger.bytes_factor)} {tag('counted')}", "",
+                fmt_bytes(ledger.target_only_bytes),
+                f"{_x(ledger.bytes_factor)} ({'more' if more else 'less'}) {tag('counted')}", "",
             ))
     share = ledger.draft_share
     rows.append((
@@ -193,10 +207,17 @@ def ledger_html(
         '<table class="spec-ledger-table"><tr><th></th><th>this reply</th><th>target only</th>'
         f"<th>factor</th><th>theory (α = {'–' if alpha is None else f'{alpha:.2f}'}, γ as drafted)</th></tr>"
         f"{body}</table>"
+        '<div class="spec-muted">Theory is averaged over the rounds as run: a round that drafted γ tokens is '
+        "predicted to commit E[N](α, γ) tokens for γĉ + γ + 1 units of work, a round that drafted nothing "
+        "(a timing round) 1 token for 1 unit; with one γ and no such round it is the formula as printed.</div>"
     )
     # ĉ: where it comes from
     if sizes is None:
         chat = "ĉ unknown: the model sizes were not recorded, so bytes and arithmetic are left out."
+    elif ledger.flop_ratio is None:
+        chat = ("ĉ unknown: the drafter ran a model whose size was not recorded, so its arithmetic and bytes are "
+                f"left out. Target: {_params(sizes.target.matmul_params)} matmul weights, "
+                f"{fmt_bytes(sizes.target.weight_bytes)} read per pass.")
     elif sizes.drafter is None:
         chat = (f"ĉ = 0: the {html.escape(drafter)} drafter runs no model. Target: {_params(sizes.target.matmul_params)} "
                 f"matmul weights, {fmt_bytes(sizes.target.weight_bytes)} read per pass.")
@@ -207,7 +228,8 @@ def ledger_html(
                 f"the target's ({_params(sizes.target.matmul_params)}), about 2 FLOPs per weight per token "
                 "(attention over the context left out)"
                 + ("; the int4 copy does the target's multiply-adds on dequantized 4-bit weights, so ĉ = 1 while it "
-                   "reads a quarter of the bytes" if same else "")
+                   f"reads {sizes.drafter.weight_bytes / max(sizes.target.weight_bytes, 1):.0%} of the target's bytes"
+                   if same else "")
                 + f". Bytes per pass: target {fmt_bytes(sizes.target.weight_bytes)}, drafter "
                   f"{fmt_bytes(sizes.drafter.weight_bytes)}.")
     # the limits: prefill against decode

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import html
 import random
 import tempfile
 import threading
@@ -395,7 +396,11 @@ class ChatSession:
         else:
             if reply.sizes is None and reply.source is None:
                 reply.sizes = self._model_sizes(reply.drafter)
-            ledger = reply.ledger_html()
+            try:
+                ledger = reply.ledger_html()
+            except (ValueError, ArithmeticError) as exc:  # a trace file's numbers out of range
+                ledger = (f'<div class="spec-ledger spec-muted">Reply #{reply.number}: no ledger, its recorded '
+                          f"numbers are out of range ({html.escape(str(exc))}).</div>")
         points = drafter_points((r.drafter, r.metrics) for r in self.replies)
         return ledger, charts.worth_figure(points, None if reply is None else reply.drafter)
 

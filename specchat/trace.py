@@ -193,7 +193,7 @@ def proof_trace(
     for row in (p, q, r):
         values, top = torch.topk(row, min(k, row.shape[-1]))
         ids.extend(int(t) for t, v in zip(top.tolist(), values.tolist()) if v > 0.0 and int(t) not in ids)
-    ids.sort(key=lambda t: -float(p[t]))
+    ids.sort(key=lambda t: (-float(p[t]), t))  # ties by id: the same order every time
     index = torch.tensor(ids, dtype=torch.long, device=p.device)
     rest = lambda x: float(x.sum() - x[index].sum())  # noqa: E731
     return ProofTrace(

@@ -337,3 +337,54 @@ def test_worth_words_with_the_measured_costs():
     assert "α = 0.83 > c = 0.125" in words
     assert "costs 1.25 steps (measured at γ + 1 = 5)" in words
     assert "the best is γ = 7 at 2.17×." in words
+
+
+def test_proof_view_shows_the_rejected_draft_and_sums_the_rest():
+    """Twelve tokens, p = 0.25, 0.12, 0.11, 0.10, …, 0.04, 0.02 and the draft x = 11 with p 0.01 and
+    q one-hot: β = p(11) = 0.01. The view keeps the top 10 under p plus the drawn and the rejected
+    token, and sums the one left (p 0.02) into "the rest": the rows shown add up to 1."""
+    from specchat.inspector import proof_html
+    from specchat.sampling import residual_probs
+    from specchat.trace import RoundTrace, proof_trace
+
+    p = torch.tensor([0.25, 0.12, 0.11, 0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.02, 0.01])
+    proof = proof_trace(p, None, 11, residual_probs(p, None, 11))
+    assert proof.beta == pytest.approx(0.01)
+    trace = RoundTrace(drafted=(), next_token_id=0, next_kind="resampled", committed=(), positions=(),
+                       token_texts={i: f"t{i}" for i in range(12)})
+    html = proof_html(trace, proof, drawn=0, rejected=11)
+    labels = re.findall(r'<td class="spec-bar-label">([^<]*)</td>', html)
+    assert labels == [f"t{i}" for i in range(10)] + ["t11", "the rest"]
+    rest = re.search(r"the rest</td>.*?([0-9.e-]+) = p ([0-9.e-]+)</span>", html).groups()
+    assert float(rest[1]) == pytest.approx(0.02, abs=1e-3)  # t10 alone: p 0.02
+    assert "(float precision)" in html
+    # a damaged proof says so
+    from specchat.trace import ProofTrace
+
+    bad = ProofTrace(0.5, ((0, 0.9, 0.1, 0.1),), (0.0, 0.0, 0.0))
+    assert "do not add up" in proof_html(trace, bad, drawn=0)
+
+
+def test_bad_model_sizes_in_a_trace_are_ignored():
+    for bad in ({"target": {"matmul_params": 10, "weight_bytes": 5}, "drafter": {"matmul_params": -3, "weight_bytes": 1}},
+                {"target": {"matmul_params": float("inf"), "weight_bytes": 5}},
+                {"target": {"matmul_params": 10, "weight_bytes": -5}},
+                {"target": {"matmul_params": 10.5, "weight_bytes": 5}},
+                {"target": {"matmul_params": True, "weight_bytes": 5}}):
+        assert ModelSizes.from_json(bad) is None, bad
+
+
+def test_unknown_drafter_size_leaves_c_hat_unknown():
+    """A model drafter ran (draft steps > 0) but its size is missing: no ĉ, no arithmetic, and the
+    ledger says so instead of calling it 0."""
+    rounds = _rounds()
+    ledger = count_ledger(rounds, sizes=ModelSizes(ModelSize(400, 1000)), alpha=0.8)
+    assert ledger.flop_ratio is None and ledger.arithmetic is None
+    html = ledger_html(ledger, _metrics(rounds), title="t", drafter="int4")
+    assert "ĉ unknown" in html and "ĉ = 0" not in html
+    assert "faster than target-only (measured)" in headline(ledger, 1.3)
+
+
+def test_nothing_drafted_headline():
+    rounds = [RoundEvent(i, 0, 0, 0, 1, (), 0.0, 0, 50.0, 0.0, 50.0) for i in range(3)]
+    assert headline(count_ledger(rounds), 1.0).startswith("Nothing was drafted")

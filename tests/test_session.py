@@ -335,3 +335,28 @@ def test_no_page_update_just_before_a_timing_round():
     rounds_shown = [int(m.group(1)) for v in views if v.stats and (m := re.search(r"tokens in (\d+) rounds", v.stats))]
     assert 3 not in rounds_shown and 10 not in rounds_shown  # after rounds 2 and 9 (0-based): held
     assert {2, 4, 9, 11, 14} <= set(rounds_shown)
+
+
+def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_drafter():
+    """The fake's 7 rounds commit 18 tokens: 7 target passes against 18, 2.57× fewer; the sizes
+    the service reports give ĉ = 250 / 1000 = 0.25. Two drafters → two points on α against c."""
+    from specchat.ledger import ModelSize, ModelSizes
+
+    service = FakeService()
+    service.model_sizes = lambda drafter: ModelSizes(ModelSize(1000, 2000), ModelSize(250, 500))
+    s = ChatSession(service)
+    views = run(s, drafter="int4")
+    ledger = views[-1].ledger
+    assert "Reply #1" in ledger and "2.57× fewer" in ledger and "ĉ = 0.25" in ledger
+    assert s.latest.sizes.flop_ratio == 0.25
+    views = run(s, drafter="ngram")
+    assert "Reply #2" in views[-1].ledger
+    points = {t.name for t in views[-1].worth.data if t.mode == "markers+text"}
+    assert points == {"int4", "ngram"}
+    assert "Reply #1" in s.select("1:0").ledger  # a click on reply #1 shows its ledger
+    # a service that cannot say (or fails to): the ledger says ĉ is unknown, the reply is fine
+    bare = ChatSession(FakeService())
+    assert "ĉ unknown" in run(bare)[-1].ledger
+    broken = FakeService()
+    broken.model_sizes = lambda drafter: 1 / 0
+    assert "ĉ unknown" in run(ChatSession(broken))[-1].ledger
