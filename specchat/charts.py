@@ -397,6 +397,15 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     )
 
 
+def _free_spot(points: list, top: float) -> tuple[float, float]:
+    """Where the "α > c" note goes: the first of a few spots above the line that no drafter's
+    marker or label (drawn to its right, about 0.3 of the width) is near."""
+    for x, y in ((0.12 * top, 1.03), (0.02 * top, 0.62), (0.3 * top, 0.78), (0.02 * top, 0.3)):
+        if not any(abs(p.alpha - (y - 0.03)) < 0.1 and -0.3 * top < p.cost_ratio - x < 0.35 * top for p in points):
+            return x, y
+    return 0.12 * top, 1.03
+
+
 def worth_figure(points: list, current: str | None = None) -> go.Figure:
     """"Is this drafter worth it?": α against c for each drafter used in the conversation, with
     the line α = c. Above it some γ gives a speedup (Leviathan et al. 2023: S(γ) > 1 for some γ
@@ -432,7 +441,7 @@ def worth_figure(points: list, current: str | None = None) -> go.Figure:
                            f"{'y' if p.num_replies == 1 else 'ies'}, {p.num_drafted} drafted)<extra></extra>"),
         ))
     notes = [
-        _note("α > c: some γ speeds up", 0.12 * top, 1.03, KIND_COLORS["accepted"], xref="x", yref="y",
+        _note("α > c: some γ speeds up", *_free_spot(shown, top), KIND_COLORS["accepted"], xref="x", yref="y",
               xanchor="left", yanchor="top"),
         _note("α ≤ c: no γ does", 0.97, 0.03, RESAMPLED, xanchor="right", yanchor="bottom"),
     ]
