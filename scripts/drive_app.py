@@ -70,6 +70,16 @@ def pick_drafter(d: webdriver.Chrome, kind: str, timeout: float) -> None:
         time.sleep(1)
 
 
+def wait_ready(d: webdriver.Chrome, timeout: float) -> None:
+    """Wait until the drafter status says the models are ready (or ``timeout`` seconds pass)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = d.find_elements(By.CSS_SELECTOR, "#spec-drafter-status")
+        if status and "ready" in status[0].text:
+            return
+        time.sleep(2)
+
+
 def set_number(d: webdriver.Chrome, label: str, value: float) -> None:
     """Type a value into the number box of the slider whose label starts with ``label``."""
     box = d.execute_script(

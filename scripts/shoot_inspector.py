@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from drive_app import button, driver, pick_drafter, send, set_number, wait_done  # noqa: E402
+from drive_app import wait_ready, button, driver, pick_drafter, send, set_number, wait_done  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 
@@ -45,12 +45,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     d = driver(1440, 1100)
     d.get(url)
-    deadline = time.time() + 900
-    while time.time() < deadline:
-        status = d.find_elements(By.CSS_SELECTOR, "#spec-drafter-status")
-        if status and "ready" in status[0].text:
-            break
-        time.sleep(2)
+    wait_ready(d, 900)
     set_number(d, "max new tokens", 64)
     reply = 0
     for temperature in (0.0, 0.8):
