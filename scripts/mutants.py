@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FAMILY = {
-    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py"],
+    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py", "tests/test_prefix_cache.py"],
     2: ["tests/test_kind2_verify_alignment.py", "tests/test_greedy_identity.py"],
     3: ["tests/test_kind3_pq_consistency.py", "tests/test_audit.py", "tests/test_distribution.py"],
     4: ["tests/test_kind4_accept_numerics.py", "tests/test_distribution.py"],
@@ -124,6 +124,22 @@ MUTANTS = [
         'if not getattr(layer, "is_croppable", False) or past_window:',
         'if not getattr(layer, "is_croppable", False):',
         "a sliding-window layer past its window is cut instead of refused",
+    ),
+    Mutant(
+        "prefix-reused-past-a-mismatch",
+        1,
+        "specchat/kv.py",
+        "    n = common_prefix(kept.ids, ids)\n",
+        "    n = min(len(kept.ids), len(ids))\n",
+        "a kept conversation cache is reused as far as it is long, not as far as its tokens match the prompt",
+    ),
+    Mutant(
+        "prefix-kept-from-an-abandoned-generation",
+        1,
+        "specchat/engine.py",
+        "        self._finished = None\n        prefix = state.ids[:-1]",
+        "        self._finished = (state.ids, True)\n        prefix = state.ids[:-1]",
+        "the caches of a generation abandoned mid-reply are kept for reuse",
     ),
     # -- 2. verify alignment ----------------------------------------------------------------
     Mutant(

@@ -85,6 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--trace", metavar="FILE",
                      help="record every round (drafts, p, q, u, top-10 lists, residuals, times) to FILE as "
                           "JSON lines (docs/TRACE.md); open it in the app with `python app.py --trace FILE`")
+    cht = sub.add_parser(
+        "chat", help="play a scripted multi-turn conversation, as the app does (one JSON object per turn)",
+        description="Each message of the script is sent in turn with the conversation so far (chat template, "
+                    "history trimmed to the context window as in the app); the KV cache of the conversation is "
+                    "reused between turns, so a turn prefills only its new tokens (prefill_tokens).",
+    )
+    cht.add_argument("--script", required=True, metavar="FILE", help="a JSON list of user messages")
+    cht.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    cht.add_argument("--drafter", choices=KIND_NAMES, default="none")
+    cht.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
+    cht.add_argument("--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                     default=12, help="γ, the most per round with adaptive γ (default 12, as in the app)")
+    cht.add_argument("--fixed-gamma", action="store_true", help="draft exactly -k tokens per round (the app's "
+                     "default is adaptive γ)")
+    cht.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
+    cht.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    cht.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0,
+                     help="turn i uses seed S + i")
+    cht.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=256)
+    cht.add_argument("--no-prefix-cache", action="store_true",
+                     help="prefill the whole conversation every turn (for comparison)")
+    cht.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    cht.add_argument("--device", type=_device, default=None)
+    cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     aud.add_argument("--drafter", choices=SPECULATIVE_KIND_NAMES, required=True)
@@ -163,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return _generate(args)
     if args.command == "audit":
         return _audit(args)
+    if args.command == "chat":
+        return _chat(args)
     if args.command == "bench":
         return _bench(args, sys.argv[1:] if argv is None else argv)
     return 2
@@ -452,6 +478,91 @@ def _generate(args: argparse.Namespace) -> int:
                     message=args.prompt, **({} if sizes is None else {"model_sizes": sizes.to_json()}),
                 ))
                 print(f"trace: {metrics.num_rounds} rounds written to {args.trace}", file=sys.stderr)
+    except (SpecchatError, ValueError) as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def load_script(path: str) -> list[str]:
+    """The messages of a chat script: a JSON list of non-blank strings.
+
+    Raises:
+        ValueError: unreadable, not JSON, not such a list (the message says which).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            messages = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"--script {path}: cannot read it ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--script {path}: not JSON ({exc})") from None
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"--script {path}: expected a non-empty JSON list of messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, str) or not m.strip():
+            raise ValueError(f"--script {path}: message {i + 1} is not a non-blank string")
+    return messages
+
+
+def _chat(args: argparse.Namespace) -> int:
+    import time
+
+    from specchat.errors import SpecchatError
+    from specchat.service import Notice
+
+    try:
+        messages = load_script(args.script)
+    except ValueError as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        service, status = _load_service(args)
+        if service is None:
+            return status
+        service.engine.prefix_cache = not args.no_prefix_cache
+        history: list[dict[str, str]] = []
+        for turn, message in enumerate(messages, 1):
+            config = GenerationConfig(
+                num_speculative_tokens=args.num_speculative_tokens, adaptive_gamma=not args.fixed_gamma,
+                temperature=args.temperature, top_p=args.top_p, seed=args.seed + turn - 1,
+                max_new_tokens=args.max_new_tokens, measure_speedup=True,
+            )
+            metrics = SpeculationMetrics()
+            notices: list[str] = []
+            start = time.perf_counter()
+            ttft_ms = None
+            for event in service.stream_chat(history, message, drafter=args.drafter, config=config):
+                if isinstance(event, Notice):
+                    notices.append(event.text)
+                    continue
+                if isinstance(event, TokenEvent) and ttft_ms is None:
+                    ttft_ms = (time.perf_counter() - start) * 1000
+                metrics.update(event)
+                if isinstance(event, TokenEvent) and not args.json:
+                    sys.stdout.write(event.text)
+                    sys.stdout.flush()
+            done = metrics.done
+            assert isinstance(done, DoneEvent)
+            history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
+            ledger = count_ledger(metrics.rounds, sizes=service.model_sizes(args.drafter),
+                                  alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms)
+            record = {
+                "turn": turn, "message": message, "text": done.text, "token_ids": list(done.token_ids),
+                "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,
+                "prefill_ms": done.prefill_ms, "stop_reason": done.stop_reason.value, "drafter": args.drafter,
+                "seed": config.seed, "notices": notices, "stats": metrics.summary(), "ledger": ledger.summary(),
+            }
+            if args.json:
+                print(json.dumps(record, ensure_ascii=False), flush=True)
+            else:
+                sys.stdout.write(done.final_text + "\n")
+                ttft = "n/a" if ttft_ms is None else f"{ttft_ms:.0f} ms"
+                print(f"[turn {turn}] time to first token {ttft}, prefilled {done.num_prefilled} of "
+                      f"{done.num_prompt_tokens} prompt tokens in {done.prefill_ms / 1000:.2f} s; "
+                      + summary_line(args.drafter, metrics, done), file=sys.stderr)
+                for text in notices:
+                    print(f"[turn {turn}] note: {text}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1

@@ -32,7 +32,7 @@ from specchat.config import GenerationConfig
 from specchat.costs import CostEstimator, timing_round_due
 from specchat.drafters.base import Draft, Drafter, embedding_rows, synced_now
 from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.kv import cut_cache
+from specchat.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
 from specchat.sampling import VerifyResult, logits_to_probs, verify_draft
 from specchat.text import StreamingDetokenizer
 from specchat.trace import build_round_trace
@@ -47,6 +47,10 @@ class SpeculativeEngine:
         eos_token_ids: ids that end the reply when the target commits them.
         context_length: positions the target may use (prompt + reply); defaults to
             ``config.max_position_embeddings``.
+        prefix_cache: keep the target's KV cache (and a model drafter's) after each generation,
+            so that the next prompt prefills only what does not start like the last one (the
+            next turn of a chat prefills its new message, not the history). One cache per
+            model, at most ``context_length`` positions: memory bounded by one conversation.
 
     One engine serves one generation at a time (callers serialise; the app holds a lock).
     """
@@ -58,8 +62,12 @@ class SpeculativeEngine:
         *,
         eos_token_ids: Iterable[int] = (),
         context_length: int | None = None,
+        prefix_cache: bool = True,
     ):
         self.target_model = target_model
+        self.prefix_cache = prefix_cache
+        self.kept: KeptPrefix | None = None  # the last generation's cache, for the next prompt
+        self._finished: tuple[list[int], bool] | None = None  # (ids, drafter still in use) at the end
         self.tokenizer = tokenizer
         self.eos_token_ids = frozenset(int(i) for i in eos_token_ids)
         self.context_length = int(context_length or target_model.config.max_position_embeddings)
@@ -72,6 +80,10 @@ class SpeculativeEngine:
         self._token_texts: dict[int, str] = {}  # id → text, for traces
 
     # -- public ---------------------------------------------------------------------------
+    def forget_prefix(self) -> None:
+        """Drop the kept cache (the next prompt is prefilled whole; frees its memory)."""
+        self.kept = None
+
     def generate(
         self,
         prompt_ids: list[int],
@@ -123,6 +135,12 @@ class SpeculativeEngine:
             # newer generation runs: only the generation that owns the state cleans it up.
             if self._current is token:
                 self._current = None
+                finished, self._finished = self._finished, None
+                if finished is not None and self.prefix_cache:  # a generation that ended normally
+                    ids, drafter_ok = finished
+                    self.kept = keep_prefix(self.target_cache, ids)
+                    if drafter_ok and hasattr(drafter, "keep_prefix"):
+                        drafter.keep_prefix(ids)
                 self.target_cache = None
                 if drafter is not None:
                     drafter.end()
@@ -146,10 +164,14 @@ class SpeculativeEngine:
         )
 
         t0 = self._now()
+        self._finished = None
+        prefix = state.ids[:-1]  # every prompt token but the last (the first round feeds it)
         with torch.inference_mode():
-            self.target_cache = DynamicCache(config=self.target_model.config)
-            if len(state.ids) > 1:
-                self._target_forward(state.ids[:-1], logits_to_keep=1)
+            cache, reused = take_prefix(self.kept, prefix) if self.prefix_cache else (None, 0)
+            self.kept = None  # handed over (or dropped): one kept cache at a time
+            self.target_cache = cache if cache is not None else DynamicCache(config=self.target_model.config)
+            if len(prefix) > reused:
+                self._target_forward(prefix[reused:], logits_to_keep=1)
             if state.drafter is not None:
                 self._call_drafter(state, state.drafter.begin, state.ids)
         prefill_ms = (self._now() - t0) * 1000
@@ -183,6 +205,7 @@ class SpeculativeEngine:
                 controller.update(events[-1])
             yield from self._hand_over(state, events)  # outside inference mode: the consumer's code runs normally
 
+        self._finished = (list(state.ids), state.drafter is not None)
         yield DoneEvent(
             stop_reason=state.stop,
             token_ids=tuple(state.token_ids),
@@ -193,6 +216,7 @@ class SpeculativeEngine:
             num_prompt_tokens=len(prompt_ids),
             final_text=final_text,
             prompt_ids=tuple(prompt_ids),
+            num_prefilled=len(prefix) - reused,
         )
 
     # -- one round: Leviathan et al. 2023, Algorithm 1 --------------------------------------

@@ -146,6 +146,10 @@ class DoneEvent:
             an unfinished character. Streaming consumers append it to what they showed.
         error: reserved for a failure message (None on success).
         prompt_ids: the prompt's token ids (for a trace file's header).
+        num_prefilled: prompt tokens the target's prefill actually computed: all but the last
+            (which the first round feeds), less those whose KV states a kept cache already held
+            (the prefix cache: a chat's next turn prefills its new message only); None when
+            unknown (an old trace).
     """
 
     stop_reason: StopReason
@@ -158,6 +162,7 @@ class DoneEvent:
     final_text: str = ""
     error: str | None = field(default=None)
     prompt_ids: tuple[int, ...] = field(default=(), repr=False)
+    num_prefilled: int | None = None
 
 
 @dataclass(frozen=True)

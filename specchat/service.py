@@ -319,6 +319,15 @@ class ChatService:
             yield fallback
         yield from self.generate(ids, drafter=drafter, config=config, cancel=cancel)
 
+    def forget_prefix(self) -> None:
+        """Drop every kept conversation cache (the target's and each model drafter's): the next
+        prompt is prefilled whole. Never needed for correctness (reuse is by matching token ids)."""
+        if self.engine is not None:
+            self.engine.forget_prefix()
+        for drafter in self._drafters.values():
+            if hasattr(drafter, "kept"):
+                drafter.kept = None
+
     def warm_up(self, drafter: str = "none", num_tokens: int = 8) -> None:
         """Run one short untimed generation with ``drafter`` (and one target-only): the first
         forward passes of a process are several times slower (allocator and kernel warm-up),

@@ -361,6 +361,7 @@ def done_record(done: DoneEvent) -> dict[str, Any]:
         "prefill_ms": done.prefill_ms,
         "decode_ms": done.decode_ms,
         "num_prompt_tokens": done.num_prompt_tokens,
+        "num_prefilled": done.num_prefilled,
         "error": done.error,
     }
 
@@ -540,7 +541,7 @@ def _done_event(r: dict[str, Any]) -> DoneEvent:
         kinds=tuple(TokenKind(k) for k in r.get("kinds") or ()), text=str(r.get("text", "")),
         prefill_ms=float(r.get("prefill_ms", 0.0)), decode_ms=float(r.get("decode_ms", 0.0)),
         num_prompt_tokens=int(r.get("num_prompt_tokens", 0)), final_text=str(r.get("final_text", "")),
-        error=r.get("error"),
+        error=r.get("error"), num_prefilled=None if r.get("num_prefilled") is None else int(r["num_prefilled"]),
     )
 
 

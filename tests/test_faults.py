@@ -38,6 +38,14 @@ def service(smollm2_dir):
     return svc
 
 
+@pytest.fixture(autouse=True)
+def whole_prefill(request):
+    """These tests count forward passes from the prefill on: each starts with no kept
+    conversation cache (the prefix cache would skip the prefill of a prompt seen before)."""
+    if "service" in request.fixturenames:
+        request.getfixturevalue("service").forget_prefix()
+
+
 @pytest.fixture(scope="module")
 def prompt(service):
     ids, notice = service.encode_chat([], MESSAGE, N)

@@ -188,3 +188,44 @@ def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smo
     assert two.stdout.startswith("--- sample 1/2 (seed 5) ---\n") and "\n--- sample 2/2 (seed 6) ---\n" in two.stdout
     summaries = [line for line in two.stderr.splitlines() if line.startswith("[ngram")]
     assert [line.split("]")[0] for line in summaries] == ["[ngram, sample 1/2", "[ngram, sample 2/2"]
+
+
+def test_chat_script_reuses_the_conversation_cache(smollm2_dir, tmp_path):
+    """`chat --script`: one JSON object per turn. Turn 1 prefills its whole prompt but the last
+    token; later turns prefill only what follows the kept conversation (prefill_tokens), and
+    their replies are token-identical to a run that prefills everything every turn (greedy,
+    fp32)."""
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps(["Name a fruit.", "And a vegetable?", "Now a color."]), encoding="utf-8")
+    base = [sys.executable, "-m", "specchat", "chat", "--script", str(script), "--target", str(smollm2_dir),
+            "--drafter", "ngram", "--dtype", "float32", "--max-new-tokens", "12", "--json"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = []
+    for extra in ([], ["--no-prefix-cache"]):
+        out = subprocess.run(base + extra, capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append([json.loads(line) for line in out.stdout.splitlines() if line.strip()])
+    cached, plain = runs
+    assert [t["turn"] for t in cached] == [1, 2, 3]
+    for t in cached + plain:
+        assert {"turn", "text", "token_ids", "ttft_ms", "prefill_tokens", "stats"} <= set(t)
+        assert t["ttft_ms"] > 0 and t["stats"]["num_tokens"] == len(t["token_ids"])
+    assert [t["token_ids"] for t in cached] == [t["token_ids"] for t in plain]
+    assert [t["num_prompt_tokens"] for t in cached] == [t["num_prompt_tokens"] for t in plain]
+    assert all(t["prefill_tokens"] == t["num_prompt_tokens"] - 1 for t in plain)
+    assert cached[0]["prefill_tokens"] == cached[0]["num_prompt_tokens"] - 1
+    for before, t in zip(cached, cached[1:]):
+        # the kept prefix covers at least the previous prompt (all but its last token)
+        assert t["prefill_tokens"] <= t["num_prompt_tokens"] - before["num_prompt_tokens"]
+
+
+def test_chat_script_errors(tmp_path, capsys):
+    from specchat.cli import main
+
+    for content, message in (("not json", "not JSON"), ("[]", "non-empty JSON list"), ('["hi", "  "]', "message 2")):
+        path = tmp_path / "s.json"
+        path.write_text(content, encoding="utf-8")
+        assert main(["chat", "--script", str(path)]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["chat", "--script", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read it" in capsys.readouterr().err

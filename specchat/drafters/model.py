@@ -13,7 +13,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from specchat.config import GenerationConfig
 from specchat.drafters.base import Draft, DraftTrace, embedding_rows, synced_now
-from specchat.kv import cut_cache
+from specchat.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
 from specchat.sampling import logits_to_probs
 
 # With adaptive γ and greedy decoding, drafting stops early once the drafter's own top
@@ -56,16 +56,30 @@ class ModelDrafter:
         self.model_device = next(model.parameters()).device
         self.num_input_ids = embedding_rows(model, output=False)
         self.cache: DynamicCache | None = None
+        self.kept: KeptPrefix | None = None  # the last generation's cache, for the next begin()
 
     @property
     def cache_len(self) -> int:
         return 0 if self.cache is None else self.cache.get_seq_length()
 
     def begin(self, prompt_ids: list[int]) -> None:
-        """Fresh cache, prefilled with all prompt tokens but the last."""
-        self.cache = DynamicCache(config=self.model.config)
-        if len(prompt_ids) > 1 and max(prompt_ids[:-1]) < self.num_input_ids:
-            self._forward(prompt_ids[:-1], logits=False)
+        """A cache prefilled with all prompt tokens but the last: the kept cache of the last
+        generation (:meth:`keep_prefix`) as far as the prompt starts with the same ids, then
+        the rest computed."""
+        prefix = prompt_ids[:-1]
+        if prefix and max(prefix) >= self.num_input_ids:  # an id the drafter cannot read: no prefill
+            self.kept, self.cache = None, DynamicCache(config=self.model.config)
+            return
+        cache, reused = take_prefix(self.kept, prefix)
+        self.kept = None
+        self.cache = cache if cache is not None else DynamicCache(config=self.model.config)
+        if len(prefix) > reused:
+            self._forward(prefix[reused:], logits=False)
+
+    def keep_prefix(self, ids: list[int]) -> None:
+        """Keep the cache for the next :meth:`begin` (the engine calls this after a generation that
+        ended normally, before :meth:`end`): it holds the states of a prefix of ``ids``."""
+        self.kept = keep_prefix(self.cache, ids)
 
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
