@@ -610,8 +610,8 @@ MUTANTS = [
         "drafter-begin-reuses-cache",
         9,
         "specchat/drafters/model.py",
-        "        self.cache = DynamicCache(config=self.model.config)\n        if len(prompt_ids) > 1",
-        "        if self.cache is None:\n            self.cache = DynamicCache(config=self.model.config)\n        if len(prompt_ids) > 1",
+        "        self.cache = cache if cache is not None else DynamicCache(config=self.model.config)",
+        "        self.cache = self.cache if self.cache is not None else (cache if cache is not None else DynamicCache(config=self.model.config))",
         "a drafter's begin() reuses a cache left by an abandoned generation",
     ),
     Mutant(
