@@ -180,8 +180,11 @@ def test_three_token_colors_match_the_legend_and_the_charts_render(served, brows
         "  points: (p.data || []).reduce((n, t) => n + ((t.y || []).length), 0), "
         "  svg: p.querySelectorAll('.main-svg').length}));"
     )
-    assert sorted(p["id"] for p in plots) == ["plot-alpha", "plot-position", "plot-speed", "plot-theory"], plots
+    assert sorted(p["id"] for p in plots) == ["plot-alpha", "plot-position", "plot-speed", "plot-theory", "plot-worth"], plots
     assert all(p["traces"] >= 1 and p["points"] >= 1 and p["svg"] >= 1 for p in plots), plots
+    # the ledger of the reply: counted passes against target-only, and the α > c words
+    ledger = d.execute_script("return document.querySelector('#spec-ledger').innerText")
+    assert "Reply #1" in ledger and "target forward passes" in ledger and "Is this drafter worth it?" in ledger
     assert "α" in state["stats"] and "tok/s" in state["stats"]
 
 

@@ -179,8 +179,9 @@ def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smo
     assert ngram["speedup"] > 0 and ngram["speedup_predicted"] > 0
     plain = subprocess.run([*base, "--drafter", "ngram"], capture_output=True, text=True, env=env, timeout=300)
     assert plain.returncode == 0 and plain.stdout.endswith("\n")
-    summary = plain.stderr.strip().splitlines()[-1]
+    summary, ledger = plain.stderr.strip().splitlines()[-2:]
     assert summary.startswith("[ngram] ") and "vs target-only steps timed during this reply" in summary
+    assert ledger.startswith("ledger: ") and "target passes for" in ledger and "ĉ=0.00" in ledger
     # several samples: each starts with a line naming it, and each summary line says which it is
     two = subprocess.run([*base, "--drafter", "ngram", "--num-samples", "2", "--max-new-tokens", "8", "--seed", "5"],
                          capture_output=True, text=True, env=env, timeout=300)
