@@ -461,7 +461,8 @@ def _generate(args: argparse.Namespace) -> int:
             done = metrics.done
             assert isinstance(done, DoneEvent)
             sizes = service.model_sizes(args.drafter)
-            ledger = count_ledger(metrics.rounds, sizes=sizes, alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms)
+            ledger = count_ledger(metrics.rounds, sizes=sizes, alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
+                                  num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
             if args.json:
                 print(json.dumps({**_sample_json(done, metrics, args, config.seed), "ledger": ledger.summary()},
                                  ensure_ascii=False))
@@ -546,7 +547,8 @@ def _chat(args: argparse.Namespace) -> int:
             assert isinstance(done, DoneEvent)
             history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
             ledger = count_ledger(metrics.rounds, sizes=service.model_sizes(args.drafter),
-                                  alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms)
+                                  alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
+                                  num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
             record = {
                 "turn": turn, "message": message, "text": done.text, "token_ids": list(done.token_ids),
                 "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,

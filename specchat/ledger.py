@@ -162,6 +162,8 @@ class Ledger:
     sizes: ModelSizes | None
     reads_factor_predicted: float | None
     arithmetic_predicted: float | None
+    num_prefilled: int | None = None  # prompt tokens the prefill computed (the rest came from a kept cache)
+    num_prompt_tokens: int | None = None
 
     # -- reads ---------------------------------------------------------------------------
     @property
@@ -254,6 +256,7 @@ class Ledger:
             "num_drafted": self.num_drafted,
             "num_thrown_away": self.num_thrown_away,
             "prefill_ms": self.prefill_ms,
+            "num_prefilled": self.num_prefilled,
             "decode_ms": self.decode_ms,
         }
 
@@ -282,6 +285,8 @@ def count_ledger(
     sizes: ModelSizes | None = None,
     alpha: float | None = None,
     prefill_ms: float | None = None,
+    num_prefilled: int | None = None,
+    num_prompt_tokens: int | None = None,
 ) -> Ledger:
     """Count a reply's ledger from its rounds.
 
@@ -291,6 +296,8 @@ def count_ledger(
         sizes: the two models' sizes; without them ĉ, bytes and the arithmetic are None.
         alpha: the reply's acceptance rate α (accepted / judged drafts) for the predictions.
         prefill_ms: the reply's prefill time, milliseconds.
+        num_prefilled / num_prompt_tokens: prompt tokens the prefill computed, of how many
+            (``DoneEvent.num_prefilled``: the rest were reused from the conversation's kept cache).
 
     Returns:
         The :class:`Ledger`. Predictions per round as run: a round that drafted γ_r tokens is
@@ -326,4 +333,6 @@ def count_ledger(
         sizes=sizes,
         reads_factor_predicted=tokens_pred / len(rounds) if predicted else None,
         arithmetic_predicted=units_pred / tokens_pred if predicted and flop_ratio is not None else None,
+        num_prefilled=num_prefilled,
+        num_prompt_tokens=num_prompt_tokens,
     )

@@ -237,7 +237,12 @@ def ledger_html(
         limits = ("Prefill: measured when the reply ends. " if running else "") + \
             f"Decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}."
     else:
-        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
+        reused = ""
+        if ledger.num_prefilled is not None and ledger.num_prompt_tokens:
+            kept = ledger.num_prompt_tokens - 1 - ledger.num_prefilled  # the last prompt token is fed by round 1
+            reused = (f" for {ledger.num_prefilled:,} new prompt tokens"
+                      + (f" ({kept:,} reused from the conversation's kept cache)" if kept > 0 else ""))
+        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s{reused}, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
                   "speculation speeds up only the decoding. The prefill runs the whole prompt through the target in "
                   "one pass, which is compute-bound already (as are large batches), so drafting cannot help it.")
         if ledger.mostly_prefill:

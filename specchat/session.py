@@ -207,7 +207,9 @@ class Reply:
         """What this reply's decoding spent and saved (:func:`specchat.ledger.count_ledger`)."""
         done = self.metrics.done
         return count_ledger(self.metrics.rounds, sizes=self.sizes, alpha=self.metrics.acceptance_rate,
-                            prefill_ms=None if done is None else done.prefill_ms)
+                            prefill_ms=None if done is None else done.prefill_ms,
+                            num_prefilled=None if done is None else done.num_prefilled,
+                            num_prompt_tokens=None if done is None else done.num_prompt_tokens)
 
     def ledger_html(self) -> str:
         return ledger_html(self.ledger(), self.metrics, title=f"Reply #{self.number} · {self.label.split(' · ', 1)[1]}",
@@ -622,6 +624,9 @@ class ChatSession:
         try:
             for lane, lane_settings in zip(lanes, (base_settings, settings)):
                 lane_config = dataclasses.replace(config, measure_speedup=False)  # the race itself is the measurement
+                forget = getattr(self.service, "forget_prefix", None)
+                if callable(forget):  # both lanes prefill the whole prompt: the second must not reuse the first's cache
+                    forget()
                 last = self.clock()
                 yield View(race=race_html(*lanes, 0.0, status=f"running {lane.name}…"))
                 for item in self._stream([], message, lane_settings.drafter, lane_config, run.cancel):

@@ -388,3 +388,13 @@ def test_unknown_drafter_size_leaves_c_hat_unknown():
 def test_nothing_drafted_headline():
     rounds = [RoundEvent(i, 0, 0, 0, 1, (), 0.0, 0, 50.0, 0.0, 50.0) for i in range(3)]
     assert headline(count_ledger(rounds), 1.0).startswith("Nothing was drafted")
+
+
+def test_prefill_line_says_how_much_was_reused():
+    """A prompt of 400 tokens of which the prefill computed 23: the last prompt token is fed by
+    the first round, so 400 − 1 − 23 = 376 were reused from the kept cache."""
+    ledger = count_ledger(_rounds(), sizes=SIZES, alpha=0.8, prefill_ms=900.0, num_prefilled=23, num_prompt_tokens=400)
+    html = ledger_html(ledger, _metrics(_rounds()), title="t", drafter="sibling")
+    assert "Prefill 0.90 s for 23 new prompt tokens (376 reused from the conversation's kept cache)" in html
+    first = count_ledger(_rounds(), prefill_ms=900.0, num_prefilled=399, num_prompt_tokens=400)
+    assert "for 399 new prompt tokens," in ledger_html(first, _metrics(_rounds()), title="t", drafter="x")

@@ -360,3 +360,15 @@ def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_draft
     broken = FakeService()
     broken.model_sizes = lambda drafter: 1 / 0
     assert "ĉ unknown" in run(ChatSession(broken))[-1].ledger
+
+
+def test_each_race_lane_prefills_the_whole_prompt():
+    """The race times prefill + decode of each lane: the second lane must not reuse the first
+    lane's kept prompt cache, so the service's kept caches are dropped before each lane."""
+    service = FakeService()
+    dropped = []
+    service.forget_prefix = lambda: dropped.append(len(dropped))
+    s = ChatSession(service)
+    views = list(s.run_race("go", settings(drafter="int4")))
+    assert views and dropped == [0, 1]
+    assert s.race_lanes is not None and all(lane.done is not None for lane in s.race_lanes)
