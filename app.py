@@ -293,7 +293,11 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
     The sessions are in ``demo.sessions`` (a :class:`~specchat.session.SessionStore`).
     """
     kinds = list(service.drafter_kinds())
-    drafter0 = _pick_drafter(kinds, default_drafter)
+    # "auto": the service picks the drafter by measurement while it loads (ChatService.pick_drafter);
+    # the menu shows the fixed order's first until then, and the pick once the models are ready
+    auto = default_drafter == "auto"
+    picked = getattr(service, "picked", None)
+    drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter)
     sessions = SessionStore(lambda: ChatSession(service, stream=_stream_fn(service)))
 
     def session_of(request: gr.Request | None) -> ChatSession:
@@ -475,14 +479,18 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                 yield {load_banner: banner}
             if getattr(service, "startup_error", None) is not None:
                 return
-            error = getattr(service, "drafter_errors", {}).get(drafter0)
+            picked = getattr(service, "picked", None) if auto else None
+            first = picked[0] if picked and picked[0] in kinds else drafter0
+            error = getattr(service, "drafter_errors", {}).get(first)
             if error is not None:
-                text = f"drafter '{drafter0}' could not be loaded ({error}): answering with the target only"
+                text = f"drafter '{first}' could not be loaded ({error}): answering with the target only"
                 gr.Warning(text)
                 yield {load_banner: "", drafter_status: status_html(text, error=True),
                        drafter: "none", active_drafter: "none"}
                 return
-            yield {load_banner: getattr(service, "banner", ""), drafter_status: status_html(f"drafter '{drafter0}' ready")}
+            why = f" · picked by measurement: {picked[1]}" if picked else ""
+            yield {load_banner: getattr(service, "banner", ""), drafter_status: status_html(f"drafter '{first}' ready{why}"),
+                   **({drafter: first, active_drafter: first} if picked else {})}
 
         def select(ref, request: gr.Request = None):
             try:
@@ -602,7 +610,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--drafter", choices=DRAFTER_CHOICES, default=None,
-        help=f"drafter selected at start (default: the first available of {', '.join(DEFAULT_DRAFTER_ORDER[:-1])})",
+        help="drafter selected at start (default: picked by measurement: the first start times each model "
+             "drafter against the target on this machine, about two minutes, and keeps the result; "
+             "see `python -m specchat calibrate`)",
     )
     parser.add_argument(
         "--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -660,7 +670,12 @@ def _announce_ready(service: Any, drafter: str, url: str) -> None:
             file=sys.stderr,
         )
     else:
-        print(f"Ready: {service.target_name} with drafter '{drafter}'. Open {url}", file=sys.stderr)
+        picked = getattr(service, "picked", None)
+        if drafter == "auto" and picked:
+            drafter = f"{picked[0]}' ({picked[1]})"
+            print(f"Ready: {service.target_name} with drafter '{drafter}. Open {url}", file=sys.stderr)
+        else:
+            print(f"Ready: {service.target_name} with drafter '{drafter}'. Open {url}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -693,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"drafter '{args.drafter}' is not available for {service.target_name}; "
                 f"available: {', '.join(kinds)}"
             )
-        drafter = _pick_drafter(kinds, args.drafter)
+        drafter = args.drafter or "auto"
     except Exception as exc:
         if _is_user_error(exc):
             print(f"error: {exc}", file=sys.stderr)
@@ -702,7 +717,10 @@ def main(argv: list[str] | None = None) -> int:
     # Load in the background: the page opens at once and shows the same progress as the
     # terminal (the first start converts the models, later starts load from the cache).
     print(
-        f"Loading {service.target_name} with drafter '{drafter}' (progress below and in the browser)…",
+        f"Loading {service.target_name} with drafter '{drafter}' (progress below and in the browser)…"
+        if drafter != "auto" else
+        f"Loading {service.target_name}; the drafter is picked by measurement on this machine (--drafter to choose "
+        "one) (progress below and in the browser)…",
         file=sys.stderr,
     )
     service.start(drafter)

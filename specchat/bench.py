@@ -401,7 +401,8 @@ def build_configs(
                 configs.append(BenchConfig(SPECCHAT, drafter, gamma, max_gamma, measure_speedup=False))
     if transformers:
         configs.append(BenchConfig(TRANSFORMERS, "none"))
-        configs += [BenchConfig(TRANSFORMERS, d) for d in drafters]
+        # the hybrid has no transformers counterpart: its model part's row is the comparison
+        configs += [BenchConfig(TRANSFORMERS, d) for d in drafters if d != "hybrid"]
     return configs
 
 

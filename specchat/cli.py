@@ -109,6 +109,18 @@ def build_parser() -> argparse.ArgumentParser:
     cht.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     cht.add_argument("--device", type=_device, default=None)
     cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
+    cal = sub.add_parser(
+        "calibrate", help="time each model drafter against target-only on this machine and pick the default drafter",
+        description="One short greedy reply per model drafter, between two target-only replies to the same "
+                    "message; the result is kept per machine and model pair in specchat's cache and read by the "
+                    "app to pick its default drafter (redone when the machine or a model changes).",
+    )
+    cal.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    cal.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
+    cal.add_argument("--again", action="store_true", help="measure again even if a calibration is on record")
+    cal.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    cal.add_argument("--device", type=_device, default=None)
+    cal.add_argument("--json", action="store_true", help="print the calibration record as JSON")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     aud.add_argument("--drafter", choices=SPECULATIVE_KIND_NAMES, required=True)
@@ -189,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         return _audit(args)
     if args.command == "chat":
         return _chat(args)
+    if args.command == "calibrate":
+        return _calibrate(args)
     if args.command == "bench":
         return _bench(args, sys.argv[1:] if argv is None else argv)
     return 2
@@ -341,6 +355,34 @@ def _load_service(args: argparse.Namespace):
     service.load()
     service.prepare_drafter(args.drafter)
     return service, 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from specchat import calibrate
+    from specchat.errors import SpecchatError
+
+    args.drafter = "none"
+    try:
+        service, status = _load_service(args)
+        if service is None:
+            return status
+        kind, reason = service.pick_drafter(recalibrate=args.again)
+    except (SpecchatError, ValueError) as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 1
+    record = service.calibration
+    if args.json:
+        print(json.dumps(record.to_json() | {"picked": kind, "reason": reason}, ensure_ascii=False))
+        return 0
+    base = ", ".join(f"{r:.2f}" for r in record.target_tokens_per_s)
+    print(f"target only: {base} tokens/s (before the first drafter and after each)")
+    for d in sorted(record.drafters, key=lambda d: -d.speedup):
+        alpha = "-" if d.alpha is None else f"{d.alpha:.2f}"
+        ms = "-" if d.draft_ms_per_token is None else f"{d.draft_ms_per_token:.0f} ms"
+        print(f"  {d.kind:<13} {d.tokens_per_s:6.2f} tokens/s  {d.speedup:5.2f}×  α={alpha}  draft {ms}/token")
+    print(f"default drafter: {kind} ({reason})")
+    print(f"record: {calibrate.default_path()}")
+    return 0
 
 
 def _audit(args: argparse.Namespace) -> int:

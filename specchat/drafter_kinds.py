@@ -22,7 +22,8 @@ class DrafterKind:
         needs: what it needs beyond the target ("" for nothing).
         source: how it is built: ``"none"`` (no drafter: target-only decoding), ``"lookup"``
             (n-gram lookup over the context, no model), ``"target"`` (the target's own
-            weights) or ``"sibling"`` (the target's registered sibling model).
+            weights), ``"sibling"`` (the target's registered sibling model) or ``"hybrid"``
+            (lookup first, then the fastest model drafter of the target).
         int4: the model is quantized to bitsandbytes NF4 while loading.
         color: its color in charts (hex).
     """
@@ -44,7 +45,7 @@ class DrafterKind:
     @property
     def is_model(self) -> bool:
         """True for a drafter that runs a model (its steps cost time; c > 0)."""
-        return self.source in ("target", "sibling")
+        return self.source in ("target", "sibling", "hybrid")
 
 
 _MODEL_Q = "drafter softmax (one-hot when greedy)"
@@ -73,12 +74,18 @@ DRAFTER_KINDS: dict[str, DrafterKind] = {
             "sibling-int4", "4-bit smaller model", "the sibling quantized to NF4 while loading",
             _MODEL_Q, "a sibling entry in models.yaml, bitsandbytes", "sibling", True, "#9c36b5",
         ),
+        DrafterKind(
+            "hybrid", "lookup, then a model",
+            "lookup first (the continuation seen most often after the last 2–8 tokens), else the fastest model drafter",
+            "one-hot for lookup rounds, the model's softmax for model rounds", "a model drafter", "hybrid", False,
+            "#c2255c",
+        ),
     )
 }
 """Every drafter kind, in display order."""
 
 KIND_NAMES: tuple[str, ...] = tuple(DRAFTER_KINDS)
-"""The kinds' names in display order: none, ngram, int4, sibling, sibling-int4."""
+"""The kinds' names in display order: none, ngram, int4, sibling, sibling-int4, hybrid."""
 
 SPECULATIVE_KIND_NAMES: tuple[str, ...] = tuple(k for k in KIND_NAMES if DRAFTER_KINDS[k].source != "none")
 """Kinds that actually draft (all but ``none``): the choices of ``audit`` and ``bench``."""

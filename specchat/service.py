@@ -14,10 +14,10 @@ from pathlib import Path
 
 import torch
 
-from specchat import drafter_kinds, loading
+from specchat import calibrate, drafter_kinds, loading
 from specchat.chat import Message, build_chat_prompt
 from specchat.config import GenerationConfig
-from specchat.drafters import Drafter, ModelDrafter, NgramDrafter
+from specchat.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
 from specchat.errors import SpecchatError
 from specchat.events import Event
@@ -81,6 +81,8 @@ class ChatService:
         # drafters whose loading failed (kind -> the error); chat turns then answer target-only
         # without retrying, an explicit prepare_drafter() retries
         self.drafter_errors: dict[str, BaseException] = {}
+        self.calibration: calibrate.Calibration | None = None  # this machine's, once picked or loaded
+        self.picked: tuple[str, str] | None = None  # start("auto"): (drafter, why)
         self._lock = threading.Lock()
         self._load_lock = threading.Lock()
         self.ready = threading.Event()
@@ -95,6 +97,7 @@ class ChatService:
     # -- background start-up (the app) -----------------------------------------------------
     def start(self, drafter: str) -> threading.Thread:
         """Load the target, prepare ``drafter`` and warm both up, in a background thread.
+        ``drafter="auto"``: the drafter :meth:`pick_drafter` picks (kept in :attr:`picked`).
 
         ``ready`` is set when done; on failure ``startup_error`` holds the exception and
         ``ready`` is set too. Progress is reported on ``specchat.progress.BOARD``.
@@ -103,8 +106,17 @@ class ChatService:
         self._started = True
 
         def run() -> None:
+            nonlocal drafter
             try:
                 self.load()
+                if drafter == "auto":
+                    try:
+                        self.picked = self.pick_drafter()
+                        drafter = self.picked[0]
+                    except Exception as exc:  # the calibration failed: the fixed order decides
+                        drafter = calibrate.pick(None, self.drafter_kinds())
+                        self.picked = (drafter, f"the calibration failed ({exc}); the first of the default order")
+                        logger.error("calibrating the drafters failed", exc_info=exc)
                 try:
                     self.prepare_drafter(drafter)
                 except Exception as exc:  # the target works: go on, the chat falls back to target-only
@@ -229,10 +241,67 @@ class ChatService:
             except loading.ModelSourceError as exc:
                 raise loading.damaged_cache_error(entry, path, exc) from exc
             drafter = self._model_drafter(model, name)
+        elif kind.source == "hybrid":
+            part = self.hybrid_part()
+            BOARD.stage(f"Preparing the hybrid drafter: lookup, then '{part}'")
+            model_part = self._prepare_drafter(part)
+            # its own caches on the same weights: the standalone drafter's kept cache stays its own
+            drafter = HybridDrafter(self._model_drafter(model_part.model, part), name=name)
         else:
             raise ValueError(f"drafter kind {name!r} has no way to be built (source {kind.source!r})")
         self._drafters[name] = drafter
         return drafter
+
+    def model_drafter_kinds(self) -> list[str]:
+        """This target's drafter kinds that run a model of their own (int4, sibling, sibling-int4)."""
+        return [k for k in self.drafter_kinds() if drafter_kinds.get(k).source in ("target", "sibling")]
+
+    def hybrid_part(self) -> str:
+        """The model drafter the hybrid falls back on: the one this machine's calibration found
+        fastest (:mod:`specchat.calibrate`) when there is one on record, else the first model kind
+        of :data:`~specchat.drafter_kinds.DEFAULT_ORDER` the target offers (the int4 copy for a
+        target with no sibling)."""
+        fastest = self.calibrated_fastest_model_kind()
+        if fastest is not None:
+            return fastest
+        kinds = self.model_drafter_kinds()
+        return next(k for k in drafter_kinds.DEFAULT_ORDER if k in kinds)
+
+    def calibrated_fastest_model_kind(self) -> str | None:
+        """The model drafter kind with the best measured speed in this machine's calibration on
+        record (:attr:`calibration`), or None (none yet)."""
+        best = self.calibration.fastest if self.calibration is not None else None
+        return best.kind if best is not None and best.kind in self.model_drafter_kinds() else None
+
+    def pick_drafter(self, *, recalibrate: bool = False) -> tuple[str, str]:
+        """The default drafter for this machine and model pair, and why: from the calibration on
+        record, or a new one (timed now, about a minute with progress, then saved; see
+        :mod:`specchat.calibrate`). Model drafters loaded only to be timed are released again.
+
+        Returns:
+            ``(kind, reason)``; the kind is one of :meth:`drafter_kinds`.
+        """
+        self._engine()
+        key = calibrate.calibration_key(self)
+        record = None if recalibrate else calibrate.load(key)
+        loaded = set(self._drafters)
+        if record is None:
+            BOARD.stage("Calibrating the drafters on this machine (once per machine and model pair)")
+            record = calibrate.calibrate(self, progress=BOARD.stage)
+            try:
+                calibrate.save(record)
+            except OSError as exc:  # a read-only cache: use it now, calibrate again next start
+                logger.warning("could not save the calibration: %s", exc)
+        self.calibration = record
+        kind = calibrate.pick(record, self.drafter_kinds())
+        keep = {kind, self.hybrid_part() if kind == "hybrid" else kind}
+        with self._load_lock:
+            for name in set(self._drafters) - loaded - keep:
+                del self._drafters[name]  # loaded only to be timed: free its memory
+            hybrid = self._drafters.get("hybrid")
+            if hybrid is not None and hybrid.model_drafter.name != self.hybrid_part():
+                del self._drafters["hybrid"]  # built on another part before this calibration
+        return kind, record.reason(kind)
 
     def model_sizes(self, drafter: str) -> ModelSizes | None:
         """The target's and ``drafter``'s matmul weights and bytes (for ĉ and the ledger of

@@ -65,6 +65,8 @@ class FakeService:
         self.prepared: list[str] = []
         self.failing_drafters = {"sibling"}
         self.cancels: list[threading.Event | None] = []
+        self.auto_pick = ("hybrid", "hybrid = lookup first, then sibling, the fastest model drafter measured here")
+        self.picked = None
 
     def load(self) -> None:
         pass
@@ -80,7 +82,11 @@ class FakeService:
         self.startup_error = None
 
         def run():
+            nonlocal drafter
             try:
+                if drafter == "auto":  # ChatService.pick_drafter: by measurement (scripted here)
+                    self.picked = self.auto_pick
+                    drafter = self.picked[0]
                 self.prepare_drafter(drafter)
                 self.warm_up(drafter)
             except Exception as exc:
@@ -465,13 +471,18 @@ def test_main_default_drafter_and_no_warning_on_loopback(monkeypatch, capsys):
             seen.update(kwargs)
 
     monkeypatch.setattr(app, "get_service", lambda **kwargs: fake)
-    monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: FakeDemo())
+    monkeypatch.setattr(app, "build_ui", lambda service, default_drafter=None: (seen.update(drafter=default_drafter), FakeDemo())[1])
     monkeypatch.setattr(app, "port_in_use", lambda host, port: None)
     fake.failing_drafters = set()
     assert app.main(["--host", "127.0.0.1"]) == 0
     fake.ready.wait(5)
-    assert "WARNING" not in capsys.readouterr().err
-    assert fake.prepared == ["sibling-int4"]  # first of DEFAULT_DRAFTER_ORDER that the target offers
+    time.sleep(0.2)  # the "Ready" line is printed by a thread once ready is set
+    err = capsys.readouterr().err
+    assert "WARNING" not in err
+    # no --drafter: the service picks by measurement while loading, and the terminal says why
+    assert seen["drafter"] == "auto" and fake.prepared == ["hybrid"]
+    assert "picked by measurement on this machine" in err
+    assert "with drafter 'hybrid' (hybrid = lookup first, then sibling, the fastest model drafter measured here)" in err
     # a drafter that fails to load in the background: the page shows the error, no traceback
     fake.failing_drafters = {"int4"}
     assert app.main(["--drafter", "int4"]) == 0

@@ -14,9 +14,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_registry_cli_charts_and_readme_follow_the_table():
     names = drafter_kinds.KIND_NAMES
-    assert names == ("none", "ngram", "int4", "sibling", "sibling-int4")
+    assert names == ("none", "ngram", "int4", "sibling", "sibling-int4", "hybrid")
     assert registry.DRAFTER_KINDS == names
-    assert registry.ALWAYS_AVAILABLE_DRAFTERS == ("none", "ngram", "int4")  # no sibling needed
+    assert registry.ALWAYS_AVAILABLE_DRAFTERS == ("none", "ngram", "int4", "hybrid")  # no sibling needed
     parser = build_parser()
     sub = parser._subparsers._group_actions[0].choices
     generate = next(a for a in sub["generate"]._actions if a.dest == "drafter")
@@ -30,10 +30,11 @@ def test_registry_cli_charts_and_readme_follow_the_table():
 
 
 def test_kinds_a_target_can_use_and_errors():
-    assert drafter_kinds.kinds_for(has_sibling=False) == ["none", "ngram", "int4"]
+    assert drafter_kinds.kinds_for(has_sibling=False) == ["none", "ngram", "int4", "hybrid"]
     assert drafter_kinds.kinds_for(has_sibling=True) == list(drafter_kinds.KIND_NAMES)
     assert drafter_kinds.get("sibling-int4").int4 and drafter_kinds.get("sibling-int4").needs_sibling
     assert not drafter_kinds.get("ngram").is_model and drafter_kinds.get("int4").is_model
+    assert drafter_kinds.get("hybrid").is_model  # its model rounds cost time
     with pytest.raises(ValueError, match="unknown drafter kind 'eagle' .known: none, ngram"):
         drafter_kinds.get("eagle")
     assert drafter_kinds.color("eagle", "#000") == "#000"

@@ -83,7 +83,7 @@ def test_good_file_and_env_var(tmp_path, monkeypatch):
     assert registry.path == path
     assert registry.models["big"].name == "big"
     assert registry.models["big"].drafters == {"sibling": "small"}
-    assert registry.models["small"].drafter_kinds() == ["none", "ngram", "int4"]
+    assert registry.models["small"].drafter_kinds() == ["none", "ngram", "int4", "hybrid"]
 
 
 def test_bad_yaml(tmp_path):
