@@ -165,11 +165,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prompts per group that also run the fixed-γ settings (default 1; 0 = all)")
     ben.add_argument("--no-transformers", dest="transformers", action="store_false",
                      help="skip transformers' generate(assistant_model=…/prompt_lookup_num_tokens=…) counterparts")
+    ben.add_argument("--hf-assistant-tokens", nargs="*", type=_ranged(int, 1, 64, "1..64"), default=[4, 8], metavar="K",
+                     help="transformers tuned: also run each model drafter's assistant with K tokens per round "
+                          "(schedule 'constant'), for each K (default 4 8; none: --hf-assistant-tokens)")
     ben.add_argument("--prompts", help="prompt set YAML (default: the shipped specchat/bench_prompts.yaml)")
     ben.add_argument("--groups", nargs="+", choices=["code", "edit", "passage", "chat"], help="only these groups")
     ben.add_argument("--per-group", type=_ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
     ben.add_argument("--max-new-tokens", type=_ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
-    ben.add_argument("--repeats", type=_ranged(int, 1, 1000, "1..1000"), default=1)
+    ben.add_argument("--repeats", type=_ranged(int, 1, 1000, "1..1000"), default=3,
+                     help="runs of every configuration on every prompt (default 3: the table gives min / median / max)")
+    ben.add_argument("--quick", action="store_true",
+                     help="a look in a few minutes: one prompt per group, 48 new tokens, 1 repeat, adaptive γ only "
+                          "(the other options still apply where given)")
     ben.add_argument("--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
     ben.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
     ben.add_argument("--device", type=_device, default=None)
@@ -221,6 +228,12 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     except ValueError as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 2
+    if args.quick:  # a quick look; what the user spelled out still wins
+        given = {a.split("=", 1)[0] for a in argv}
+        for option, attr, value in (("--per-group", "per_group", 1), ("--max-new-tokens", "max_new_tokens", 48),
+                                    ("--repeats", "repeats", 1), ("--gammas", "gammas", ["adaptive"])):
+            if option not in given:
+                setattr(args, attr, value)
     if args.groups:
         prompts = [p for p in prompts if p.group in args.groups]
     if args.per_group:
@@ -257,7 +270,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         main_gammas = [g for g in gammas if g is None] or gammas[:1]
         sweep_gammas = [g for g in gammas if g not in main_gammas]
         main = bench.build_configs(drafters, transformers=args.transformers, gammas=main_gammas, max_gamma=args.max_gamma,
-                                   timing_cost=args.timing_cost)
+                                   timing_cost=args.timing_cost, hf_assistant_tokens=args.hf_assistant_tokens)
         sweep = [c for c in bench.build_configs(drafters, transformers=False, gammas=sweep_gammas, max_gamma=args.max_gamma)
                  if c.drafter != "none"]
         sweep_prompts = prompts if args.sweep_per_group == 0 else _first_per_group(prompts, args.sweep_per_group)
@@ -284,6 +297,8 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1
     summary = bench.summarize(results)
+    if "hybrid" in drafters:
+        summary["hybrid_part"] = service.hybrid_part()
     meta = bench.machine_description(service) | {
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "num_prompts": len(prompts),
         "max_gamma": args.max_gamma, "command": "python -m specchat " + " ".join(argv),
@@ -293,7 +308,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
           f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}")
     goals = bench.check_goals(summary)
     if goals:
-        print("\ngoals (issue 4):")
+        print("\ngoals (issues 4 and 14):")
         for text, value, met in goals:
             mark = "not measured" if met is None else ("met" if met else "NOT met")
             print(f"  {text:<48} {bench._fmt(value):>6}  {mark}")

@@ -76,7 +76,7 @@ DRAFTER_KINDS: dict[str, DrafterKind] = {
         ),
         DrafterKind(
             "hybrid", "lookup, then a model",
-            "lookup first (the continuation seen most often after the last 2–8 tokens), else the fastest model drafter",
+            "lookup first (the continuation seen most often after the last 3–8 tokens), else the fastest model drafter",
             "one-hot for lookup rounds, the model's softmax for model rounds", "a model drafter", "hybrid", False,
             "#c2255c",
         ),
