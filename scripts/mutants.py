@@ -49,6 +49,7 @@ FAMILY = {
     11: ["tests/test_session.py"],
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
     13: ["tests/test_ledger.py"],
+    14: ["tests/test_hybrid.py", "tests/test_calibrate.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -64,6 +65,7 @@ KIND_NAMES = {
     11: "a browser session (send, queue, Stop, Clear, labels)",
     12: "round traces and the views built on them",
     13: "the cost ledger and the exactness proof view",
+    14: "the hybrid drafter and the drafter picked by measurement",
 }
 
 
@@ -871,6 +873,65 @@ MUTANTS = [
         "    scale = 1.0 - proof.beta\n",
         "    scale = 1.0\n",
         "the proof view's residual path is p′ instead of (1 − β)·p′",
+    ),
+    Mutant(
+        "ledger-drafted-tokens-cost-drafter-arithmetic",
+        13,
+        "specchat/ledger.py",
+        "return self.target_positions + self.flop_ratio * self.drafter_passes",
+        "return self.target_positions + self.flop_ratio * self.num_drafted",
+        "a lookup round's drafts are charged drafter arithmetic as if a model had drafted them",
+    ),
+    # -- 14. the hybrid drafter and the drafter picked by measurement ------------------------
+    Mutant(
+        "hybrid-lookup-q-is-the-models",
+        14,
+        "specchat/drafters/hybrid.py",
+        "            return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, 0, trace)",
+        "            model = self.model_drafter.propose(ids, len(tokens), config, generator)\n"
+        "            return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device)[: len(model.token_ids)], "
+        "model.draft_probs, 0, trace)",
+        "a lookup round reports the model's q for the copied tokens instead of one-hot",
+    ),
+    Mutant(
+        "hybrid-latest-not-most-frequent",
+        14,
+        "specchat/drafters/hybrid.py",
+        "best = values[counts == counts.max()]",
+        "best = values",
+        "the lookup copies the latest continuation, not the one seen most often",
+    ),
+    Mutant(
+        "hybrid-short-matches-allowed",
+        14,
+        "specchat/drafters/hybrid.py",
+        "for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):",
+        "for n in range(min(max_ngram, length - 1), 0, -1):",
+        "matches shorter than min_match make lookup rounds",
+    ),
+    Mutant(
+        "calibration-against-one-baseline",
+        14,
+        "specchat/calibrate.py",
+        "rate / statistics.mean(base_rates[-2:])",
+        "rate / base_rates[0]",
+        "every drafter is compared with the first target-only reply, not the two around it",
+    ),
+    Mutant(
+        "calibration-key-ignores-models",
+        14,
+        "specchat/calibrate.py",
+        '        "models_hash": digest,\n',
+        "",
+        "a record for another model pair is taken for this one",
+    ),
+    Mutant(
+        "calibration-picks-slowest",
+        14,
+        "specchat/calibrate.py",
+        "return max(self.drafters, key=lambda d: d.speedup, default=None)",
+        "return min(self.drafters, key=lambda d: d.speedup, default=None)",
+        "the pick goes to the slowest model drafter",
     ),
 ]
 

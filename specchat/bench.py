@@ -30,7 +30,9 @@ What is measured per run (one configuration, one prompt, one repeat), all wall-c
   c = drafter time per drafted token ÷ target-only time per token (same prompt and repeat);
 - ``peak_mem_mb``: the process's peak resident memory during the run on CPU (all loaded models
   included, sampled every 10 ms), or the peak CUDA memory allocated on a GPU;
-- ``identical``: greedy output equals specchat target-only output token for token.
+- ``identical``: greedy output equals specchat target-only output token for token (sampled
+  runs, ``--temperature`` > 0, differ by design: the sampled replies follow the same distribution,
+  which ``python -m specchat audit`` and the tests check, not the same tokens).
 
 What the timing rounds cost (``timing_cost=True`` in :func:`build_configs`, ``--timing-cost``):
 each drafter also runs without them (``measure_speedup=False``, "… (no timing rounds)"),
@@ -59,6 +61,7 @@ from pathlib import Path
 import yaml
 
 from specchat import theory
+from specchat.calibrate import cpu_name
 from specchat.config import GenerationConfig
 from specchat.events import TokenEvent
 from specchat.metrics import SpeculationMetrics
@@ -244,14 +247,16 @@ class _PeakMemory:
         return False
 
 
-def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int) -> dict:
-    """One greedy generation with specchat's engine; raw measures for a :class:`RunResult`.
+def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int,
+                 temperature: float = 0.0, seed: int = 0) -> dict:
+    """One generation with specchat's engine (greedy, or sampled at ``temperature`` with
+    ``seed``); raw measures for a :class:`RunResult`.
 
     With ``config.measure_speedup`` (the default, as in the app and the CLI) the engine inserts
     timing rounds and the run measures its own speedup (``speedup_same_run``)."""
     gamma = config.num_speculative_tokens or config.max_gamma
     gen_config = GenerationConfig(
-        num_speculative_tokens=gamma, max_new_tokens=max_new_tokens, temperature=0.0,
+        num_speculative_tokens=gamma, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         adaptive_gamma=config.num_speculative_tokens is None, measure_speedup=config.measure_speedup,
     )
     metrics = SpeculationMetrics()  # α, tokens per round, mean γ: the numbers the app shows
@@ -318,8 +323,10 @@ def transformers_kwargs(service, drafter: str) -> dict:
     return {"assistant_model": service.prepare_drafter(drafter).model}
 
 
-def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int) -> dict:
-    """One greedy ``target_model.generate(...)`` call on the same loaded models."""
+def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int,
+                     temperature: float = 0.0, seed: int = 0) -> dict:
+    """One ``target_model.generate(...)`` call on the same loaded models (greedy, or sampled at
+    ``temperature`` with torch's seed set to ``seed``)."""
     import torch
     from transformers import GenerationConfig as HFGenerationConfig
 
@@ -327,10 +334,14 @@ def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_ne
     eos = sorted(engine.eos_token_ids)
     # an explicit config: greedy, no repetition penalty or sampling defaults from the model files
     kwargs = transformers_kwargs(service, config.drafter)
+    sampled = temperature > 0
     gen_config = HFGenerationConfig(
-        do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0],
+        do_sample=sampled, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0],
         prompt_lookup_num_tokens=kwargs.pop("prompt_lookup_num_tokens", None),
+        **({"temperature": temperature, "top_k": 0, "top_p": 1.0} if sampled else {}),
     )
+    if sampled:
+        torch.manual_seed(seed)
     if config.num_speculative_tokens is not None and "assistant_model" in kwargs:
         # tuned: a fixed number of assistant tokens per round (transformers' default is 20 with
         # its "heuristic" schedule, carried over between calls, and a confidence threshold of 0.4)
@@ -425,6 +436,7 @@ def run_bench(
     repeats: int,
     warmup_tokens: int = 8,
     progress: Callable[[str], None] | None = None,
+    temperature: float = 0.0,
 ) -> list[RunResult]:
     """Run every configuration on every prompt ``repeats`` times, interleaved; return the runs.
 
@@ -443,7 +455,8 @@ def run_bench(
         for i, prompt in enumerate(prompts):
             shift = (i + repeat) % len(configs)
             for config in configs[shift:] + configs[:shift]:
-                raw = runners[config.engine](service, encoded[prompt.id], config, max_new_tokens)
+                raw = runners[config.engine](service, encoded[prompt.id], config, max_new_tokens,
+                                             temperature=temperature, seed=repeat)
                 gamma = "-" if config.drafter == "none" else (
                     ("auto" if config.num_speculative_tokens is None else f"k={config.num_speculative_tokens}")
                     if config.engine == TRANSFORMERS
@@ -726,7 +739,7 @@ def machine_description(service) -> dict:
 
     info = {
         "platform": platform.platform(),
-        "processor": _cpu_name(),
+        "processor": cpu_name(),
         "cpu_count": __import__("os").cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": str(service.device),
@@ -738,16 +751,6 @@ def machine_description(service) -> dict:
     if service.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(service.device)
     return info
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def write_outputs(results: list[RunResult], summary: dict, meta: dict, *, json_path: Path | None,

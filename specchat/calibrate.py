@@ -139,7 +139,7 @@ def calibration_key(service) -> dict:
         "\n".join(e.model_dump_json() for e in entries).encode("utf-8")
     ).hexdigest()[:16]
     return {
-        "processor": _cpu_name(),
+        "processor": cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": str(service.device),
@@ -153,7 +153,8 @@ def calibration_key(service) -> dict:
     }
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``, else "unknown"."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--device", type=_device, default=None)
     ben = sub.add_parser(
         "bench", help="time the drafters against target-only and against transformers' assisted generation",
-        description="Greedy decoding of a fixed prompt set (code, code edits, passage questions, open chat), "
+        description="Greedy (or, with --temperature, sampled) decoding of a fixed prompt set (code, code edits, passage questions, open chat), "
                     "every configuration interleaved in one process; medians per configuration and group.",
     )
     ben.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
@@ -172,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--groups", nargs="+", choices=["code", "edit", "passage", "chat"], help="only these groups")
     ben.add_argument("--per-group", type=_ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
     ben.add_argument("--max-new-tokens", type=_ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    ben.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"),
+                     default=0.0, help="0 = greedy (default); above 0 every engine samples (top-k and top-p off), "
+                                       "repeat r with seed r")
     ben.add_argument("--repeats", type=_ranged(int, 1, 1000, "1..1000"), default=3,
                      help="runs of every configuration on every prompt (default 3: the table gives min / median / max)")
     ben.add_argument("--quick", action="store_true",
@@ -285,14 +288,15 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
         say(f"bench: {len(prompts)} prompts × {len(main)} configurations"
             + (f" + {len(sweep_prompts)} prompts × {len(sweep)} fixed-γ settings" if sweep and sweep_prompts else "")
-            + f", {args.repeats} repeat(s), {args.max_new_tokens} new tokens, greedy")
+            + f", {args.repeats} repeat(s), {args.max_new_tokens} new tokens, "
+            + ("greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature:g} (seed = repeat)"))
         # one interleaved run: the sweep prompts run every configuration, the others the main ones
         results = bench.run_bench(service, sweep_prompts, main + sweep, max_new_tokens=args.max_new_tokens,
-                                  repeats=args.repeats, progress=say) if sweep and sweep_prompts else []
+                                  repeats=args.repeats, progress=say, temperature=args.temperature) if sweep and sweep_prompts else []
         rest = [p for p in prompts if p not in sweep_prompts] if sweep and sweep_prompts else prompts
         if rest:
             results += bench.run_bench(service, rest, main, max_new_tokens=args.max_new_tokens,
-                                       repeats=args.repeats, progress=say)
+                                       repeats=args.repeats, progress=say, temperature=args.temperature)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1
@@ -301,7 +305,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         summary["hybrid_part"] = service.hybrid_part()
     meta = bench.machine_description(service) | {
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "num_prompts": len(prompts),
-        "max_gamma": args.max_gamma, "command": "python -m specchat " + " ".join(argv),
+        "max_gamma": args.max_gamma, "temperature": args.temperature, "command": "python -m specchat " + " ".join(argv),
     }
     print(bench.format_table(summary))
     print(f"\nmachine: {meta['processor']}, {meta['cpu_count']} CPUs, {meta['torch_threads']} torch threads, "

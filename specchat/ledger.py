@@ -201,10 +201,11 @@ class Ledger:
     # -- arithmetic ----------------------------------------------------------------------
     @property
     def arithmetic_units(self) -> float | None:
-        """Work in target-token units: target positions + ĉ × drafted tokens."""
+        """Work in target-token units: target positions + ĉ × drafter passes (one pass per drafted
+        token for a model drafter; a lookup round of the hybrid drafts without one)."""
         if self.flop_ratio is None:
             return None
-        return self.target_positions + self.flop_ratio * self.num_drafted
+        return self.target_positions + self.flop_ratio * self.drafter_passes
 
     @property
     def arithmetic(self) -> float | None:

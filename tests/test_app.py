@@ -571,3 +571,24 @@ def test_app_trace_option_refuses_a_file_that_is_not_a_trace(tmp_path, capsys):
     assert "cannot open the trace" in err and "not JSON" in err
     assert app.main(["--trace", str(tmp_path / "missing.jsonl"), "--port", "7998"]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
+
+
+def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
+    """build_ui(default_drafter="auto"): once the service is ready, the page's menu switches to the
+    drafter the service picked, and the status line says why (the measured speedups)."""
+    fake = FakeService()
+    fake.failing_drafters = set()
+    fake.start("auto")
+    fake.ready.wait(5)
+    demo = app.build_ui(fake, default_drafter="auto")
+    show = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "show_loading")
+    last = list(show())[-1]
+    status = html.unescape(last[_by_id(demo, "spec-drafter-status")])
+    assert "drafter 'hybrid' ready · picked by measurement: hybrid = lookup first, then sibling" in status
+    assert sum(v == "hybrid" for v in last.values()) == 2  # the menu and the active drafter
+    # a drafter asked for by name: no pick, no reason
+    named = app.build_ui(fake, default_drafter="ngram")
+    show = next(fn.fn for fn in named.fns.values() if fn.fn.__name__ == "show_loading")
+    last = list(show())[-1]
+    assert "picked by measurement" not in last[_by_id(named, "spec-drafter-status")]
+    assert "hybrid" not in last.values()

@@ -181,6 +181,15 @@ def test_bench_quick_is_one_prompt_per_group_one_repeat_and_what_is_given_still_
     assert {r["repeat"] for r in runs} == {0} and {r["gamma"] for r in runs} == {"-", "adaptive"}
     assert max(r["num_tokens"] for r in runs) <= 4  # --max-new-tokens given: not the quick 48
     assert "1 repeat(s), 4 new tokens" in capsys.readouterr().err
+    # sampled: both engines sample (transformers' prompt lookup too), and it says so
+    status = main(["bench", "--quick", "--target", str(smollm2_dir), "--drafters", "ngram", "--groups", "code",
+                   "--max-new-tokens", "4", "--temperature", "0.8", "--dtype", "float32", "--out", str(tmp_path)])
+    assert status == 0
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["meta"]["temperature"] == 0.8
+    assert {r["config"] for r in data["runs"]} == {"specchat none", "specchat ngram adaptive", "transformers none",
+                                                   "transformers ngram"}
+    assert "sampled at temperature 0.8" in capsys.readouterr().err
 
 
 def test_bench_refuses_an_out_folder_it_cannot_write_before_the_run(smollm2_dir, tmp_path, capsys):

@@ -76,6 +76,20 @@ def test_counted_ledger_by_hand():
     assert ledger.arithmetic_predicted == pytest.approx((2 * 6 + 1) / (2 * 3.3616 + 1))
 
 
+def test_hybrid_lookup_rounds_draft_without_drafter_arithmetic():
+    """A hybrid reply: a lookup round drafts 6 tokens with no drafter pass, a model round 4 with
+    4 passes; only the passes cost drafter arithmetic and bytes."""
+    rounds = [
+        RoundEvent(0, 6, 6, 6, 7, (True,) * 6, 0.5, 0, 120.0, 120.5, 120.5),  # lookup: all kept + bonus
+        RoundEvent(1, 4, 4, 2, 3, (True, True, False), 40.0, 4, 100.0, 260.5, 140.0),  # model round
+    ]
+    ledger = count_ledger(rounds, sizes=SIZES, alpha=0.8)
+    assert (ledger.num_tokens, ledger.num_drafted, ledger.drafter_passes) == (10, 10, 4)
+    assert ledger.target_positions == 7 + 5
+    assert ledger.arithmetic_units == pytest.approx(12 + 0.25 * 4)  # not 0.25 × 10 drafted
+    assert ledger.drafter_bytes == 4 * 300
+
+
 def test_fixed_gamma_prediction_is_the_seed_formula():
     """With every round at γ = 4 and no target-only round, the predicted multiplier is
     (1 − α)(γĉ + γ + 1)/(1 − α^(γ+1)) and the predicted read factor E[N]."""
