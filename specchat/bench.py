@@ -400,6 +400,69 @@ def _fill_relative(results: list[RunResult]) -> None:
                 r.measured_over_predicted = r.speedup / r.predicted_speedup
 
 
+# ---- the multi-turn scenario ----------------------------------------------------------------
+def load_chat_script(path: str | Path | None = None) -> list[str]:
+    """The multi-turn scenario's messages (default: the shipped 6-turn coding conversation,
+    ``bench_chat.json``).
+
+    Raises:
+        ValueError: as :func:`specchat.script.load_script`.
+    """
+    from specchat.script import load_script
+
+    if path is None:
+        with resources.as_file(resources.files("specchat").joinpath("bench_chat.json")) as shipped:
+            return load_script(str(shipped))
+    return load_script(str(path))
+
+
+def run_multi_turn(
+    service, messages: list[str], drafters: Iterable[str], *, max_new_tokens: int, repeats: int = 1,
+    temperature: float = 0.0, progress: Callable[[str], None] | None = None,
+) -> list[dict]:
+    """Play the conversation with target-only and each drafter (adaptive γ ≤ 12, as the app),
+    ``repeats`` times, each play starting with no kept cache; one row per turn.
+
+    Row: ``drafter``, ``repeat``, ``turn``, ``ttft_ms`` (message sent to first token),
+    ``prefill_tokens`` (prompt tokens this turn prefilled; the rest came from the conversation's
+    kept cache), ``num_prompt_tokens``, ``prefill_ms``, ``num_tokens``, ``decode_tokens_per_s``.
+    """
+    from specchat.script import play_script
+
+    say = progress or (lambda _: None)
+    rows = []
+    for repeat in range(repeats):
+        for drafter in dict.fromkeys(["none", *drafters]):
+            service.forget_prefix()  # every play starts cold: turn 1 prefills the whole prompt
+            config = GenerationConfig(num_speculative_tokens=12, adaptive_gamma=True, max_new_tokens=max_new_tokens,
+                                      temperature=temperature, seed=repeat, measure_speedup=True)
+            for t in play_script(service, messages, drafter=drafter, config_for_turn=lambda turn: config):
+                r, done = t.record, t.done
+                rows.append({
+                    "drafter": drafter, "repeat": repeat, "turn": r["turn"], "ttft_ms": r["ttft_ms"],
+                    "prefill_tokens": r["prefill_tokens"], "num_prompt_tokens": r["num_prompt_tokens"],
+                    "prefill_ms": r["prefill_ms"], "num_tokens": len(done.token_ids),
+                    "decode_tokens_per_s": len(done.token_ids) / (done.decode_ms / 1000) if done.decode_ms > 0 else None,
+                })
+                say(f"[multi-turn] {drafter:<13} repeat {repeat + 1} turn {r['turn']}: time to first token "
+                    f"{(r['ttft_ms'] or 0) / 1000:.2f} s, prefilled {r['prefill_tokens']} of {r['num_prompt_tokens']} tokens")
+    return rows
+
+
+def summarize_multi_turn(rows: list[dict]) -> dict:
+    """Per drafter: the median over repeats of each turn's time to first token (ms), prefilled
+    tokens and prompt tokens, and ``last_over_first`` = last turn's median TTFT ÷ the first's."""
+    out = {}
+    for drafter in dict.fromkeys(r["drafter"] for r in rows):
+        mine = [r for r in rows if r["drafter"] == drafter]
+        turns = sorted({r["turn"] for r in mine})
+        per = {f: [_median(r[f] for r in mine if r["turn"] == t) for t in turns]
+               for f in ("ttft_ms", "prefill_tokens", "num_prompt_tokens", "decode_tokens_per_s")}
+        first, last = per["ttft_ms"][0], per["ttft_ms"][-1]
+        out[drafter] = per | {"turns": turns, "last_over_first": last / first if first and last else None}
+    return out
+
+
 # ---- the whole benchmark ------------------------------------------------------------------
 def build_configs(
     drafters: Iterable[str], *, transformers: bool, gammas: Iterable[int | None], max_gamma: int,
@@ -667,6 +730,9 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
                 goal(f"hybrid >= 1.2x {other} on {group}", ratio(group, other), lambda v: v >= 1.2)
     if part:
         goal(f"hybrid >= 0.97x {part} on code", ratio("code", part), lambda v: v >= 0.97)
+    for drafter, entry in summary.get("multi_turn", {}).items():
+        last = entry["turns"][-1] if entry["turns"] else "?"
+        goal(f"{drafter}: TTFT turn {last} <= 1.3x turn 1", entry["last_over_first"], lambda v: v <= 1.3)
     return goals
 
 
@@ -722,6 +788,12 @@ def format_table(summary: dict) -> str:
         for group, e in summary["best_vs_best"].items():
             lines.append(f"{group:<8} {e['specchat']:<{w}} {e['specchat_tokens_per_s']:>6.2f}  "
                          f"{e['transformers']:<{w}} {e['transformers_tokens_per_s']:>6.2f} {e['ratio']:>6.2f}")
+    if summary.get("multi_turn"):
+        lines += ["", "multi-turn: time to first token per turn, s (prompt tokens prefilled / in the prompt), median"]
+        for drafter, e in summary["multi_turn"].items():
+            cells = [f"{(ms or 0) / 1000:.2f} ({p}/{n})" for ms, p, n in
+                     zip(e["ttft_ms"], e["prefill_tokens"], e["num_prompt_tokens"])]
+            lines.append(f"{drafter:<13} " + "  ".join(cells) + f"   last ÷ first {_fmt(e['last_over_first'])}")
     if summary.get("timing_cost"):
         lines += ["", "timing rounds: decode tokens/s with ÷ without − 1, median over prompts, % "
                   "(negative: the timing rounds cost throughput)",

@@ -172,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--groups", nargs="+", choices=["code", "edit", "passage", "chat"], help="only these groups")
     ben.add_argument("--per-group", type=_ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
     ben.add_argument("--max-new-tokens", type=_ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    ben.add_argument("--multi-turn", nargs="?", const="", default=None, metavar="SCRIPT",
+                     help="also play a multi-turn conversation (default: the shipped 6-turn coding chat; SCRIPT: a "
+                          "JSON list of messages) with target-only and each drafter, and report the time to first "
+                          "token per turn")
     ben.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"),
                      default=0.0, help="0 = greedy (default); above 0 every engine samples (top-k and top-p off), "
                                        "repeat r with seed r")
@@ -237,6 +241,11 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
                                     ("--repeats", "repeats", 1), ("--gammas", "gammas", ["adaptive"])):
             if option not in given:
                 setattr(args, attr, value)
+    try:
+        chat_messages = bench.load_chat_script(args.multi_turn or None) if args.multi_turn is not None else []
+    except ValueError as exc:
+        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        return 2
     if args.groups:
         prompts = [p for p in prompts if p.group in args.groups]
     if args.per_group:
@@ -297,10 +306,17 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         if rest:
             results += bench.run_bench(service, rest, main, max_new_tokens=args.max_new_tokens,
                                        repeats=args.repeats, progress=say, temperature=args.temperature)
+        multi_turn = []
+        if args.multi_turn is not None:
+            multi_turn = bench.run_multi_turn(service, chat_messages, drafters, max_new_tokens=args.max_new_tokens,
+                                              repeats=args.repeats, temperature=args.temperature, progress=say)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1
     summary = bench.summarize(results)
+    if multi_turn:
+        summary["multi_turn"] = bench.summarize_multi_turn(multi_turn)
+        summary["multi_turn_runs"] = multi_turn
     if "hybrid" in drafters:
         summary["hybrid_part"] = service.hybrid_part()
     meta = bench.machine_description(service) | {
@@ -546,86 +562,45 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_script(path: str) -> list[str]:
-    """The messages of a chat script: a JSON list of non-blank strings.
-
-    Raises:
-        ValueError: unreadable, not JSON, not such a list (the message says which).
-    """
-    try:
-        with open(path, encoding="utf-8") as f:
-            messages = json.load(f)
-    except OSError as exc:
-        raise ValueError(f"--script {path}: cannot read it ({exc.strerror or exc})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"--script {path}: not JSON ({exc})") from None
-    if not isinstance(messages, list) or not messages:
-        raise ValueError(f"--script {path}: expected a non-empty JSON list of messages")
-    for i, m in enumerate(messages):
-        if not isinstance(m, str) or not m.strip():
-            raise ValueError(f"--script {path}: message {i + 1} is not a non-blank string")
-    return messages
-
-
 def _chat(args: argparse.Namespace) -> int:
-    import time
-
     from specchat.errors import SpecchatError
-    from specchat.service import Notice
+    from specchat.script import load_script, play_script
 
     try:
         messages = load_script(args.script)
     except ValueError as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 2
+
+    def config_for_turn(turn: int) -> GenerationConfig:
+        return GenerationConfig(
+            num_speculative_tokens=args.num_speculative_tokens, adaptive_gamma=not args.fixed_gamma,
+            temperature=args.temperature, top_p=args.top_p, seed=args.seed + turn - 1,
+            max_new_tokens=args.max_new_tokens, measure_speedup=True,
+        )
+
+    def show(event: TokenEvent) -> None:
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+
     try:
         service, status = _load_service(args)
         if service is None:
             return status
         service.engine.prefix_cache = not args.no_prefix_cache
-        history: list[dict[str, str]] = []
-        for turn, message in enumerate(messages, 1):
-            config = GenerationConfig(
-                num_speculative_tokens=args.num_speculative_tokens, adaptive_gamma=not args.fixed_gamma,
-                temperature=args.temperature, top_p=args.top_p, seed=args.seed + turn - 1,
-                max_new_tokens=args.max_new_tokens, measure_speedup=True,
-            )
-            metrics = SpeculationMetrics()
-            notices: list[str] = []
-            start = time.perf_counter()
-            ttft_ms = None
-            for event in service.stream_chat(history, message, drafter=args.drafter, config=config):
-                if isinstance(event, Notice):
-                    notices.append(event.text)
-                    continue
-                if isinstance(event, TokenEvent) and ttft_ms is None:
-                    ttft_ms = (time.perf_counter() - start) * 1000
-                metrics.update(event)
-                if isinstance(event, TokenEvent) and not args.json:
-                    sys.stdout.write(event.text)
-                    sys.stdout.flush()
-            done = metrics.done
-            assert isinstance(done, DoneEvent)
-            history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
-            ledger = count_ledger(metrics.rounds, sizes=service.model_sizes(args.drafter),
-                                  alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
-                                  num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
-            record = {
-                "turn": turn, "message": message, "text": done.text, "token_ids": list(done.token_ids),
-                "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,
-                "prefill_ms": done.prefill_ms, "stop_reason": done.stop_reason.value, "drafter": args.drafter,
-                "seed": config.seed, "notices": notices, "stats": metrics.summary(), "ledger": ledger.summary(),
-            }
+        for t in play_script(service, messages, drafter=args.drafter, config_for_turn=config_for_turn,
+                             on_token=None if args.json else show):
+            record, done = t.record, t.done
             if args.json:
                 print(json.dumps(record, ensure_ascii=False), flush=True)
             else:
                 sys.stdout.write(done.final_text + "\n")
-                ttft = "n/a" if ttft_ms is None else f"{ttft_ms:.0f} ms"
-                print(f"[turn {turn}] time to first token {ttft}, prefilled {done.num_prefilled} of "
+                ttft = "n/a" if record["ttft_ms"] is None else f"{record['ttft_ms']:.0f} ms"
+                print(f"[turn {record['turn']}] time to first token {ttft}, prefilled {done.num_prefilled} of "
                       f"{done.num_prompt_tokens} prompt tokens in {done.prefill_ms / 1000:.2f} s; "
-                      + summary_line(args.drafter, metrics, done), file=sys.stderr)
-                for text in notices:
-                    print(f"[turn {turn}] note: {text}", file=sys.stderr)
+                      + summary_line(args.drafter, t.metrics, done), file=sys.stderr)
+                for text in t.notices:
+                    print(f"[turn {record['turn']}] note: {text}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
         print(f"python -m specchat: error: {exc}", file=sys.stderr)
         return 1

@@ -75,8 +75,9 @@ class SpeculativeEngine:
         self.vocab_size = embedding_rows(target_model, output=True)
         self.target_cache: DynamicCache | None = None
         self._current: object | None = None
-        # adaptive γ: one controller per (drafter name, γ_max, greedy), kept across generations
-        self.gamma_controllers: dict[tuple[str, int, bool], AdaptiveGamma] = {}
+        # adaptive γ: one controller per (drafter name, γ_max, greedy, round source), kept across
+        # generations; the source is "" except for a drafter with a round_source method (hybrid)
+        self.gamma_controllers: dict[tuple[str, int, bool, str], AdaptiveGamma] = {}
         self._token_texts: dict[int, str] = {}  # id → text, for traces
 
     # -- public ---------------------------------------------------------------------------
@@ -180,9 +181,10 @@ class SpeculativeEngine:
             yield from self._hand_over(state, [state.drafter_failure])
 
         controller = None
-        if state.drafter is not None and config.adaptive_gamma:
-            key = (state.drafter.name, config.num_speculative_tokens, config.greedy)
-            controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
+        adaptive = state.drafter is not None and config.adaptive_gamma
+        # a drafter with several sources (the hybrid: lookup or model) names each round's source,
+        # and each source gets a controller of its own: their acceptance and costs differ
+        round_source = getattr(state.drafter, "round_source", None) if adaptive else None
 
         final_text = ""
         while state.stop is None:
@@ -192,6 +194,10 @@ class SpeculativeEngine:
                 break
             drafting = state.drafter is not None
             timing = state.timing_next  # decided (and announced) at the end of the last round
+            if adaptive and state.drafter is not None:
+                source = round_source(state.ids) if round_source is not None else ""
+                key = (state.drafter.name, config.num_speculative_tokens, config.greedy, source)
+                controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
             if timing:  # a target-only round, timed: t₁ measured in this run, under this load
                 gamma = 0
             else:

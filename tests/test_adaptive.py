@@ -144,7 +144,7 @@ def test_adaptive_greedy_output_is_target_only_greedy(kind):
         assert list(events[-1].token_ids) == expected
         rounds = [e for e in events if isinstance(e, RoundEvent)]
         assert all(1 <= r.num_speculative_tokens <= 6 and r.num_drafted <= r.num_speculative_tokens for r in rounds)
-    assert (make_drafter(kind).name, 6, True) in engine.gamma_controllers
+    assert (make_drafter(kind).name, 6, True, "") in engine.gamma_controllers
 
 
 def test_confidence_stop_is_greedy_only():

@@ -348,3 +348,27 @@ def test_best_against_best_spread_and_the_hybrid_goals_from_hand_made_runs():
     assert goals["hybrid >= 1.2x sibling on edit"] == (pytest.approx(12 / 5), True)
     assert goals["hybrid >= 0.97x sibling on code"] == (pytest.approx(4 / 5), False)
     assert goals["hybrid >= 1.2x ngram on passage"] == (None, None)  # not run: not measured
+
+
+def test_bench_multi_turn_reports_time_to_first_token_and_prefill_per_turn(smollm2_dir, tmp_path, capsys):
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps(["Say hello in one word.", "Now say goodbye in one word."]))
+    out = tmp_path / "out"
+    status = main(["bench", "--quick", "--target", str(smollm2_dir), "--drafters", "ngram", "--groups", "code",
+                   "--max-new-tokens", "4", "--no-transformers", "--dtype", "float32", "--out", str(out),
+                   "--multi-turn", str(script)])
+    printed = capsys.readouterr().out
+    assert status == 0
+    data = json.loads((out / "bench.json").read_text())
+    multi = data["summary"]["multi_turn"]
+    assert list(multi) == ["none", "ngram"]
+    for entry in multi.values():
+        assert entry["turns"] == [1, 2]
+        first, second = entry["num_prompt_tokens"]
+        # cold start: all prompt tokens but the last are prefilled; turn 2 reuses turn 1's kept cache
+        assert entry["prefill_tokens"][0] == first - 1
+        assert 0 < entry["prefill_tokens"][1] < second - first + 8
+        assert entry["last_over_first"] == pytest.approx(entry["ttft_ms"][1] / entry["ttft_ms"][0])
+    assert len(data["summary"]["multi_turn_runs"]) == 4
+    assert "multi-turn: time to first token per turn" in printed
+    assert any(g["goal"] == "ngram: TTFT turn 2 <= 1.3x turn 1" for g in data["goals"])

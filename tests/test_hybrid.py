@@ -106,6 +106,13 @@ def test_hybrid_greedy_output_is_target_only_output(tiny_pair, gamma):
     assert drafter.num_lookup_rounds >= 1 and drafter.num_model_rounds >= 1, (
         drafter.num_lookup_rounds, drafter.num_model_rounds)
     assert sum(r.num_drafted for r in rounds) >= 10
+    if gamma == 8:  # adaptive γ: one controller per source, since their acceptance and costs differ
+        events_of(engine, prompt, drafter, num_speculative_tokens=8, adaptive_gamma=True, max_new_tokens=40)
+        assert {k[3] for k in engine.gamma_controllers if k[0] == "hybrid"} == {"lookup", "model"}
+    # the model part kept the conversation's cache for the next turn; forgetting it reaches the part
+    assert drafter.kept is not None and part.kept is drafter.kept
+    drafter.kept = None
+    assert part.kept is None
 
 
 # -- the exact target distribution -----------------------------------------------------------------

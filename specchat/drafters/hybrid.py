@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from specchat.config import GenerationConfig
+from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
 from specchat.drafters.base import Draft, DraftTrace
 from specchat.drafters.model import ModelDrafter
 
@@ -101,6 +101,7 @@ class HybridDrafter:
         self.device = model_drafter.device
         self.num_lookup_rounds = 0  # of the current generation (for the record; not used to decide)
         self.num_model_rounds = 0
+        self._last: tuple[int, tuple[int, ...], tuple] | None = None  # the latest lookup, reused
 
     @property
     def model(self):
@@ -109,14 +110,38 @@ class HybridDrafter:
 
     @property
     def kept(self):
+        """The model part's kept conversation cache (see :meth:`ModelDrafter.keep_prefix`)."""
         return self.model_drafter.kept
 
+    @kept.setter
+    def kept(self, value) -> None:  # ChatService.forget_prefix drops it
+        self.model_drafter.kept = value
+
     def begin(self, prompt_ids: list[int]) -> None:
+        # within a generation the committed ids only grow, so their length and tail name the context
         self.num_lookup_rounds = self.num_model_rounds = 0
+        self._last = None
         self.model_drafter.begin(prompt_ids)
 
     def keep_prefix(self, ids: list[int]) -> None:
         self.model_drafter.keep_prefix(ids)
+
+    def _lookup(self, ids: list[int]) -> tuple[list[int], int | None, int | None]:
+        """:func:`frequent_continuation` of ``ids`` up to :data:`MAX_NUM_SPECULATIVE_TOKENS` tokens
+        (the last result is reused for the same context: :meth:`round_source` then
+        :meth:`propose`). Its first k tokens are what the lookup proposes for at most k."""
+        key = (len(ids), tuple(ids[-self.max_ngram - 1 :]))
+        if self._last is None or self._last[:2] != key:
+            found = frequent_continuation(np.asarray(ids, dtype=np.int64), MAX_NUM_SPECULATIVE_TOKENS,
+                                          self.max_ngram, self.min_match)
+            self._last = (*key, found)
+        return self._last[2]
+
+    def round_source(self, ids: list[int]) -> str:
+        """Which source drafts the next round for the committed ``ids``: ``"lookup"`` or
+        ``"model"``. The engine keeps an adaptive-γ controller per source (their acceptance and
+        costs differ). A function of ``ids`` only."""
+        return "lookup" if self._lookup(ids)[0] else "model"
 
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
@@ -125,9 +150,8 @@ class HybridDrafter:
         ``min_match`` or more tokens occurred before; else the model drafter's draft. The model
         catches up on the tokens committed in lookup rounds in its next step (one forward pass
         over all of them)."""
-        tokens, copy_start, match_len = frequent_continuation(
-            np.asarray(ids, dtype=np.int64), max_tokens, self.max_ngram, self.min_match
-        )
+        tokens, copy_start, match_len = self._lookup(ids)
+        tokens = tokens[:max_tokens]  # a prefix of the continuation: every place it names agrees with it
         if tokens:
             self.num_lookup_rounds += 1
             trace = DraftTrace(copy_start=copy_start, match_len=match_len) if config.trace else None
