@@ -339,7 +339,9 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                     choices=kinds, value=drafter0, label="drafter", info=drafter_kinds.dropdown_hint(),
                 )
                 drafter_status = gr.HTML(
-                    status_html(f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
+                    status_html("drafter: picked by measurement on this machine once the target is loaded…"
+                                if auto and not picked and loading_html(service)
+                                else f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
                     elem_id="spec-drafter-status",
                 )
                 adaptive = strict(gr.Checkbox(
