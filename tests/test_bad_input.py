@@ -640,7 +640,7 @@ def registry_message(tmp_path, text: str) -> tuple[Path, str]:
         ("default_target: big\n", "", "default_target: required key is missing"),
         ("  small:\n    hub_id: org/Small\n", "  small: 5\n", "models.small: expected a mapping of keys, got int"),
         ("      sibling: small", "      sibling: small\n      eagle: small",
-         "models.big.drafters: unknown drafter kind 'eagle' (known: none, ngram, int4, sibling, sibling-int4)"),
+         "models.big.drafters: unknown drafter kind 'eagle' (known: none, ngram, int4, sibling, sibling-int4, hybrid)"),
         ("      sibling: small", "      sibling:", "models.big.drafters: sibling: must name another entry of this file"),
         ("    hub_id: org/Small", "    hub_id: org/Small\n    colour: red",
          "models.small.colour: unknown key (allowed: description, hub_id, gguf, local_dir, context_length, drafters)"),
