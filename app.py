@@ -673,11 +673,8 @@ def _announce_ready(service: Any, drafter: str, url: str) -> None:
         )
     else:
         picked = getattr(service, "picked", None)
-        if drafter == "auto" and picked:
-            drafter = f"{picked[0]}' ({picked[1]})"
-            print(f"Ready: {service.target_name} with drafter '{drafter}. Open {url}", file=sys.stderr)
-        else:
-            print(f"Ready: {service.target_name} with drafter '{drafter}'. Open {url}", file=sys.stderr)
+        label = f"'{picked[0]}' ({picked[1]})" if drafter == "auto" and picked else f"'{drafter}'"
+        print(f"Ready: {service.target_name} with drafter {label}. Open {url}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

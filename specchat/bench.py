@@ -60,7 +60,7 @@ from pathlib import Path
 
 import yaml
 
-from specchat import theory
+from specchat import drafter_kinds, theory
 from specchat.calibrate import cpu_name
 from specchat.config import GenerationConfig
 from specchat.events import TokenEvent
@@ -486,7 +486,7 @@ def build_configs(
         # the hybrid has no transformers counterpart: its model part's row is the comparison
         configs += [BenchConfig(TRANSFORMERS, d) for d in drafters if d != "hybrid"]
         configs += [BenchConfig(TRANSFORMERS, d, k) for d in drafters for k in hf_assistant_tokens
-                    if d not in ("hybrid", "ngram")]
+                    if drafter_kinds.get(d).own_model]
     return configs
 
 

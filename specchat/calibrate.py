@@ -227,7 +227,7 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Time each model drafter (default: every one the target offers) against target-only.
 
-    Order: a warm-up reply per drafter, then target-only, drafter 1, target-only, drafter 2, …,
+    Order: an untimed warm-up reply of the target and of each drafter, then target-only, drafter 1, target-only, drafter 2, …,
     target-only; each drafter's speedup is its decode rate ÷ the mean rate of the two
     target-only replies around it. A drafter that fails to load is left out (its error stays
     in ``service.drafter_errors``).
@@ -236,9 +236,10 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
         the :class:`Calibration` (not yet saved: see :func:`save`).
     """
     say = progress or (lambda text: None)
-    kinds = [k for k in (kinds if kinds is not None else service.model_drafter_kinds())
-             if drafter_kinds.get(k).source in ("target", "sibling")]
+    kinds = [k for k in (kinds if kinds is not None else service.model_drafter_kinds()) if drafter_kinds.get(k).own_model]
     prompt_ids, _ = service.encode_chat([], CALIBRATION_MESSAGE, num_tokens)
+    say("Calibrating: warming up the target")
+    service.warm_up("none", num_tokens=4)
     ready = []
     for kind in kinds:
         say(f"Calibrating: loading drafter '{kind}'")
@@ -247,7 +248,7 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
         except Exception:
             continue
         say(f"Calibrating: warming up '{kind}'")
-        service.warm_up(kind, num_tokens=4)
+        _reply(service, prompt_ids, kind, 4)  # untimed: a model's first passes are slow
         ready.append(kind)
     # target-only before and after every drafter: each drafter is compared with the mean of the
     # two target-only replies next to it (drift and load hit both alike)

@@ -43,9 +43,16 @@ class DrafterKind:
         return self.source == "sibling"
 
     @property
+    def own_model(self) -> bool:
+        """True for a drafter that is a model of its own (int4, sibling, sibling-int4): what the
+        calibration times, the hybrid falls back on, and transformers can take as assistant."""
+        return self.source in ("target", "sibling")
+
+    @property
     def is_model(self) -> bool:
-        """True for a drafter that runs a model (its steps cost time; c > 0)."""
-        return self.source in ("target", "sibling", "hybrid")
+        """True for a drafter that runs a model (its steps cost time; c > 0): one with a model of
+        its own, or the hybrid, whose model rounds do."""
+        return self.own_model or self.source == "hybrid"
 
 
 _MODEL_Q = "drafter softmax (one-hot when greedy)"

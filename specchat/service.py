@@ -254,7 +254,7 @@ class ChatService:
 
     def model_drafter_kinds(self) -> list[str]:
         """This target's drafter kinds that run a model of their own (int4, sibling, sibling-int4)."""
-        return [k for k in self.drafter_kinds() if drafter_kinds.get(k).source in ("target", "sibling")]
+        return [k for k in self.drafter_kinds() if drafter_kinds.get(k).own_model]
 
     def hybrid_part(self) -> str:
         """The model drafter the hybrid falls back on: the one this machine's calibration found

@@ -35,6 +35,7 @@ def test_kinds_a_target_can_use_and_errors():
     assert drafter_kinds.get("sibling-int4").int4 and drafter_kinds.get("sibling-int4").needs_sibling
     assert not drafter_kinds.get("ngram").is_model and drafter_kinds.get("int4").is_model
     assert drafter_kinds.get("hybrid").is_model  # its model rounds cost time
+    assert [k for k in drafter_kinds.KIND_NAMES if drafter_kinds.get(k).own_model] == ["int4", "sibling", "sibling-int4"]
     with pytest.raises(ValueError, match="unknown drafter kind 'eagle' .known: none, ngram"):
         drafter_kinds.get("eagle")
     assert drafter_kinds.color("eagle", "#000") == "#000"
