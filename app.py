@@ -59,7 +59,7 @@ _SERVICE: ChatService | None = None
 _SERVICE_LOCK = threading.Lock()
 
 
-def get_service(*, target: str | None = None, dtype: str = "auto") -> ChatService:
+def get_service(*, target: str | None = None, dtype: str = "auto", compile: bool = False) -> ChatService:
     """The module-level ChatService, created on first use (thread-safe). Loads nothing:
     ``service.start(drafter)`` loads the models in the background."""
     global _SERVICE
@@ -67,7 +67,7 @@ def get_service(*, target: str | None = None, dtype: str = "auto") -> ChatServic
         if _SERVICE is None:
             from specchat.service import ChatService
 
-            _SERVICE = ChatService(target=target, dtype=dtype)
+            _SERVICE = ChatService(target=target, dtype=dtype, compile=compile)
         return _SERVICE
 
 
@@ -491,6 +491,9 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                        drafter: "none", active_drafter: "none"}
                 return
             why = f" · picked by measurement: {picked[1]}" if picked else ""
+            if getattr(service, "compile", False):
+                why += (" · the target's passes are being compiled in the background (a few minutes): "
+                        "replies run eagerly until then, faster after")
             yield {load_banner: getattr(service, "banner", ""), drafter_status: status_html(f"drafter '{first}' ready{why}"),
                    **({drafter: first, active_drafter: first} if picked else {})}
 
@@ -638,6 +641,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="torch CPU threads (default: torch's, one per core); on a machine busy with other "
              "work, fewer threads than cores can be much faster",
     )
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="compile the target's decode and verify passes (torch.compile over a static cache) in the "
+             "background once the chat is ready; about a minute per pass length on 2 CPU cores, replies "
+             "meanwhile run eagerly, later ones faster",
+    )
     return parser.parse_args(argv)
 
 
@@ -700,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        service = get_service(target=args.target, dtype=args.dtype)
+        service = get_service(target=args.target, dtype=args.dtype, compile=args.compile)
         kinds = list(service.drafter_kinds())
         if args.drafter is not None and args.drafter not in kinds:
             raise ValueError(

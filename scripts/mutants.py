@@ -49,7 +49,7 @@ FAMILY = {
     11: ["tests/test_session.py"],
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
     13: ["tests/test_ledger.py"],
-    14: ["tests/test_hybrid.py", "tests/test_calibrate.py"],
+    14: ["tests/test_hybrid.py", "tests/test_calibrate.py", "tests/test_compiled.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -65,7 +65,7 @@ KIND_NAMES = {
     11: "a browser session (send, queue, Stop, Clear, labels)",
     12: "round traces and the views built on them",
     13: "the cost ledger and the exactness proof view",
-    14: "the hybrid drafter and the drafter picked by measurement",
+    14: "the hybrid drafter, the drafter picked by measurement and the compiled target",
 }
 
 
@@ -932,6 +932,30 @@ MUTANTS = [
         "return max(self.drafters, key=lambda d: d.speedup, default=None)",
         "return min(self.drafters, key=lambda d: d.speedup, default=None)",
         "the pick goes to the slowest model drafter",
+    ),
+    Mutant(
+        "compiled-padding-not-cut",
+        14,
+        "specchat/compiled.py",
+        "            self.cache.crop(n - bucket)",
+        "            pass",
+        "a padded pass leaves its padding's states in the static cache as if they were real",
+    ),
+    Mutant(
+        "compiled-logits-of-the-padding",
+        14,
+        "specchat/compiled.py",
+        "        logits = out.logits[0, :n]",
+        "        logits = out.logits[0, -n:]",
+        "a padded pass returns the logits of its last n positions (the padding's) instead of the first n",
+    ),
+    Mutant(
+        "compiled-kept-cache-of-the-wrong-kind",
+        14,
+        "specchat/engine.py",
+        "                kept = None  # kept on the other kind of cache than this generation runs on",
+        "                pass",
+        "a prefix kept on a dynamic cache is reused by a generation on the static cache (or the reverse)",
     ),
 ]
 

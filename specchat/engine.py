@@ -28,6 +28,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from specchat.adaptive import AdaptiveGamma
+from specchat.compiled import CompiledTarget
 from specchat.config import GenerationConfig
 from specchat.costs import CostEstimator, timing_round_due
 from specchat.drafters.base import Draft, Drafter, embedding_rows, synced_now
@@ -51,6 +52,10 @@ class SpeculativeEngine:
             so that the next prompt prefills only what does not start like the last one (the
             next turn of a chat prefills its new message, not the history). One cache per
             model, at most ``context_length`` positions: memory bounded by one conversation.
+        compiled: run the target's passes through this :class:`~specchat.compiled.CompiledTarget`
+            (compiled graphs over its static cache) whenever a generation fits in its cache;
+            one that does not runs eagerly on a dynamic cache. Target-only generations use it
+            too, so speed comparisons stay like for like.
 
     One engine serves one generation at a time (callers serialise; the app holds a lock).
     """
@@ -63,8 +68,11 @@ class SpeculativeEngine:
         eos_token_ids: Iterable[int] = (),
         context_length: int | None = None,
         prefix_cache: bool = True,
+        compiled: CompiledTarget | None = None,
     ):
         self.target_model = target_model
+        self.compiled = compiled
+        self._static = False  # this generation runs on the compiled target's static cache
         self.prefix_cache = prefix_cache
         self.kept: KeptPrefix | None = None  # the last generation's cache, for the next prompt
         self._finished: tuple[list[int], bool] | None = None  # (ids, drafter still in use) at the end
@@ -168,9 +176,16 @@ class SpeculativeEngine:
         self._finished = None
         prefix = state.ids[:-1]  # every prompt token but the last (the first round feeds it)
         with torch.inference_mode():
-            cache, reused = take_prefix(self.kept, prefix) if self.prefix_cache else (None, 0)
+            compiled = self.compiled
+            self._static = compiled is not None and compiled.fits(len(prompt_ids) + config.max_new_tokens)
+            kept = self.kept if self.prefix_cache else None
+            if kept is not None and (kept.cache is compiled.cache if compiled is not None else False) != self._static:
+                kept = None  # kept on the other kind of cache than this generation runs on
+            cache, reused = take_prefix(kept, prefix)
             self.kept = None  # handed over (or dropped): one kept cache at a time
-            self.target_cache = cache if cache is not None else DynamicCache(config=self.target_model.config)
+            if cache is None:
+                cache = compiled.reset() if self._static else DynamicCache(config=self.target_model.config)
+            self.target_cache = cache
             if len(prefix) > reused:
                 self._target_forward(prefix[reused:], logits_to_keep=1)
             if state.drafter is not None:
@@ -455,6 +470,8 @@ class SpeculativeEngine:
     # -- helpers --------------------------------------------------------------------------
     def _target_forward(self, token_ids: list[int], *, logits_to_keep: int) -> torch.Tensor:
         """Feed ``token_ids`` after the cached prefix; ``[n, V]`` logits of the kept positions."""
+        if self._static:
+            return self.compiled.forward(token_ids, logits_to_keep=logits_to_keep)
         input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         out = self.target_model(
             input_ids=input_ids,

@@ -22,7 +22,7 @@ def cut_cache(cache: Cache, length: int) -> None:
             cache did not end at ``length``. A cache that cannot be cut is refused, never
             silently corrupted.
     """
-    current = cache.get_seq_length()
+    current = int(cache.get_seq_length())  # a 0-d tensor for a static cache
     if length < 0 or length > current:
         raise CacheRollbackError(f"cannot cut a cache of {current} positions to {length}")
     if length == current:
@@ -39,8 +39,8 @@ def cut_cache(cache: Cache, length: int) -> None:
                 + "; speculative decoding needs a cache that can roll back rejected drafts"
             )
     cache.crop(length - current)  # transformers 5: a negative count of positions to remove
-    if cache.get_seq_length() != length:
-        raise CacheRollbackError(f"cache has {cache.get_seq_length()} positions after cutting to {length}")
+    if int(cache.get_seq_length()) != length:
+        raise CacheRollbackError(f"cache has {int(cache.get_seq_length())} positions after cutting to {length}")
 
 
 # ---- the prefix cache: a conversation's KV states kept between generations ----------------------
@@ -72,7 +72,7 @@ def keep_prefix(cache: Cache | None, ids: Sequence[int]) -> KeptPrefix | None:
     (no cache, or one that cannot be cut)."""
     if cache is None:
         return None
-    length = min(cache.get_seq_length(), len(ids) - 1)
+    length = min(int(cache.get_seq_length()), len(ids) - 1)
     if length <= 0:
         return None
     try:

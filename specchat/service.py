@@ -7,8 +7,9 @@ drafter never reloads the target. Generation is serialised by a lock (one at a t
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import torch
 
 from specchat import calibrate, drafter_kinds, loading
 from specchat.chat import Message, build_chat_prompt
+from specchat.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
 from specchat.config import GenerationConfig
 from specchat.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from specchat.engine import SpeculativeEngine
@@ -67,7 +69,9 @@ class ChatService:
         device: str | None = None,
         registry: Registry | None = None,
         drafter_model: str | None = None,
+        compile: bool = False,
     ):
+        self.compile = compile  # compile the target's passes (start() does it after Ready)
         self.registry = registry or load_registry()
         self.target_entry: ModelEntry = self.registry.resolve(target or self.registry.default_target)
         self.target_name = self.target_entry.name
@@ -125,6 +129,18 @@ class ChatService:
                 BOARD.stage("Warming up (the first forward passes of a process are slow)")
                 self.warm_up(drafter)
                 BOARD.stage("Ready")
+                if self.compile:  # the chat answers eagerly meanwhile; later replies use the graphs
+                    self.ready.set()
+                    def say(text: str) -> None:  # the page shows Ready; the terminal tells the compile
+                        BOARD.stage(text)
+                        print(text, file=sys.stderr, flush=True)
+
+                    try:
+                        compiled = self.compile_target(lambda text: say(f"{text}, in the background"))
+                        say(f"The target is compiled ({sum(compiled.compile_s.values()):.0f} s): replies from now on use it")
+                    except Exception as exc:
+                        say(f"Compiling the target failed ({exc}); it keeps running eagerly")
+                        logger.error("compiling the target failed; it runs eagerly", exc_info=exc)
             except BaseException as exc:  # reported to the user by the app
                 self.startup_error = exc
                 BOARD.stage(f"Loading failed: {exc}")
@@ -160,6 +176,20 @@ class ChatService:
                 eos_token_ids=eos_token_ids(model, self.tokenizer),
                 context_length=self.target_entry.context_length,
             )
+
+    def compile_target(self, progress: Callable[[str], None] | None = None) -> CompiledTarget:
+        """Compile the target's decode and verify passes (:mod:`specchat.compiled`; about a
+        minute per pass length on 2 CPU cores, each reported through ``progress``), then hand
+        them to the engine: generations that start afterwards use them, target-only ones too.
+        Safe while another generation runs eagerly (the graphs are built on a cache of their
+        own). Returns the compiled target (``compile_s``: seconds per pass length)."""
+        engine = self._engine()
+        if engine.compiled is not None:
+            return engine.compiled
+        compiled = CompiledTarget(engine.target_model, max_cache_len=min(engine.context_length, DEFAULT_MAX_CACHE_LEN))
+        compiled.warm_up(progress)
+        engine.compiled = compiled  # read once per generation, at its start
+        return compiled
 
     @property
     def context_length(self) -> int:
