@@ -644,8 +644,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--compile", action="store_true",
         help="compile the target's decode and verify passes (torch.compile over a static cache) in the "
-             "background once the chat is ready; about a minute per pass length on 2 CPU cores, replies "
-             "meanwhile run eagerly, later ones faster",
+             "background once the chat is ready (a few minutes on 2 CPU cores, several GB more memory); "
+             "replies meanwhile run eagerly, later ones faster",
     )
     return parser.parse_args(argv)
 

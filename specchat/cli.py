@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_compile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="compile the target's decode and verify passes (torch.compile with freezing over a static "
-                             "cache; about a minute per pass length on 2 CPU cores, 4 lengths) before generating; "
+                             "cache; one graph, a few minutes on 2 CPU cores, several GB more memory) before generating; "
                              "target-only runs compiled too")
 
 

@@ -178,8 +178,8 @@ class ChatService:
             )
 
     def compile_target(self, progress: Callable[[str], None] | None = None) -> CompiledTarget:
-        """Compile the target's decode and verify passes (:mod:`specchat.compiled`; about a
-        minute per pass length on 2 CPU cores, each reported through ``progress``), then hand
+        """Compile the target's decode and verify passes (:mod:`specchat.compiled`; one graph,
+        a few minutes on 2 CPU cores, reported through ``progress``), then hand
         them to the engine: generations that start afterwards use them, target-only ones too.
         Safe while another generation runs eagerly (the graphs are built on a cache of their
         own). Returns the compiled target (``compile_s``: seconds per pass length)."""

@@ -17,7 +17,7 @@ from specchat.drafters.ngram import NgramDrafter
 from specchat.engine import SpeculativeEngine
 from specchat.events import DoneEvent
 
-BUCKETS = (1, 4)  # two graphs keep the compile short; passes of 2-3 are padded, 5+ run eagerly
+BUCKETS = (2, 4)  # one dynamic graph; a 1-position pass is padded to 2, a 3-position one to 4, 5+ run eagerly
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +39,11 @@ def test_bad_buckets_are_refused(target):
     with pytest.raises(ValueError, match="ascending"):
         CompiledTarget(target, buckets=())
     with pytest.raises(ValueError, match="exceed the largest bucket"):
-        CompiledTarget(target, max_cache_len=4, buckets=(1, 4))
+        CompiledTarget(target, max_cache_len=4, buckets=(2, 4))
 
 
 def test_every_pass_length_gives_the_eager_logits(compiled, target):
-    """Passes of 1…6 positions in a row (padded to 1 or 4, or eager past 4), then a cut back as
+    """Passes of 1…6 positions in a row (padded to 2 or 4, or eager past 4), then a cut back as
     after a rejection and more passes: each pass's logits are the full-sequence logits at its
     positions, so the padding's states never leak into a real position."""
     ids = [(7 * i + 3) % 256 for i in range(80)]
@@ -72,7 +72,7 @@ def test_a_pass_that_does_not_fit_is_refused(compiled):
         compiled.forward(list(range(158)), logits_to_keep=1)
         assert compiled.fits(156) and not compiled.fits(157)  # + the largest bucket's 4
         with pytest.raises(ValueError, match="static cache holds 160"):
-            compiled.forward([1, 2], logits_to_keep=1)  # padded to 4: 158 + 4 > 160
+            compiled.forward([1, 2, 3], logits_to_keep=1)  # padded to 4: 158 + 4 > 160
         compiled.reset()
 
 
