@@ -79,6 +79,17 @@ def loading_html(service: Any) -> str | None:
     return loading_banner("Loading models") if getattr(service, "loading", False) else None
 
 
+def compile_note(service: Any) -> str:
+    """For the drafter's status line: where ``--compile`` stands ("" without it)."""
+    if not getattr(service, "compile", False):
+        return ""
+    engine = getattr(service, "engine", None)
+    if engine is not None and getattr(engine, "compiled", None) is not None:
+        return " · target compiled (static cache, --compile)"
+    return (" · the target's passes are being compiled in the background (a few minutes): "
+            "replies run eagerly until then, faster after")
+
+
 def loading_banner(default_stage: str) -> str:
     """HTML progress banner from the progress board (the same bars the terminal draws)."""
     from specchat.progress import BOARD
@@ -472,7 +483,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                 return
             # the dropdown is left alone: it shows the user's latest pick, which a queued later
             # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
-            yield {drafter_status: status_html(f"drafter '{kind}' ready"), active_drafter: kind}
+            yield {drafter_status: status_html(f"drafter '{kind}' ready{compile_note(service)}"), active_drafter: kind}
 
         def show_loading():
             """On page load: mirror the background loading progress until the models are ready;
@@ -491,9 +502,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                        drafter: "none", active_drafter: "none"}
                 return
             why = f" · picked by measurement: {picked[1]}" if picked else ""
-            if getattr(service, "compile", False):
-                why += (" · the target's passes are being compiled in the background (a few minutes): "
-                        "replies run eagerly until then, faster after")
+            why += compile_note(service)
             yield {load_banner: getattr(service, "banner", ""), drafter_status: status_html(f"drafter '{first}' ready{why}"),
                    **({drafter: first, active_drafter: first} if picked else {})}
 

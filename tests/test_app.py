@@ -592,3 +592,14 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     last = list(show())[-1]
     assert "picked by measurement" not in last[_by_id(named, "spec-drafter-status")]
     assert "hybrid" not in last.values()
+
+
+def test_the_drafter_line_says_where_compile_stands():
+    from types import SimpleNamespace
+
+    assert app.compile_note(SimpleNamespace(compile=False, engine=None)) == ""
+    compiling = app.compile_note(SimpleNamespace(compile=True, engine=SimpleNamespace(compiled=None)))
+    assert "being compiled in the background" in compiling and "eagerly" in compiling
+    done = app.compile_note(SimpleNamespace(compile=True, engine=SimpleNamespace(compiled=object())))
+    assert "target compiled" in done
+    assert app.parse_args(["--compile"]).compile and not app.parse_args([]).compile
