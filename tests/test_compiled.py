@@ -25,7 +25,9 @@ def compiled(target):
     ct = CompiledTarget(target, max_cache_len=160, buckets=BUCKETS)
     ct.warm_up()
     assert ct.compiled_buckets == set(BUCKETS) and ct.seq_length() == 0
-    return ct
+    yield ct
+    del ct
+    torch._dynamo.reset()  # drop the graphs and their traced (fake) tensors for the tests after
 
 
 @torch.inference_mode()

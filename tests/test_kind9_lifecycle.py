@@ -252,11 +252,11 @@ def live_tensor_bytes() -> tuple[int, int]:
         tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor) and not isinstance(o, torch.nn.Parameter)]
     for obj in tensors:
         count += 1
-        try:
+        try:  # a fake tensor (left by torch.compile's tracing) has no data and no data pointer
             storage = obj.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
         except (RuntimeError, NotImplementedError):
             continue
-        storages[storage.data_ptr()] = storage.nbytes()
     del tensors
     return count, sum(storages.values())
 
