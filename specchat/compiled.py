@@ -21,8 +21,8 @@ cache, so a longer cache eats the gain: 1.26× / 0.99× at 2048 positions, 1.07�
 Hence 1024 positions, and a generation that may outgrow them runs eagerly. Without freezing the
 compiled pass was no faster than eager; ``torch.compile(options={"freezing": True})`` did not
 apply it, so it is patched into inductor's config around each call. Building four static graphs
-(1, 4, 8, 13 positions) took 4 minutes on 2 cores and 12 GB (a frozen copy of the weights each); the one dynamic graph
-takes about 2½ minutes and 3 GB, and runs as fast (``n`` = 4 / 8 / 13: 1.41× / 1.28× / 1.27×
+(1, 4, 8, 13 positions) took 4 minutes on 2 cores and a frozen copy of the weights each (bench
+peak 17.4 GB); the one dynamic graph took 2½-4½ minutes (bench peak 12.1 GB) and runs as fast (``n`` = 4 / 8 / 13: 1.41× / 1.28× / 1.27×
 eager). With freezing, inductor's on-disk cache did not shorten a second start much (64 s vs
 70 s for one graph).
 
@@ -84,8 +84,8 @@ class CompiledTarget:
         self.device = next(model.parameters()).device
         self.cache = StaticCache(config=model.config, max_cache_len=self.max_cache_len)
         # dynamic: one graph for every pass length ≥ 2. With freezing each graph holds its own
-        # prepacked copy of the weights (3 GB for the 1.5B target in bf16): four static graphs
-        # (1, 4, 8, 13) took the process from 5 to 17 GB, the dynamic one to 6.6 GB, as fast
+        # prepacked copy of the weights (3 GB for the 1.5B target in bf16): in the bench, four
+        # static graphs (1, 4, 8, 13) peaked at 17.4 GB, the dynamic one at 12.1 GB, as fast
         self._compiled = torch.compile(model, dynamic=True)
         self.compiled_buckets: set[int] = set()  # buckets run through the graph at least once
         self.compile_s: dict[int, float] = {}  # seconds each bucket's first call took (the first: the compile)

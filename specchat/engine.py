@@ -179,7 +179,7 @@ class SpeculativeEngine:
             compiled = self.compiled
             self._static = compiled is not None and compiled.fits(len(prompt_ids) + config.max_new_tokens)
             kept = self.kept if self.prefix_cache else None
-            if kept is not None and (kept.cache is compiled.cache if compiled is not None else False) != self._static:
+            if kept is not None and (compiled is not None and kept.cache is compiled.cache) != self._static:
                 kept = None  # kept on the other kind of cache than this generation runs on
             cache, reused = take_prefix(kept, prefix)
             self.kept = None  # handed over (or dropped): one kept cache at a time
