@@ -26,15 +26,17 @@ ids = torch.randint(100, 10000, (1, 300))
 for dtype in (torch.bfloat16, torch.float32):
     m = loading.load_model(path, dtype=dtype)
     with torch.inference_mode():
-        def run(n_prefix, n_new, reps=3):
+        def run(model, n_prefix, n_new, reps=3):
             ts = []
             for _ in range(reps):
-                c = DynamicCache(config=m.config)
-                if n_prefix: m(input_ids=ids[:, :n_prefix], cache=c, use_cache=True, logits_to_keep=1)
+                c = DynamicCache(config=model.config)
+                if n_prefix:
+                    model(input_ids=ids[:, :n_prefix], cache=c, use_cache=True, logits_to_keep=1)
                 t = time.perf_counter()
-                m(input_ids=ids[:, n_prefix:n_prefix + n_new], cache=c, use_cache=True, logits_to_keep=n_new)
+                model(input_ids=ids[:, n_prefix:n_prefix + n_new], cache=c, use_cache=True, logits_to_keep=n_new)
                 ts.append((time.perf_counter() - t) * 1000)
             return statistics.median(ts)
-        run(0, 8, 1)
-        print(dtype, "step1 %.0f ms, verify5 %.0f ms, verify9 %.0f ms, prefill100 %.0f ms" % (run(200, 1), run(200, 5), run(200, 9), run(0, 100, 2)), flush=True)
+        run(m, 0, 8, 1)
+        print(dtype, "step1 %.0f ms, verify5 %.0f ms, verify9 %.0f ms, prefill100 %.0f ms"
+              % (run(m, 200, 1), run(m, 200, 5), run(m, 200, 9), run(m, 0, 100, 2)), flush=True)
     del m

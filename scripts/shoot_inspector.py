@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from drive_app import wait_ready, button, driver, pick_drafter, send, set_number, wait_done  # noqa: E402
+from drive_app import button, driver, pick_drafter, send, set_number, wait_done, wait_ready  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 

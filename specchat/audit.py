@@ -236,7 +236,8 @@ def chi_square(exact: torch.Tensor, counts: torch.Tensor) -> SampledCheck:
         exp_bins.append(float(expected[rest].sum()))
     statistic = sum((o - e) ** 2 / e for o, e in zip(obs_bins, exp_bins) if e > 0)
     dof = max(len(obs_bins) - 1, 1)
-    p_value = float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(statistic / 2.0, dtype=torch.float64)))
+    half = lambda x: torch.tensor(x / 2.0, dtype=torch.float64)  # noqa: E731
+    p_value = float(torch.special.gammaincc(half(dof), half(statistic)))
     order = torch.argsort(exact, descending=True)[:10]
     rows = tuple((int(t), float(exact[t]), int(counts[t])) for t in order if exact[t] > 0)
     return SampledCheck(n, statistic, dof, p_value, rows, int(counts[~support].sum()))

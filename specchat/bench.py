@@ -436,7 +436,7 @@ def run_multi_turn(
             service.forget_prefix()  # every play starts cold: turn 1 prefills the whole prompt
             config = GenerationConfig(num_speculative_tokens=12, adaptive_gamma=True, max_new_tokens=max_new_tokens,
                                       temperature=temperature, seed=repeat, measure_speedup=True)
-            for t in play_script(service, messages, drafter=drafter, config_for_turn=lambda turn: config):
+            for t in play_script(service, messages, drafter=drafter, config_for_turn=lambda turn, config=config: config):
                 r, done = t.record, t.done
                 rows.append({
                     "drafter": drafter, "repeat": repeat, "turn": r["turn"], "ttft_ms": r["ttft_ms"],
@@ -616,7 +616,7 @@ def best_vs_best(configs: dict) -> dict:
     "transformers_tokens_per_s": y, "ratio": x / y}}`` for the groups where both ran."""
     out = {}
     for group in ("all", *GROUPS):
-        def rate(entry):
+        def rate(entry, group=group):
             block = entry["overall"] if group == "all" else entry["groups"].get(group, {})
             return block.get("decode_tokens_per_s")
 
@@ -710,7 +710,7 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
     for drafter, entry in summary["vs_transformers"].items():
         if drafter != "none":
             goal(f"{drafter} >= 1.2x transformers' call", entry["overall"], lambda v: v >= 1.2)
-    for name, entry in configs.items():
+    for entry in configs.values():
         if entry["engine"] == SPECCHAT and entry["gamma"] == "adaptive" and entry.get("measure_speedup") is not False:
             goal(f"{entry['drafter']}: measured >= 0.9 of predicted S", entry["overall"]["measured_over_predicted"],
                  lambda v: v >= 0.9)

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from specchat.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.drafter_kinds import KIND_NAMES, SPECULATIVE_KIND_NAMES
 from specchat.events import DoneEvent, TokenEvent
-from specchat.metrics import SpeculationMetrics
 from specchat.ledger import count_ledger
+from specchat.metrics import SpeculationMetrics
+
+PROG = "specchat" if Path(sys.argv[0]).name == "specchat" else "python -m specchat"  # as the user ran it
+MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"  # as specchat.registry (which imports pydantic and yaml)
+ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"  # as specchat.loading (which imports torch)
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
 _ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -22,23 +29,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _device(text: str) -> str:
-    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``, …), else an
-    argparse error naming what is available (a bad name was a traceback)."""
+def _device(text: str) -> str | None:
+    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``, …), or ``auto``
+    (None: CUDA when present, else the CPU); else an argparse error naming what is available (a
+    bad name was a traceback)."""
+    if text == "auto":
+        return None
     import torch
 
     try:
         device = torch.device(text)
     except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (e.g. cpu, cuda, cuda:0)") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (auto, cpu, cuda, cuda:0, …)") from None
     available = {"cpu": True, "cuda": torch.cuda.is_available(),
                  "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
     if not available.get(device.type, False):
         have = ", ".join(k for k, ok in available.items() if ok)
-        raise argparse.ArgumentTypeError(f"{text!r} is not available on this machine; available: {have}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not available on this machine; available: auto, {have}")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return text
+
+
+DEVICE_HELP = "auto (default: CUDA when present, else the CPU), cpu, cuda, cuda:N"
 
 
 def _ranged(kind, lo, hi, what: str, *, lo_open: bool = False):
@@ -54,8 +67,11 @@ def _ranged(kind, lo, hi, what: str, *, lo_open: bool = False):
     return parse
 
 
+_gamma = _ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m specchat", description="specchat: speculative decoding you can see.")
+    parser = _Parser(prog=PROG, description="specchat: speculative decoding you can see.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     gen = sub.add_parser("generate", help="generate text from a prompt (headless)")
     gen.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
@@ -75,13 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
     gen.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=128)
     gen.add_argument("--stop", nargs="+", default=[], metavar="TEXT", help="stop strings")
-    gen.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    gen.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
     gen.add_argument("--num-samples", type=_ranged(int, 1, 100000, "an integer >= 1"), default=1,
                      help="independent samples, seeds S, S+1, …")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
-    gen.add_argument("--device", type=_device, default=None, help="cpu, cuda, … (default: cuda if available)")
+    gen.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
     gen.add_argument("--trace", metavar="FILE",
                      help="record every round (drafts, p, q, u, top-10 lists, residuals, times) to FILE as "
                           "JSON lines (docs/TRACE.md); open it in the app with `python app.py --trace FILE`")
@@ -106,8 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     cht.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=256)
     cht.add_argument("--no-prefix-cache", action="store_true",
                      help="prefill the whole conversation every turn (for comparison)")
-    cht.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
-    cht.add_argument("--device", type=_device, default=None)
+    cht.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    cht.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
     cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
     cal = sub.add_parser(
         "calibrate", help="time each model drafter against target-only on this machine and pick the default drafter",
@@ -118,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     cal.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     cal.add_argument("--again", action="store_true", help="measure again even if a calibration is on record")
-    cal.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
-    cal.add_argument("--device", type=_device, default=None)
+    cal.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    cal.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
     cal.add_argument("--json", action="store_true", help="print the calibration record as JSON")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
@@ -128,13 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--prompt", default=AUDIT_PROMPT, help="chat message to audit on")
     aud.add_argument("--samples", type=_ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
                      help="sampled draws of the next token at the chosen position (default 300)")
-    aud.add_argument("--position", type=_auto_or(_ranged(int, 0, MAX_NEW_TOKENS_LIMIT - 1, f"'auto' or an integer in 0..{MAX_NEW_TOKENS_LIMIT - 1}")),
+    last = MAX_NEW_TOKENS_LIMIT - 1
+    aud.add_argument("--position", type=_auto_or(_ranged(int, 0, last, f"'auto' or an integer in 0..{last}")),
                      default="auto",
                      help="reply position of the sampled check: 0 = the first reply token, or 'auto' (default): "
                           "the greedy reply's most uncertain position where the drafter proposes a token")
     aud.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=64,
                      help="length of the greedy comparison (default 64)")
-    aud.add_argument("--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=4)
+    aud.add_argument("--num-speculative-tokens", "-k", type=_gamma, default=4)
     aud.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0 < T <= {MAX_TEMPERATURE}", lo_open=True), default=1.0,
                      help="temperature of the sampled check (default 1.0)")
     aud.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
@@ -145,19 +162,22 @@ def build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--tie-tolerance", type=_auto_or(_ranged(float, 0.0, None, "'auto' or a number >= 0")), default="auto",
                      help="a greedy divergence passes only where the target's top-2 logit gap is at most this "
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
-    aud.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
-    aud.add_argument("--device", type=_device, default=None)
+    aud.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    aud.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
     ben = sub.add_parser(
         "bench", help="time the drafters against target-only and against transformers' assisted generation",
-        description="Greedy (or, with --temperature, sampled) decoding of a fixed prompt set (code, code edits, passage questions, open chat), "
+        description="Greedy (or, with --temperature, sampled) decoding of a fixed prompt set (code, code edits, passage "
+                    "questions, open chat), "
                     "every configuration interleaved in one process; medians per configuration and group.",
     )
     ben.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     ben.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     ben.add_argument("--drafters", nargs="+", choices=SPECULATIVE_KIND_NAMES,
                      help="drafters to time (default: all the target offers); target-only is always timed")
-    ben.add_argument("--gammas", nargs="+", type=_auto_or(_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"), word="adaptive"),
-                     default=["adaptive", 1, 2, 4, 8], metavar="G",
+    ben.add_argument("--gammas", nargs="+", metavar="G",
+                     type=_auto_or(_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                                   word="adaptive"),
+                     default=["adaptive", 1, 2, 4, 8],
                      help="γ settings per drafter: 'adaptive' and/or fixed values (default: adaptive 1 2 4 8)")
     ben.add_argument("--max-gamma", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=12,
                      help="largest γ adaptive γ may choose (default 12)")
@@ -185,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a look in a few minutes: one prompt per group, 48 new tokens, 1 repeat, adaptive γ only "
                           "(the other options still apply where given)")
     ben.add_argument("--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
-    ben.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto")
-    ben.add_argument("--device", type=_device, default=None)
+    ben.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    ben.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
     ben.add_argument("--out", default="bench-results", metavar="DIR",
                      help="folder for the results: bench.json, bench.csv (with --csv), bench.html and bench.png "
                           "(default: bench-results in the current directory; '--out assets' replaces the "
@@ -198,7 +218,104 @@ def build_parser() -> argparse.ArgumentParser:
                           "tokens/s with ÷ without − 1, in percent")
     for command in (gen, cht, ben):
         _add_compile(command)
+    app = sub.add_parser("app", help="open the chat in the browser (the same as `python app.py`)",
+                         description="specchat: a local chat that shows speculative decoding at work.")
+    add_app_arguments(app)
+    for command in (gen, cht, cal, aud, ben):
+        add_models_argument(command)
     return parser
+
+
+def add_models_argument(parser: argparse.ArgumentParser) -> None:
+    """``--models FILE`` (a user's registry file whose entries are added next to the shipped
+    ones) and ``--allow-download`` (fetch a model that has only a Hub id)."""
+    parser.add_argument("--models", metavar="FILE",
+                        help=f"your own models file (the shipped models.yaml's format): its entries are added next to "
+                             f"the shipped ones, and its default_target, if given, becomes the default (also: "
+                             f"${MODELS_YAML_ENV})")
+    parser.add_argument("--allow-download", action="store_true",
+                        help=f"let specchat download a model that has a Hugging Face Hub id and no offline source (e.g. "
+                             f"qwen2.5-coder-7b-instruct) into its cache; off by default, specchat then makes no network "
+                             f"connections (also: ${ALLOW_DOWNLOAD_ENV}=1)")
+
+
+def use_model_sources(args: argparse.Namespace) -> str | None:
+    """Apply ``--allow-download`` and ``--models FILE`` for this process (see
+    :func:`use_models_file`); an error message, or None."""
+    if getattr(args, "allow_download", False):
+        os.environ[ALLOW_DOWNLOAD_ENV] = "1"
+    return use_models_file(getattr(args, "models", None))
+
+
+def add_app_arguments(parser: argparse.ArgumentParser) -> None:
+    """The app's options, for ``python app.py`` and ``specchat app`` alike. Importing this
+    module does not import gradio or torch, so ``--help`` is quick."""
+    on_spaces = os.environ.get("SYSTEM") == "spaces"
+    parser.add_argument(
+        "--target", default=None,
+        help="target model: a name from models.yaml or a local path (default: the project's default target)",
+    )
+    parser.add_argument(
+        "--drafter", choices=KIND_NAMES, default=None,
+        help="drafter selected at start (default: picked by measurement: the first start times each model "
+             "drafter against the target on this machine, about two minutes, and keeps the result; "
+             "see `specchat calibrate`)",
+    )
+    parser.add_argument(
+        "--host", default=os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if on_spaces else "127.0.0.1"),
+        help="address to listen on (default: $GRADIO_SERVER_NAME, else 0.0.0.0 on a Hugging Face Space "
+             "(SYSTEM=spaces), else 127.0.0.1: this machine only)",
+    )
+    parser.add_argument(
+        "--port", type=_ranged(int, 1, 65535, "1..65535"), default=_env_port(),
+        help="port to listen on (default: $GRADIO_SERVER_PORT, else 7860)",
+    )
+    parser.add_argument(
+        "--dtype", choices=DTYPE_CHOICES, default="auto",
+        help="weights dtype for the target and model drafters (default auto: bf16 on a CPU and on a GPU that "
+             "has it, else fp16)",
+    )
+    parser.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
+    parser.add_argument(
+        "--trace", nargs="+", metavar="FILE", default=(),
+        help="open recorded trace files (from `specchat generate --trace` or the page's download "
+             "button) without loading any model",
+    )
+    parser.add_argument(
+        "--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), default=None,
+        help="torch CPU threads (default: torch's, one per core); on a machine busy with other "
+             "work, fewer threads than cores can be much faster",
+    )
+    parser.add_argument(
+        "--compile", action="store_true",
+        help="compile the target's decode and verify passes (torch.compile over a static cache) in the "
+             "background once the chat is ready (a few minutes on 2 CPU cores, several GB more memory); "
+             "replies meanwhile run eagerly, later ones faster",
+    )
+    add_models_argument(parser)
+
+
+def _env_port() -> str:
+    """$GRADIO_SERVER_PORT when it is a port number, else 7860 (a bad value is reported by
+    argparse: it parses the default string like a typed one)."""
+    return os.environ.get("GRADIO_SERVER_PORT") or "7860"
+
+
+def use_models_file(path: str | None) -> str | None:
+    """``--models FILE``: check the file (with the shipped entries) and make every later
+    :func:`specchat.registry.load_registry` in this process read it. Returns an error message,
+    or None when it is fine (or not given)."""
+    if not path:
+        return None
+    from specchat.errors import RegistryError
+    from specchat.registry import load_registry
+
+    try:
+        load_registry(user=path)
+    except RegistryError as exc:
+        return str(exc)
+    os.environ[MODELS_YAML_ENV] = str(Path(path).expanduser().resolve())
+    return None
 
 
 def _add_compile(parser: argparse.ArgumentParser) -> None:
@@ -224,7 +341,16 @@ AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``specchat COMMAND …`` / ``python -m specchat COMMAND …``; the exit status."""
     args = build_parser().parse_args(argv)
+    problem = use_model_sources(args)
+    if problem is not None:
+        print(f"{PROG} {args.command}: error: {problem}", file=sys.stderr)
+        return 2
+    if args.command == "app":
+        from specchat.app import run
+
+        return run(args)
     if args.command == "generate":
         return _generate(args)
     if args.command == "audit":
@@ -249,7 +375,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         prompts = bench.load_prompts(args.prompts)
     except ValueError as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.quick:  # a quick look; what the user spelled out still wins
         given = {a.split("=", 1)[0] for a in argv}
@@ -260,14 +386,14 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         chat_messages = bench.load_chat_script(args.multi_turn or None) if args.multi_turn is not None else []
     except ValueError as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if args.groups:
         prompts = [p for p in prompts if p.group in args.groups]
     if args.per_group:
         prompts = _first_per_group(prompts, args.per_group)
     if not prompts:
-        print("python -m specchat: error: no prompts left after --groups/--per-group", file=sys.stderr)
+        print(f"{PROG}: error: no prompts left after --groups/--per-group", file=sys.stderr)
         return 2
     try:
         import torch
@@ -276,19 +402,19 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
             torch.set_num_threads(args.threads)
         service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
     except RegistryError as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     try:
         service.load()
         available = [d for d in service.drafter_kinds() if d != "none"]
         drafters = args.drafters or available
         if args.drafter_model and not {"sibling", "sibling-int4"} & set(drafters):
-            print("python -m specchat: error: --drafter-model names a sibling, but --drafters has neither "
+            print(f"{PROG}: error: --drafter-model names a sibling, but --drafters has neither "
                   "sibling nor sibling-int4", file=sys.stderr)
             return 2
         missing = [d for d in drafters if d not in available]
         if missing:
-            print(f"python -m specchat: error: drafter(s) {', '.join(missing)} not available for "
+            print(f"{PROG}: error: drafter(s) {', '.join(missing)} not available for "
                   f"{service.target_name}; allowed: {', '.join(available)}", file=sys.stderr)
             return 2
         for drafter in drafters:
@@ -310,7 +436,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
             if not os.access(out, os.W_OK):
                 raise PermissionError(f"[Errno 13] Permission denied: {str(out)!r}")
         except OSError as exc:
-            print(f"python -m specchat: error: --out {args.out}: cannot write there ({exc})", file=sys.stderr)
+            print(f"{PROG}: error: --out {args.out}: cannot write there ({exc})", file=sys.stderr)
             return 2
         say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
         say(f"bench: {len(prompts)} prompts × {len(main)} configurations"
@@ -329,7 +455,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
             multi_turn = bench.run_multi_turn(service, chat_messages, drafters, max_new_tokens=args.max_new_tokens,
                                               repeats=args.repeats, temperature=args.temperature, progress=say)
     except (SpecchatError, ValueError) as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     summary = bench.summarize(results)
     if multi_turn:
@@ -339,7 +465,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         summary["hybrid_part"] = service.hybrid_part()
     meta = bench.machine_description(service) | {
         "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "num_prompts": len(prompts),
-        "max_gamma": args.max_gamma, "temperature": args.temperature, "command": "python -m specchat " + " ".join(argv),
+        "max_gamma": args.max_gamma, "temperature": args.temperature, "command": PROG + " " + " ".join(argv),
         "compiled": ({"pass_lengths": list(service.engine.compiled.buckets),
                       "compile_s": {str(k): round(v, 1) for k, v in service.engine.compiled.compile_s.items()}}
                      if service.engine.compiled is not None else None),
@@ -399,11 +525,11 @@ def _load_service(args: argparse.Namespace):
     try:
         service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
     except RegistryError as exc:  # an unknown --target: a bad argument, before any loading
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return None, 2
     if args.drafter not in service.drafter_kinds():
         print(
-            f"python -m specchat: error: drafter {args.drafter!r} is not available for {service.target_name}; "
+            f"{PROG}: error: drafter {args.drafter!r} is not available for {service.target_name}; "
             f"allowed: {', '.join(service.drafter_kinds())}",
             file=sys.stderr,
         )
@@ -426,7 +552,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             return status
         kind, reason = service.pick_drafter(recalibrate=args.again)
     except (SpecchatError, ValueError) as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     record = service.calibration
     if args.json:
@@ -482,7 +608,7 @@ def _audit(args: argparse.Namespace) -> int:
         elif args.position < len(reference):
             position = args.position
         else:
-            print(f"python -m specchat: error: --position {args.position} is past the greedy reply's "
+            print(f"{PROG}: error: --position {args.position} is past the greedy reply's "
                   f"{len(reference)} tokens; allowed: 0..{len(reference) - 1} or auto", file=sys.stderr)
             return 2
         context = tok.decode(reference[max(0, position - 8) : position])
@@ -503,7 +629,7 @@ def _audit(args: argparse.Namespace) -> int:
         for token, prob, count in check.rows:
             print(f"      {tok.decode([token])!r:>24}  {prob:8.4f}  {count:8d}  {prob * check.num_samples:8.1f}")
     except (SpecchatError, ValueError) as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     return 0 if greedy_ok and sampled_ok else 1
 
@@ -512,16 +638,16 @@ def _generate(args: argparse.Namespace) -> int:
     from specchat.errors import SpecchatError
 
     if not args.prompt.strip():
-        print("python -m specchat: error: --prompt is empty", file=sys.stderr)
+        print(f"{PROG}: error: --prompt is empty", file=sys.stderr)
         return 2
     if args.trace and args.num_samples > 1:
-        print("python -m specchat: error: --trace records one generation; use it with --num-samples 1", file=sys.stderr)
+        print(f"{PROG}: error: --trace records one generation; use it with --num-samples 1", file=sys.stderr)
         return 2
     if args.trace:  # a bad path fails now, not after the models have loaded
         try:
             open(args.trace, "a", encoding="utf-8").close()
         except OSError as exc:
-            print(f"python -m specchat: error: cannot write the trace to {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+            print(f"{PROG}: error: cannot write the trace to {args.trace}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     try:
         service, status = _load_service(args)
@@ -580,7 +706,7 @@ def _generate(args: argparse.Namespace) -> int:
                 ))
                 print(f"trace: {metrics.num_rounds} rounds written to {args.trace}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     return 0
 
@@ -592,7 +718,7 @@ def _chat(args: argparse.Namespace) -> int:
     try:
         messages = load_script(args.script)
     except ValueError as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
 
     def config_for_turn(turn: int) -> GenerationConfig:
@@ -625,7 +751,7 @@ def _chat(args: argparse.Namespace) -> int:
                 for text in t.notices:
                     print(f"[turn {record['turn']}] note: {text}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
-        print(f"python -m specchat: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -3,11 +3,12 @@
 kernels) over one ``StaticCache`` that lives as long as the model.
 
 One graph, dynamic in the pass length, serves every round: a pass of n positions (a verify pass
-is γ + 1) runs as it is, and a decode step (n = 1) is padded to 2 with a copy of its token. The padding writes states past the real ones, which are then cut off the
-cache (the static cache only moves its length back; the next pass overwrites those slots before
-any query can see them: causal attention lets position i see keys 0…i only, and every key below
-the cache's length was written by a real token). The logits of the padding are dropped. A pass
-longer than the largest bucket (a prefill) runs eagerly on the same cache.
+is γ + 1) runs as it is, and a decode step (n = 1) is padded to 2 with a copy of its token. The
+padding writes states past the real ones, which are then cut off the cache (the static cache
+only moves its length back; the next pass overwrites those slots before any query can see them:
+causal attention lets position i see keys 0…i only, and every key below the cache's length was
+written by a real token). The logits of the padding are dropped. A pass longer than the largest
+bucket (a prefill) runs eagerly on the same cache.
 
 Why one cache for the model's lifetime: with ``freezing`` the compiled graph must be called with
 the cache it was compiled with (a fresh ``StaticCache`` object gave wrong logits without a

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.events import DoneEvent, RoundEvent, TokenEvent, TokenKind
+from specchat.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.trace import ProofTrace, RoundTrace, TopList
 from specchat.ui_render import KIND_COLORS, escape_text, ref_class_of
 
@@ -145,7 +145,8 @@ def _pq_panel(trace: RoundTrace, i: int, *, marked: int | None) -> str:
     legend = (f'<span class="spec-key" style="background:{TARGET_COLOR}"></span> p (target)'
               + (f' <span class="spec-key" style="background:{DRAFT_COLOR}"></span> q (drafter)' if has_q else ""))
     raw_q = pos.draft_top_raw if has_q else None
-    raw_note = "" if (raw_q is not None or not has_q) else '<div class="spec-muted">the lookup has no model: q is one-hot at the copied token</div>'
+    raw_note = "" if (raw_q is not None or not has_q) else (
+        '<div class="spec-muted">the lookup has no model: q is one-hot at the copied token</div>')
     used = _bars(_pq_rows(trace, pos.target_top, pos.draft_top, marked), mark=mark)
     raw = _bars(_pq_rows(trace, pos.target_top_raw, raw_q if raw_q is not None else None, marked), mark=mark)
     return (
@@ -424,7 +425,8 @@ def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | N
         tr = r.trace
         steps = list(tr.draft_step_ms) if tr is not None and tr.draft_step_ms else ([r.draft_ms] if r.draft_ms >= 0.5 else [])
         segs = "".join(
-            f'<div class="spec-seg" style="width:{100 * t / scale:.2f}%;background:{DRAFT_COLOR}" title="draft step {j + 1}: {t:.1f} ms"></div>'
+            f'<div class="spec-seg" style="width:{100 * t / scale:.2f}%;background:{DRAFT_COLOR}" '
+            f'title="draft step {j + 1}: {t:.1f} ms"></div>'
             for j, t in enumerate(steps)
         )
         segs += (f'<div class="spec-seg" style="width:{100 * r.verify_ms / scale:.2f}%;background:{TARGET_COLOR}" '

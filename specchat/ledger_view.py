@@ -185,7 +185,6 @@ def ledger_html(
         "",
     ))
     if ledger.arithmetic is not None:
-        c_hat = ledger.flop_ratio or 0.0
         predicted = ledger.arithmetic_predicted
         rows.append((
             "arithmetic, in target-token units",

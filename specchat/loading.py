@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -130,12 +131,72 @@ def ensure_local(
             )
         return local_dir
     if entry.gguf is None:
+        if entry.hub_id and download_allowed():
+            return download_from_hub(entry, cache_dir=cache_dir, progress=progress)
         raise ModelSourceError(_no_source_message(entry))
     final = cache_dir_for(entry, cache_dir)
     if is_complete_cache(final, entry):
         return final
     part_paths = _locate_parts(entry, locate_part or locate_installed_part)
     return _convert_gguf(entry, part_paths, final, progress=progress)
+
+
+ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
+"""Set to 1 (or pass ``--allow-download``) to let specchat fetch a model that has a Hub id and no
+offline source from the Hugging Face Hub. Off by default: specchat makes no network connections."""
+
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
+"""What a download fetches: config, weights in safetensors, tokenizer and chat template files."""
+
+
+def download_allowed() -> bool:
+    """True when the user allowed Hub downloads (``$SPECCHAT_ALLOW_DOWNLOAD`` is 1/true/yes)."""
+    return os.environ.get(ALLOW_DOWNLOAD_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def hub_dir_for(entry: ModelEntry, root: Path | None = None) -> Path:
+    """Where a Hub download of ``entry`` lives: ``<root>/hub/<name>``."""
+    return (root or cache_root()) / "hub" / entry.name
+
+
+def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None, progress: bool = True,
+                      snapshot_download: Callable[..., str] | None = None) -> Path:
+    """Fetch ``entry.hub_id`` from the Hugging Face Hub into :func:`hub_dir_for` (config,
+    safetensors weights, tokenizer; resumable; a complete earlier download is reused without
+    contacting the Hub). Only called when :func:`download_allowed`. ``snapshot_download``
+    replaces ``huggingface_hub.snapshot_download`` (tests).
+
+    Raises ModelSourceError when the Hub cannot be reached (the message says why and how to
+    download by hand), or the download holds no config.json or no safetensors weights.
+    """
+    target = hub_dir_for(entry, cache_dir)
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")) and (target / ".complete").is_file():
+        return target
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes"):
+        raise ModelSourceError(
+            f"model {entry.name!r} would be downloaded from the Hub ({entry.hub_id}), but HF_HUB_OFFLINE is set; "
+            f"unset it to allow the download, or download it yourself and pass the directory as the model."
+        )
+    if snapshot_download is None:
+        from huggingface_hub import snapshot_download
+    target.mkdir(parents=True, exist_ok=True)
+    print(f"Downloading {entry.hub_id} from the Hugging Face Hub into {target} "
+          f"(allowed by --allow-download / ${ALLOW_DOWNLOAD_ENV}) …", file=sys.stderr, flush=True)
+    try:
+        snapshot_download(repo_id=entry.hub_id, local_dir=str(target), allow_patterns=list(HUB_PATTERNS))
+    except Exception as exc:  # no network, unknown repo, gated model, disk full: one clear message
+        raise ModelSourceError(
+            f"model {entry.name!r}: downloading {entry.hub_id} from the Hugging Face Hub failed "
+            f"({type(exc).__name__}: {exc}). Download it yourself with `huggingface-cli download {entry.hub_id} "
+            f"--local-dir DIR` and pass DIR as the model."
+        ) from None
+    if not (target / "config.json").is_file() or not any(target.glob("*.safetensors")):
+        raise ModelSourceError(
+            f"model {entry.name!r}: the download of {entry.hub_id} has no config.json or no safetensors weights "
+            f"(looked in {target})."
+        )
+    (target / ".complete").write_text(entry.hub_id + "\n", encoding="utf-8")
+    return target
 
 
 def locate_installed_part(package: str, file: str) -> tuple[str, Path] | None:
@@ -206,7 +267,7 @@ def _no_source_message(entry: ModelEntry) -> str:
         how = "It has no offline source in the registry."
     hub = (
         f" With Hugging Face Hub access you can instead run `huggingface-cli download {entry.hub_id} --local-dir DIR` "
-        f"and pass DIR as the model."
+        f"and pass DIR as the model, or let specchat download it: --allow-download (or {ALLOW_DOWNLOAD_ENV}=1)."
         if entry.hub_id
         else ""
     )
@@ -385,7 +446,8 @@ def _save_tokenizer(gguf_path: Path, directory: Path, entry: ModelEntry) -> None
     """Convert the GGUF's tokenizer, keep its chat template, save it and check that it reloads identically."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True, trust_remote_code=False)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, local_files_only=True,
+                                              trust_remote_code=False)
     if tokenizer.chat_template is None:
         template = _gguf_chat_template(gguf_path)
         if template:

@@ -38,7 +38,9 @@ that needs configuring, and the other kinds built from the sibling (``sibling-in
 ALWAYS_AVAILABLE_DRAFTERS: tuple[str, ...] = tuple(drafter_kinds.kinds_for(has_sibling=False))
 
 MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
-DEFAULT_MODELS_YAML = Path(__file__).resolve().parent.parent / "models.yaml"
+"""A user's models file (as ``--models FILE``): its entries are added next to the shipped ones."""
+DEFAULT_MODELS_YAML = Path(__file__).resolve().parent / "models.yaml"
+"""The shipped registry (package data)."""
 
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # entry names become cache directory names
 
@@ -168,11 +170,18 @@ class Registry(BaseModel):
     default_target: str
     models: dict[str, ModelEntry] = Field(min_length=1)
     _path: Path | None = PrivateAttr(default=None)
+    _sources: tuple[Path, ...] = PrivateAttr(default=())
 
     @property
     def path(self) -> Path | None:
-        """The file this registry was read from (None if built from data)."""
+        """The file this registry was read from, the user's file when one was added to the
+        shipped entries (None if built from data)."""
         return self._path
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        """Every file whose entries this registry holds: the shipped file, then the user's."""
+        return self._sources
 
     def resolve(self, name_or_path: str | Path) -> ModelEntry:
         """A registry entry by name, or an ad-hoc entry for a local Hugging Face-format directory.
@@ -195,30 +204,61 @@ class Registry(BaseModel):
             name = re.sub(r"[^A-Za-z0-9._-]", "-", directory.resolve().name).lstrip("._-") or "local-model"
             return ModelEntry(name=name, local_dir=directory.resolve())
         raise RegistryError(
-            f"unknown model {key!r}: not an entry of {self._path or 'the registry'} and not a directory. "
+            f"unknown model {key!r}: not an entry of {' or '.join(map(str, self._sources)) or 'the registry'} and not "
+            f"a directory. "
             f"Known names: {', '.join(self.models)}. Or pass a local Hugging Face-format directory (with config.json)."
         )
 
 
-def load_registry(path: str | Path | None = None) -> Registry:
-    """Read and validate a registry file.
+def load_registry(path: str | Path | None = None, *, user: str | Path | None = None) -> Registry:
+    """Read and validate the model registry.
 
-    ``path`` defaults to ``$SPECCHAT_MODELS_YAML`` if set, else the ``models.yaml`` at the
-    repository root (next to the ``specchat`` package). Relative ``local_dir`` values are taken
-    relative to the file's directory.
-    Raises RegistryError (naming the file, entry and key) if the file is missing, is not valid
+    With ``path``, that file alone. Without it, the shipped ``models.yaml`` (package data) plus a
+    user's file: ``user``, else ``$SPECCHAT_MODELS_YAML`` if set. The user's entries are added
+    next to the shipped ones (an entry of the same name replaces the shipped one; a sibling may
+    name a shipped entry), and its ``default_target``, if given, becomes the default. Relative
+    ``local_dir`` values are taken relative to the directory of the file that holds them.
+
+    Raises RegistryError (naming the file, entry and key) if a file is missing, is not valid
     YAML, has an unknown or missing key, an unknown drafter kind, a sibling or default_target
     that names no entry.
     """
-    if path is None:
-        path = os.environ.get(MODELS_YAML_ENV) or DEFAULT_MODELS_YAML
-    path = Path(path).expanduser()
+    if path is not None:
+        path = Path(path).expanduser()
+        return registry_from_data(_read_yaml(path), source=path)
+    user = user or os.environ.get(MODELS_YAML_ENV) or None
+    shipped = _read_yaml(DEFAULT_MODELS_YAML)
+    if user is None:
+        return registry_from_data(shipped, source=DEFAULT_MODELS_YAML)
+    user = Path(user).expanduser()
+    data = _read_yaml(user)
+    if not isinstance(data, dict):
+        raise RegistryError(f"{user}: expected a mapping with the key models (and optionally default_target), "
+                            f"got {type(data).__name__}")
+    extra = data.get("models")
+    if not isinstance(extra, dict):
+        raise RegistryError(f"{user}: models: required key is missing or not a mapping of entries "
+                            f"(name: {{hub_id: …, local_dir: …}})")
+    merged = {
+        **data,
+        "default_target": data.get("default_target", shipped["default_target"]),
+        "models": {**_absolute_local_dirs(shipped["models"], DEFAULT_MODELS_YAML),
+                   **_absolute_local_dirs(extra, user)},
+    }
+    registry = registry_from_data(merged, source=user)
+    registry._sources = (DEFAULT_MODELS_YAML, user)
+    return registry
+
+
+def _read_yaml(path: Path) -> Any:
+    """A registry file's parsed YAML; RegistryError (naming the file, line and column) if it
+    cannot be read or parsed."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read the model registry: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -227,7 +267,19 @@ def load_registry(path: str | Path | None = None) -> Registry:
         if context and start is not None and mark is not None and start.line != mark.line:
             problem += f" ({context} that starts at line {start.line + 1}, column {start.column + 1})"
         raise RegistryError(f"{path}: not valid YAML: {where}{problem}") from None
-    return registry_from_data(data, source=path)
+
+
+def _absolute_local_dirs(models: dict, source: Path) -> dict:
+    """Raw entries with a relative ``local_dir`` made absolute against ``source``'s directory
+    (before entries of two files are merged); anything malformed is left for validation."""
+    base = source.expanduser().resolve().parent
+    out = {}
+    for name, entry in models.items():
+        if isinstance(entry, dict) and isinstance(entry.get("local_dir"), str):
+            local = Path(entry["local_dir"]).expanduser()
+            entry = {**entry, "local_dir": str(local if local.is_absolute() else base / local)}
+        out[name] = entry
+    return out
 
 
 def registry_from_data(data: Any, *, source: Path | str = "models.yaml") -> Registry:
@@ -277,6 +329,7 @@ def registry_from_data(data: Any, *, source: Path | str = "models.yaml") -> Regi
         )
     result = Registry(default_target=registry.default_target, models=models)
     result._path = Path(source) if not isinstance(source, Path) else source
+    result._sources = (result._path,)
     return result
 
 

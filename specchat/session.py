@@ -20,10 +20,10 @@ import random
 import tempfile
 import threading
 import time
-from pathlib import Path
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specchat import charts, drafter_kinds

@@ -297,7 +297,8 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
         else "no target-only step timed in this reply" + (" yet" if running else "")
     )
     items = [
-        ("α", _fmt(metrics.acceptance_rate, ".2f"), "accepted drafts / judged drafts (the accepted ones plus the first rejection of each round)"),
+        ("α", _fmt(metrics.acceptance_rate, ".2f"),
+         "accepted drafts / judged drafts (the accepted ones plus the first rejection of each round)"),
         ("tokens/round", _fmt(metrics.mean_tokens_per_round, ".2f"), "committed tokens per round; theory: E[N] = (1−α^(γ+1)) / (1−α)"),
         ("speed", _fmt(metrics.tokens_per_s, ".1f", " tok/s"), "committed tokens per second of decoding (prefill excluded)"),
         ("speedup", _fmt(metrics.measured_speedup, ".2f", "×"), f"measured {basis}"),
@@ -362,13 +363,15 @@ INSPECTOR_CSS = f"""
 .spec-residual .spec-bars {{ max-width: 60%; }}
 .spec-proof {{ margin-top: 8px; padding-top: 6px; border-top: 1px dashed #ced4da; }}
 .spec-formula {{ font-family: var(--font-mono); font-size: 0.8rem; margin: 4px 0; }}
-.spec-proof-bars th {{ font-size: 0.72rem; font-weight: 600; text-align: left; padding: 1px 4px; border: none !important; background: transparent !important; }}
+.spec-proof-bars th {{ font-size: 0.72rem; font-weight: 600; text-align: left; padding: 1px 4px;
+  border: none !important; background: transparent !important; }}
 .spec-proof-bars th span {{ font-weight: 400; opacity: 0.75; }}
 .spec-proof-bars .spec-bar-cell {{ width: 28%; }}
 .spec-stack {{ display: flex; height: 12px; }}
 .spec-stack div {{ height: 12px; }}
 .spec-sumwrap {{ position: relative; }}
-.spec-pline {{ position: absolute; left: 0; top: 0; height: 12px; box-sizing: border-box; border: 1.5px solid #212529; border-radius: 2px; pointer-events: none; }}
+.spec-pline {{ position: absolute; left: 0; top: 0; height: 12px; box-sizing: border-box;
+  border: 1.5px solid #212529; border-radius: 2px; pointer-events: none; }}
 .spec-bar-label {{ font-family: var(--font-mono); font-size: 0.78rem; white-space: pre; max-width: 8em; overflow: hidden; }}
 .spec-bar-cell {{ position: relative; width: 40%; }}
 .spec-bar {{ height: 12px; border-radius: 2px; min-width: 1px; }}

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import gradio as gr
 from gradio_client import Client
 
-import app
+from specchat import app
 from specchat.config import GenerationConfig
 from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import DRAFTER_KINDS, Notice
@@ -415,6 +415,7 @@ def test_unload_drops_the_session_and_stops_its_reply():
     gen.close()
 
 
+@pytest.mark.subprocess
 def test_cli_help_lists_options():
     out = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "--help"],

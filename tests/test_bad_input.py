@@ -13,7 +13,6 @@ here); nothing the engine returns is fed back to it as the expectation.
 from __future__ import annotations
 
 import dataclasses
-
 import hashlib
 import json
 import os
@@ -33,6 +32,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `import app`, as tests/test_app.py does
 
+from test_app import served as app_served  # noqa: E402, F401 (a fixture)
+from test_registry import GOOD  # noqa: E402
+
 from specchat import loading  # noqa: E402
 from specchat.chat import build_chat_prompt  # noqa: E402
 from specchat.config import GenerationConfig  # noqa: E402
@@ -42,8 +44,6 @@ from specchat.registry import GgufSource, ModelEntry, load_registry  # noqa: E40
 from specchat.service import ChatService, Notice  # noqa: E402
 from specchat.text import StreamingDetokenizer  # noqa: E402
 from specchat.ui_render import ReplyRenderer, render_user  # noqa: E402
-from test_app import served as app_served  # noqa: E402, F401 (a fixture)
-from test_registry import GOOD  # noqa: E402
 
 FFFD = "\ufffd"
 WINDOW = 8192  # SmolLM2-135M-Instruct: max_position_embeddings = 8192
@@ -377,10 +377,10 @@ def _assert_only_app_markup(page: _Page):
     for tag, attrs in page.elements:
         assert tag in ("div", "span"), tag
         assert set(attrs) <= {"class", "title"}, attrs  # no onerror, style, href, src
-        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error|label|summary|note)|tok tok-(accepted|resampled|bonus|target)( tref-\d+-\d+)?", attrs["class"])
+        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error|label|summary|note)|tok tok-(accepted|resampled|bonus|target)( tref-\d+-\d+)?", attrs["class"])  # noqa: E501
         if "title" in attrs:
             assert re.fullmatch(
-                r"(accepted|resampled|bonus|target only \(no draft this round\)) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?",
+                r"(accepted|resampled|bonus|target only \(no draft this round\)) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?",  # noqa: E501
                 attrs["title"],
             ), attrs["title"]
 
@@ -456,7 +456,7 @@ VALID = dict(drafter="int4", gamma=4, temperature=0.0, top_p=1.0, max_new_tokens
 
 
 @pytest.fixture(scope="module")
-def served(app_served):
+def served(app_served):  # noqa: F811 (the fixture imported above)
     """(client, fake, url): tests/test_app.py's served app (the real UI around its FakeService)."""
     client, fake, _demo = app_served
     return client, fake, client.src
@@ -605,6 +605,7 @@ def test_cli_out_of_range_values_not_in_test_cli(argv, allowed, capsys):
     assert f"python -m specchat {argv[0]}: error: argument " in err
 
 
+@pytest.mark.subprocess
 def test_cli_process_exits_2_with_the_range_before_loading_anything():
     out = subprocess.run(
         [sys.executable, "-m", "specchat", "generate", "--prompt", "hi", "--num-speculative-tokens", "1000000"],

@@ -37,11 +37,11 @@ from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-import app  # noqa: E402
+from specchat import app  # noqa: E402
 from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
 from specchat.service import ChatService  # noqa: E402
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
 PALINDROME = "Write a Python function that checks whether a string is a palindrome."
 SCRIPT_PROMPT = 'Write a tiny HTML page whose <script> tag calls alert("hi"). Only the code.'
@@ -549,7 +549,7 @@ def test_replies_are_labeled_and_the_table_keeps_the_conversation(served, browse
     rows = d.execute_script(
         "return [...document.querySelectorAll('#spec-table tbody tr')].map(r => [...r.cells].map(c => c.innerText));")
     assert [r[1] for r in rows] == ["ngram", "none", "int4"]
-    for (drafter, message), summary, row in zip(messages.items(), summaries, rows):
+    for message, summary, row in zip(messages.values(), summaries, rows):
         run = service.run_for(message)
         assert summary.startswith(f"{run['tokens']} tokens") and row[4] == str(run["tokens"])
         assert f"{run['tokens'] / run['rounds']:.2f} tokens/round" in summary and row[6] == f"{run['tokens'] / run['rounds']:.2f}"

@@ -43,6 +43,7 @@ def test_defaults_parse():
     assert args.drafter == "none" and args.num_speculative_tokens == 4 and args.temperature == 0.0
 
 
+@pytest.mark.subprocess
 def test_module_entry_point_runs_help():
     out = subprocess.run([sys.executable, "-m", "specchat", "generate", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--num-speculative-tokens" in out.stdout
@@ -55,6 +56,7 @@ def test_module_entry_point_runs_help():
         (["--target", "smollm2-135m-instruct", "--drafter", "sibling"], "allowed: none, ngram, int4"),
     ],
 )
+@pytest.mark.subprocess
 def test_unknown_target_or_unavailable_drafter_exit_2_before_loading(extra, expected):
     out = subprocess.run(
         [sys.executable, "-m", "specchat", "generate", "--prompt", "hi", *extra], capture_output=True, text=True

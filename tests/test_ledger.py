@@ -15,7 +15,7 @@ from specchat.config import GenerationConfig
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
 from specchat.events import RoundEvent
-from specchat.ledger import Ledger, ModelSize, ModelSizes, count_ledger, model_size
+from specchat.ledger import ModelSize, ModelSizes, count_ledger, model_size
 from specchat.ledger_view import drafter_points, headline, ledger_html, worth_words
 from specchat.metrics import SpeculationMetrics
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,6 +142,43 @@ def test_hub_only_entry_and_local_dir(tmp_path):
         loading.ensure_local(local)
     (tmp_path / "config.json").write_text("{}")
     assert loading.ensure_local(local) == tmp_path
+
+
+def test_hub_download_only_when_allowed(tmp_path, monkeypatch):
+    """A Hub-only entry is fetched only with --allow-download / SPECCHAT_ALLOW_DOWNLOAD=1 (no
+    network here: snapshot_download is replaced), once, and the next call reuses it."""
+    entry = ModelEntry(name="big-7b", hub_id="org/Big-7B")
+    monkeypatch.delenv(loading.ALLOW_DOWNLOAD_ENV, raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(ModelSourceError, match="--allow-download"):
+        loading.ensure_local(entry, cache_dir=tmp_path)
+    assert not (tmp_path / "hub").exists()
+
+    calls = []
+
+    def fake_snapshot_download(*, repo_id, local_dir, allow_patterns):
+        calls.append((repo_id, local_dir, tuple(allow_patterns)))
+        (Path(local_dir) / "config.json").write_text("{}")
+        (Path(local_dir) / "model.safetensors").write_bytes(b"")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    monkeypatch.setenv(loading.ALLOW_DOWNLOAD_ENV, "1")
+    path = loading.ensure_local(entry, cache_dir=tmp_path)
+    assert path == tmp_path / "hub" / "big-7b" and (path / "config.json").is_file()
+    assert calls == [("org/Big-7B", str(path), loading.HUB_PATTERNS)]
+    assert loading.ensure_local(entry, cache_dir=tmp_path) == path and len(calls) == 1  # reused
+
+    failing = ModelEntry(name="gone", hub_id="org/Gone")
+
+    def unreachable(**kwargs):
+        raise OSError("Network is unreachable")
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", unreachable)
+    with pytest.raises(ModelSourceError, match=r"downloading org/Gone .* failed \(OSError: Network is unreachable\)"):
+        loading.ensure_local(failing, cache_dir=tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelSourceError, match="HF_HUB_OFFLINE is set"):
+        loading.ensure_local(failing, cache_dir=tmp_path)
 
 
 # --------------------------------------------------------------------------- the cache

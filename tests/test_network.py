@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = r'''
@@ -37,7 +39,7 @@ sys.addaudithook(hook)
 sys.path.insert(0, sys.argv[2])
 target = sys.argv[1]
 
-import app  # sets the offline environment before gradio is imported
+from specchat import app  # sets the offline environment before gradio is imported
 from gradio_client import Client
 from specchat.service import ChatService
 from specchat.cli import main as cli_main
@@ -62,6 +64,7 @@ print("RESULT " + json.dumps({"outside": outside, "loopback": len(loopback), "cl
 '''
 
 
+@pytest.mark.subprocess
 def test_no_outgoing_connection_while_serving_a_chat_and_running_the_cli(smollm2_dir, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRADIO_", "HF_"))}
     env.update(SPECCHAT_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))

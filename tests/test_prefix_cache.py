@@ -107,7 +107,7 @@ def test_a_cancelled_generation_keeps_a_consistent_prefix(fresh_engine, target, 
     drafter = _drafter("model", other)
     events = fresh_engine.generate(TINY_PROMPT, drafter, GenerationConfig(num_speculative_tokens=4, max_new_tokens=40),
                                    cancel)
-    for event in events:
+    for _event in events:
         cancel.set()  # stops before the next round
     kept = fresh_engine.kept
     assert kept is not None

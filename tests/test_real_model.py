@@ -101,6 +101,7 @@ def _int4(path):
     return _INT4["m"]
 
 
+@pytest.mark.subprocess
 def test_cli_json_end_to_end(smollm2_dir):
     cmd = [
         sys.executable,
@@ -138,6 +139,7 @@ def test_cli_json_end_to_end(smollm2_dir):
         assert {"acceptance_rate", "mean_tokens_per_round", "tokens_per_s"} <= set(s["stats"])
 
 
+@pytest.mark.subprocess
 def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
     cmd = [
         sys.executable,
@@ -161,6 +163,7 @@ def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
     assert "[2/2] sampled, 60 draws" in out.stdout and "drafted in 60 of 60 draws" in out.stdout
 
 
+@pytest.mark.subprocess
 def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smollm2_dir):
     """stats.speedup is measured against target-only steps timed in the same reply: exactly 1 for
     the drafter 'none' (up to the rounds' bookkeeping); with ngram, speedup and its prediction
@@ -191,6 +194,7 @@ def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smo
     assert [line.split("]")[0] for line in summaries] == ["[ngram, sample 1/2", "[ngram, sample 2/2"]
 
 
+@pytest.mark.subprocess
 def test_chat_script_reuses_the_conversation_cache(smollm2_dir, tmp_path):
     """`chat --script`: one JSON object per turn. Turn 1 prefills its whole prompt but the last
     token; later turns prefill only what follows the kept conversation (prefill_tokens), and

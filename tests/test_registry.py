@@ -51,7 +51,10 @@ def test_shipped_models_yaml_validates():
     assert target.sibling in registry.models
     assert target.drafter_kinds() == list(DRAFTER_KINDS)
     for entry in registry.models.values():
-        assert entry.gguf is not None and entry.hub_id
+        assert entry.hub_id
+        if entry.gguf is None:  # the larger pairs: a local copy, or the Hub with --allow-download
+            assert entry.local_dir is None and entry.sibling == "qwen2.5-coder-0.5b-instruct", entry.name
+            continue
         parts = entry.gguf.part_list()
         assert len(parts) == entry.gguf.parts
         assert all(part.version and part.file for part in parts)
@@ -61,7 +64,7 @@ def test_shipped_models_yaml_validates():
 
 
 def test_shipped_packages_match_the_install_files():
-    root = DEFAULT_MODELS_YAML.parent
+    root = Path(__file__).resolve().parents[1]
     pinned = {
         line.strip()
         for line in (root / "requirements-models.txt").read_text().splitlines()
@@ -80,10 +83,57 @@ def test_good_file_and_env_var(tmp_path, monkeypatch):
     path = write(tmp_path, GOOD, "other.yaml")
     monkeypatch.setenv("SPECCHAT_MODELS_YAML", str(path))
     registry = load_registry()
-    assert registry.path == path
+    assert registry.path == path and registry.sources == (DEFAULT_MODELS_YAML, path)
     assert registry.models["big"].name == "big"
     assert registry.models["big"].drafters == {"sibling": "small"}
     assert registry.models["small"].drafter_kinds() == ["none", "ngram", "int4", "hybrid"]
+    # added next to the shipped entries, and its default_target wins
+    assert {"qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct", "big", "small"} <= set(registry.models)
+    assert registry.default_target == "big"
+    # an explicit path is that file alone
+    assert set(load_registry(path).models) == {"big", "small"}
+
+
+def test_user_file_adds_entries_that_may_name_a_shipped_sibling(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECCHAT_MODELS_YAML", raising=False)
+    (tmp_path / "weights" / "coder-7b").mkdir(parents=True)
+    path = write(tmp_path, """\
+        models:
+          my-coder-7b:
+            hub_id: Qwen/Qwen2.5-Coder-7B-Instruct
+            local_dir: weights/coder-7b
+            drafters:
+              sibling: qwen2.5-coder-0.5b-instruct
+          smollm2-135m-instruct:
+            description: mine now
+            local_dir: /somewhere/else
+        """, "mine.yaml")
+    registry = load_registry(user=path)
+    shipped = load_registry()
+    assert registry.default_target == shipped.default_target  # not given: the shipped default stays
+    mine = registry.resolve("my-coder-7b")
+    assert mine.local_dir == (tmp_path / "weights" / "coder-7b").resolve()  # relative to the user's file
+    assert mine.sibling == "qwen2.5-coder-0.5b-instruct" and "sibling-int4" in mine.drafter_kinds()
+    assert registry.models["smollm2-135m-instruct"].description == "mine now"  # same name: the user's entry
+    assert registry.models["qwen2.5-coder-1.5b-instruct"] == shipped.models["qwen2.5-coder-1.5b-instruct"]
+    with pytest.raises(RegistryError, match=r"not an entry of .*models.yaml or .*mine.yaml"):
+        registry.resolve("nope")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("models:\n  x:\n    colour: red\n", r"mine.yaml: models.x.colour: unknown key"),
+    ("models:\n  x:\n    hub_id: a/b\n    drafters:\n      sibling: nowhere\n", r"mine.yaml: models.x.drafters.sibling: 'nowhere' is not"),
+    ("default_target: nowhere\nmodels: {}\n", r"mine.yaml: default_target: 'nowhere' is not an entry"),
+    ("- just\n- a list\n", r"mine.yaml: expected a mapping"),
+    ("default_target: x\n", r"mine.yaml: models: required key is missing"),
+    ("models: [unclosed\n", r"mine.yaml: not valid YAML: line 2"),
+])
+def test_user_file_mistakes_name_the_user_file(tmp_path, text, expected):
+    path = write(tmp_path, text, "mine.yaml")
+    with pytest.raises(RegistryError, match=expected):
+        load_registry(user=path)
+    with pytest.raises(RegistryError, match="nope.yaml: cannot read"):
+        load_registry(user=tmp_path / "nope.yaml")
 
 
 def test_bad_yaml(tmp_path):

