@@ -110,6 +110,8 @@ def GPU(fn=None, duration=None):
             receive, send = ctx.Pipe(duplex=False)
 
             def worker():
+                import faulthandler
+                faulthandler.dump_traceback_later(240, exit=True)  # a hung worker fails the test with its stack
                 sent = 0
                 try:
                     for item in function(*args, **kwargs):
@@ -206,6 +208,7 @@ for item in gen:
 gen.close()
 out["closed_sent"] = spaces.calls[-1]["sent"]
 print("RESULT " + json.dumps(out))
+print(out, file=sys.stderr)
 '''
 
 
@@ -221,10 +224,11 @@ def test_app_on_a_stand_in_zerogpu_is_exact_plain_and_stoppable(tmp_path):
     out = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert out["identical"] and out["worker_pid_differs"]
     assert {"TokenEvent", "RoundEvent", "DoneEvent"} <= set(out["kinds"])
-    assert out["uncancelled_tokens"] >= 150  # the precondition: unstopped, the reply is long
+    assert out["uncancelled_tokens"] >= 100, out  # the precondition: unstopped, the reply is long
     assert out["stop_reason"] == "cancelled"
     # The worker does not wait for the reader, so it may be a round or two ahead when the Stop
-    # reaches it (more on a loaded machine); unstopped, it would run to 150+ tokens.
-    assert 3 <= out["stopped_tokens"] <= 40
-    assert out["stopped_sent"] <= 100  # items the worker produced (tokens and round ends)
-    assert out["closed_sent"] is not None and 0 < out["closed_sent"] <= 100
+    # reaches it (more on a loaded machine); unstopped, it would run to 100+ tokens (and as many
+    # items again for the rounds' ends).
+    assert 3 <= out["stopped_tokens"] <= 40, out
+    assert out["stopped_sent"] <= 80, out  # items the worker produced (tokens and round ends)
+    assert out["closed_sent"] is not None and 0 < out["closed_sent"] <= 80, out

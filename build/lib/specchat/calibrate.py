@@ -1,0 +1,280 @@
+"""Pick the drafter by measurement on the machine at hand.
+
+Which model drafter is fastest depends on the machine more than on the models: bitsandbytes'
+CPU 4-bit path is fast on one CPU and slow on another (on a 2-vCPU AMD EPYC the NF4 sibling was
+the fastest drafter; on a 2-vCPU Intel Xeon the bf16 sibling beat both NF4 drafters), so a
+hard-coded default is wrong on some machines. The calibration times each model drafter the
+target offers on one short greedy reply to a fixed message, back to back with target-only
+replies to the same message, and keeps the result per machine and model pair in specchat's cache
+(``<cache>/calibration.json``); it is redone when the machine (CPU, threads, device, dtype,
+library versions) or either model (its models.yaml entry) changes.
+
+Like for like: every drafter's decode rate is divided by the mean of the target-only rates
+measured just before and just after it, on the same prompt, in the same process and under the
+same load; nothing is reused from another moment. The figure is a speedup of decoding
+(prefill excluded), the one the app shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specchat import drafter_kinds
+from specchat.config import GenerationConfig
+from specchat.events import DoneEvent, RoundEvent
+
+CALIBRATION_MESSAGE = (
+    "Write a Python function is_palindrome(text) that ignores case, spaces and punctuation, "
+    "with a docstring and two examples."
+)
+"""The message every calibration reply answers: code written from scratch, where a model
+drafter has to earn its keep (nothing to copy from the prompt)."""
+
+NUM_TOKENS = 32
+"""Tokens per calibration reply: enough rounds for a drafter's α to show, short enough that
+calibrating three drafters takes about a minute on a 2-core CPU."""
+
+FILE_NAME = "calibration.json"
+VERSION = 1  # bump when what is measured changes: older records are then ignored
+
+
+@dataclass(frozen=True)
+class DrafterTiming:
+    """One drafter's calibration reply.
+
+    Attributes:
+        kind: the drafter kind.
+        tokens_per_s: decode rate, tokens per second (prefill excluded).
+        speedup: ``tokens_per_s`` ÷ the target-only rate of the same calibration.
+        alpha: acceptance rate α of the reply (accepted ÷ drafted), None if nothing was drafted.
+        draft_ms_per_token: drafter time per drafted token, milliseconds.
+    """
+
+    kind: str
+    tokens_per_s: float
+    speedup: float
+    alpha: float | None
+    draft_ms_per_token: float | None
+
+
+@dataclass
+class Calibration:
+    """A calibration on record: the key it is valid for, the target-only rate and each drafter.
+
+    Attributes:
+        key: :func:`calibration_key` of the machine and model pair measured.
+        target_tokens_per_s: target-only decode rates (tokens/s): before the first drafter and
+            after each (one more than ``drafters``).
+        drafters: one :class:`DrafterTiming` per model drafter, in the order timed.
+        num_tokens: tokens per reply.
+        measured_at: when (UTC, ISO 8601).
+    """
+
+    key: dict
+    target_tokens_per_s: list[float]
+    drafters: list[DrafterTiming]
+    num_tokens: int = NUM_TOKENS
+    measured_at: str = ""
+    version: int = field(default=VERSION)
+
+    @property
+    def fastest(self) -> DrafterTiming | None:
+        """The drafter with the highest measured speedup (None when none was timed)."""
+        return max(self.drafters, key=lambda d: d.speedup, default=None)
+
+    def reason(self, picked: str) -> str:
+        """One sentence for the user: why ``picked`` is the default, with the numbers."""
+        if not self.drafters:
+            return "no model drafter could be timed on this machine"
+        ranked = sorted(self.drafters, key=lambda d: -d.speedup)
+        figures = ", ".join(f"{d.kind} {d.speedup:.2f}×" for d in ranked)
+        best = ranked[0]
+        base = (f"measured on this machine ({self.measured_at[:10]}; decode speed against target-only, "
+                f"{self.num_tokens} tokens each): {figures}")
+        if picked == "hybrid":
+            return f"hybrid = lookup first, then {best.kind}, the fastest model drafter {base}"
+        if picked == best.kind:
+            return f"{picked} is the fastest model drafter {base}"
+        return f"{picked}: no model drafter sped decoding up {base}"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> Calibration:
+        """Raises ValueError (or KeyError/TypeError) on a record of another shape."""
+        if data.get("version") != VERSION:
+            raise ValueError(f"calibration record version {data.get('version')!r}, need {VERSION}")
+        drafters = [DrafterTiming(**d) for d in data["drafters"]]
+        return cls(dict(data["key"]), [float(x) for x in data["target_tokens_per_s"]], drafters,
+                   int(data["num_tokens"]), str(data["measured_at"]), VERSION)
+
+
+def calibration_key(service) -> dict:
+    """What a calibration is valid for: the machine (CPU model, cores, torch threads, device,
+    dtype, torch / transformers / bitsandbytes versions) and the model pair (a hash of the
+    target's and the sibling's models.yaml entries, which name their weights' checksums)."""
+    import torch
+    import transformers
+
+    try:
+        import bitsandbytes
+
+        bnb = bitsandbytes.__version__
+    except Exception:  # not installed: the NF4 drafters are not timed
+        bnb = None
+    entries = [service.target_entry]
+    sibling = service.drafter_model or service.target_entry.sibling
+    if sibling:
+        entries.append(service.registry.resolve(sibling))
+    digest = hashlib.sha256(
+        "\n".join(e.model_dump_json() for e in entries).encode("utf-8")
+    ).hexdigest()[:16]
+    return {
+        "processor": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(service.device),
+        "gpu": torch.cuda.get_device_name(service.device) if service.device.type == "cuda" else None,
+        "dtype": str(service.dtype).replace("torch.", ""),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "bitsandbytes": bnb,
+        "models": [e.name for e in entries],
+        "models_hash": digest,
+    }
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``, else "unknown"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def default_path() -> Path:
+    """``<specchat's cache>/calibration.json`` (see :func:`specchat.loading.cache_root`)."""
+    from specchat.loading import cache_root
+
+    return cache_root() / FILE_NAME
+
+
+def load(key: dict, path: Path | None = None) -> Calibration | None:
+    """The calibration on record for ``key``, or None (no file, an unreadable one, or none for
+    this machine and model pair)."""
+    path = path or default_path()
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+        for data in records if isinstance(records, list) else []:
+            if isinstance(data, dict) and data.get("key") == key:
+                return Calibration.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def save(calibration: Calibration, path: Path | None = None) -> Path:
+    """Record ``calibration``, replacing any earlier one for the same key (others are kept:
+    a cache shared by two machines or model pairs holds one record each). Written atomically."""
+    path = path or default_path()
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+        records = [r for r in records if isinstance(r, dict) and r.get("key") != calibration.key]
+    except (OSError, ValueError):
+        records = []
+    records.append(calibration.to_json())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def _reply(service, prompt_ids: list[int], kind: str, num_tokens: int) -> tuple[float, float | None, float | None]:
+    """(decode tokens/s, α, draft ms per drafted token) of one greedy reply with adaptive γ, as
+    the app runs it (timing rounds off: the rate is compared with separate target-only replies)."""
+    config = GenerationConfig(max_new_tokens=num_tokens, num_speculative_tokens=8, adaptive_gamma=True,
+                              measure_speedup=False)
+    drafted = accepted = 0
+    draft_ms = 0.0
+    done = None
+    for event in service.generate(prompt_ids, drafter=kind, config=config):
+        if isinstance(event, RoundEvent):
+            drafted += event.num_drafted
+            accepted += event.num_accepted
+            draft_ms += event.draft_ms
+        elif isinstance(event, DoneEvent):
+            done = event
+    if done is None or not done.token_ids or done.decode_ms <= 0:
+        raise RuntimeError(f"the calibration reply with drafter {kind!r} produced no tokens")
+    rate = len(done.token_ids) / (done.decode_ms / 1000)
+    return rate, (accepted / drafted if drafted else None), (draft_ms / drafted if drafted else None)
+
+
+def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_TOKENS,
+              progress: Callable[[str], None] | None = None) -> Calibration:
+    """Time each model drafter (default: every one the target offers) against target-only.
+
+    Order: an untimed warm-up reply of the target and of each drafter, then target-only, drafter 1, target-only, drafter 2, …,
+    target-only; each drafter's speedup is its decode rate ÷ the mean rate of the two
+    target-only replies around it. A drafter that fails to load is left out (its error stays
+    in ``service.drafter_errors``).
+
+    Returns:
+        the :class:`Calibration` (not yet saved: see :func:`save`).
+    """
+    say = progress or (lambda text: None)
+    kinds = [k for k in (kinds if kinds is not None else service.model_drafter_kinds()) if drafter_kinds.get(k).own_model]
+    prompt_ids, _ = service.encode_chat([], CALIBRATION_MESSAGE, num_tokens)
+    say("Calibrating: warming up the target")
+    service.warm_up("none", num_tokens=4)
+    ready = []
+    for kind in kinds:
+        say(f"Calibrating: loading drafter '{kind}'")
+        try:
+            service.prepare_drafter(kind)
+        except Exception:
+            continue
+        say(f"Calibrating: warming up '{kind}'")
+        _reply(service, prompt_ids, kind, 4)  # untimed: a model's first passes are slow
+        ready.append(kind)
+    # target-only before and after every drafter: each drafter is compared with the mean of the
+    # two target-only replies next to it (drift and load hit both alike)
+    say("Calibrating: target only")
+    base_rates = [_reply(service, prompt_ids, "none", num_tokens)[0]]
+    timings = []
+    for kind in ready:
+        say(f"Calibrating: drafter '{kind}' ({num_tokens} tokens)")
+        rate, alpha, ms = _reply(service, prompt_ids, kind, num_tokens)
+        say("Calibrating: target only")
+        base_rates.append(_reply(service, prompt_ids, "none", num_tokens)[0])
+        timings.append(DrafterTiming(kind, rate, rate / statistics.mean(base_rates[-2:]), alpha, ms))
+    return Calibration(calibration_key(service), base_rates, timings, num_tokens,
+                       time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+def pick(calibration: Calibration | None, available: list[str]) -> str:
+    """The default drafter from a calibration: ``hybrid`` (lookup first, then the fastest
+    model drafter) when a model drafter sped decoding up (speedup > 1), else ``ngram`` (free:
+    it never costs more than a lookup), else ``none``. Without a calibration: the first of
+    :data:`~specchat.drafter_kinds.DEFAULT_ORDER` that is available."""
+    if calibration is None:
+        return next((k for k in drafter_kinds.DEFAULT_ORDER if k in available), "none")
+    best = calibration.fastest
+    if best is not None and best.speedup > 1.0 and "hybrid" in available:
+        return "hybrid"
+    if best is not None and best.speedup > 1.0 and best.kind in available:
+        return best.kind
+    return "ngram" if "ngram" in available else "none"

@@ -1,0 +1,96 @@
+"""The drafter protocol the engine talks to."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from specchat.config import GenerationConfig
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Draft tokens proposed for one round.
+
+    Attributes:
+        token_ids: ``[n]`` int64 on the target's device, 0 <= n <= requested; every id is a
+            valid tokenizer id.
+        draft_probs: ``[n, V_target]`` float32, the distribution each token was drawn from
+            (after the same warpers as the target), or None when every token was chosen
+            deterministically (greedy or n-gram): q is then one-hot.
+        num_steps: drafter forward passes spent (0 for model-free drafters).
+        trace: what the engine's round trace needs beyond the draft itself, filled only when
+            ``GenerationConfig.trace`` is on (:class:`DraftTrace`); None otherwise.
+    """
+
+    token_ids: torch.Tensor
+    draft_probs: torch.Tensor | None
+    num_steps: int
+    trace: DraftTrace | None = None
+
+
+@dataclass(frozen=True)
+class DraftTrace:
+    """The drafter's side of a round trace (only with ``GenerationConfig.trace``).
+
+    Attributes:
+        raw_logits: ``[n, V_target]`` float32, the drafter's logits at each draft step before
+            any warper (aligned to the target's vocabulary, padding at -inf); None for a
+            drafter with no model (n-gram lookup).
+        step_ms: wall time of each draft step, milliseconds (one per forward pass; empty for
+            a model-free drafter).
+        copy_start: n-gram lookup only: the index in the context (prompt + reply so far) where
+            the copied continuation starts; ``match_len`` tokens before it matched the context's
+            last ``match_len`` tokens.
+        match_len: length of that matched suffix (n-gram lookup only).
+    """
+
+    raw_logits: torch.Tensor | None = None
+    step_ms: tuple[float, ...] = ()
+    copy_start: int | None = None
+    match_len: int | None = None
+
+
+def synced_now(device: torch.device) -> float:
+    """``time.perf_counter()`` after the device's queued work has finished (CUDA runs
+    asynchronously; on CPU nothing to wait for): seconds, for timing model work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def embedding_rows(model, *, output: bool) -> int:
+    """Rows of a model's output (lm_head) or input embedding; ``config.vocab_size`` if the model
+    does not expose them. Family members may pad these differently (Qwen2.5: 151,936 / 152,064)."""
+    get = getattr(model, "get_output_embeddings" if output else "get_input_embeddings", None)
+    layer = get() if get is not None else None
+    weight = getattr(layer, "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
+
+
+class Drafter(Protocol):
+    """What the engine needs from a drafter.
+
+    Lifecycle per generation: ``begin(prompt)``; then per round ``propose`` and ``rollback``;
+    finally ``end``. The engine owns the committed sequence and passes it in; a stateful
+    drafter keeps only what ``rollback`` allows.
+    """
+
+    name: str
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        """Start a new generation for ``prompt_ids`` (may prefill a cache)."""
+
+    def propose(
+        self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
+    ) -> Draft:
+        """Propose up to ``max_tokens`` (>= 1) tokens to follow the committed ``ids``."""
+
+    def rollback(self, num_valid: int) -> None:
+        """Only ``ids[:num_valid]`` of the committed sequence is still valid state."""
+
+    def end(self) -> None:
+        """Release per-generation state (caches). Safe to call twice."""

@@ -1,0 +1,553 @@
+"""The speculative decoding loop: prefill → rounds of draft / verify / commit / roll back.
+
+Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
+ICML 2023, Algorithm 1, with KV caches for both models. Target-only decoding (no drafter) is
+the same loop with zero drafts per round, so speed comparisons are like for like.
+
+Cache invariant, between rounds: the target cache holds exactly ``len(ids) - 1`` positions
+(the last committed token is fed as the first input of the next verify pass), and the
+drafter's cache holds at most ``len(ids) - 1``.
+
+Timing: with ``GenerationConfig.measure_speedup`` the engine makes a round target-only now and
+then (:func:`specchat.costs.timing_rounds_due`), so that the reply itself measures what one
+target-only step costs under the current load (t₁); every speedup is then measured against
+that, like for like. Such a round is Algorithm 1 with γ = 0: a plain decode step, not waste.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+
+from specchat.adaptive import AdaptiveGamma
+from specchat.compiled import CompiledTarget
+from specchat.config import GenerationConfig
+from specchat.costs import CostEstimator, timing_round_due
+from specchat.drafters.base import Draft, Drafter, embedding_rows, synced_now
+from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
+from specchat.sampling import VerifyResult, logits_to_probs, verify_draft
+from specchat.text import StreamingDetokenizer
+from specchat.trace import build_round_trace
+
+
+class SpeculativeEngine:
+    """Generate with a target model, optionally speculating with a drafter.
+
+    Args:
+        target_model: causal LM in eval mode; its output distribution is preserved exactly.
+        tokenizer: used for text deltas and stop strings; None yields empty text.
+        eos_token_ids: ids that end the reply when the target commits them.
+        context_length: positions the target may use (prompt + reply); defaults to
+            ``config.max_position_embeddings``.
+        prefix_cache: keep the target's KV cache (and a model drafter's) after each generation,
+            so that the next prompt prefills only what does not start like the last one (the
+            next turn of a chat prefills its new message, not the history). One cache per
+            model, at most ``context_length`` positions: memory bounded by one conversation.
+        compiled: run the target's passes through this :class:`~specchat.compiled.CompiledTarget`
+            (compiled graphs over its static cache) whenever a generation fits in its cache;
+            one that does not runs eagerly on a dynamic cache. Target-only generations use it
+            too, so speed comparisons stay like for like.
+
+    One engine serves one generation at a time (callers serialise; the app holds a lock).
+    """
+
+    def __init__(
+        self,
+        target_model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None,
+        *,
+        eos_token_ids: Iterable[int] = (),
+        context_length: int | None = None,
+        prefix_cache: bool = True,
+        compiled: CompiledTarget | None = None,
+    ):
+        self.target_model = target_model
+        self.compiled = compiled
+        self._static = False  # this generation runs on the compiled target's static cache
+        self.prefix_cache = prefix_cache
+        self.kept: KeptPrefix | None = None  # the last generation's cache, for the next prompt
+        self._finished: tuple[list[int], bool] | None = None  # (ids, drafter still in use) at the end
+        self.tokenizer = tokenizer
+        self.eos_token_ids = frozenset(int(i) for i in eos_token_ids)
+        self.context_length = int(context_length or target_model.config.max_position_embeddings)
+        self.device = next(target_model.parameters()).device
+        self.vocab_size = embedding_rows(target_model, output=True)
+        self.target_cache: DynamicCache | None = None
+        self._current: object | None = None
+        # adaptive γ: one controller per (drafter name, γ_max, greedy, round source), kept across
+        # generations; the source is "" except for a drafter with a round_source method (hybrid)
+        self.gamma_controllers: dict[tuple[str, int, bool, str], AdaptiveGamma] = {}
+        self._token_texts: dict[int, str] = {}  # id → text, for traces
+
+    # -- public ---------------------------------------------------------------------------
+    def forget_prefix(self) -> None:
+        """Drop the kept cache (the next prompt is prefilled whole; frees its memory)."""
+        self.kept = None
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None,
+        config: GenerationConfig,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Stream the events of one generation.
+
+        Model work runs under ``torch.inference_mode()`` that is entered and left inside each
+        round, never held across a ``yield``: a consumer may advance the stream from any
+        thread (Gradio does) and runs its own code in normal mode.
+
+        Args:
+            prompt_ids: the prompt, 1 <= len < context_length.
+            drafter: proposes drafts each round; None decodes with the target only.
+            config: sampling settings and γ (``num_speculative_tokens``).
+            cancel: when set, generation stops before the next round (stop_reason cancelled).
+
+        With ``config.measure_speedup`` and a drafter, rounds 2, 6, 22, 38, … draft nothing
+        unless enough rounds drafted nothing already, and more while t₁'s samples scatter
+        (timing rounds, ``RoundEvent.timing``; :func:`specchat.costs.timing_round_due`).
+
+        Yields:
+            For each round, its TokenEvents then one RoundEvent; finally one DoneEvent. If the
+            drafter raises (in ``begin``, ``propose`` or ``rollback``; e.g. out of memory), one
+            DrafterFailedEvent, and the generation goes on with the target only.
+
+        Raises:
+            ValueError: empty prompt, or a prompt that leaves no room in the context window.
+            RuntimeError: a drafter broke its contract (too many tokens, ids outside the vocab):
+                a bug, so it is raised rather than hidden by the fallback.
+            CacheRollbackError: a KV cache cannot be cut back (e.g. past a sliding window).
+        """
+        prompt_ids = [int(t) for t in prompt_ids]
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if len(prompt_ids) >= self.context_length:
+            raise ValueError(
+                f"the prompt has {len(prompt_ids)} tokens; the context window holds "
+                f"{self.context_length}, so there is no room for a reply"
+            )
+        token = object()  # this generation's identity, for a safe cleanup
+        self._current = token
+        try:
+            yield from self._generate(prompt_ids, drafter, config, cancel)
+        finally:
+            # An abandoned generator may be finalised late (by the garbage collector) while a
+            # newer generation runs: only the generation that owns the state cleans it up.
+            if self._current is token:
+                self._current = None
+                finished, self._finished = self._finished, None
+                if finished is not None and self.prefix_cache:  # a generation that ended normally
+                    ids, drafter_ok = finished
+                    self.kept = keep_prefix(self.target_cache, ids)
+                    if drafter_ok and hasattr(drafter, "keep_prefix"):
+                        drafter.keep_prefix(ids)
+                self.target_cache = None
+                if drafter is not None:
+                    drafter.end()
+
+    # -- the loop -------------------------------------------------------------------------
+    def _generate(
+        self,
+        prompt_ids: list[int],
+        drafter: Drafter | None,
+        config: GenerationConfig,
+        cancel: threading.Event | None,
+    ) -> Iterator[Event]:
+        if cancel is not None and cancel.is_set():  # stopped while it waited (e.g. in the app's queue)
+            yield DoneEvent(StopReason.CANCELLED, (), (), "", 0.0, 0.0, len(prompt_ids), prompt_ids=tuple(prompt_ids))
+            return
+        seed = config.seed if config.seed is not None else random.randrange(2**63)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        state = _Generation(
+            ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings), drafter=drafter,
+            num_prompt_tokens=len(prompt_ids),
+        )
+
+        t0 = self._now()
+        self._finished = None
+        prefix = state.ids[:-1]  # every prompt token but the last (the first round feeds it)
+        with torch.inference_mode():
+            compiled = self.compiled
+            self._static = compiled is not None and compiled.fits(len(prompt_ids) + config.max_new_tokens)
+            kept = self.kept if self.prefix_cache else None
+            if kept is not None and (compiled is not None and kept.cache is compiled.cache) != self._static:
+                kept = None  # kept on the other kind of cache than this generation runs on
+            cache, reused = take_prefix(kept, prefix)
+            self.kept = None  # handed over (or dropped): one kept cache at a time
+            if cache is None:
+                cache = compiled.reset() if self._static else DynamicCache(config=self.target_model.config)
+            self.target_cache = cache
+            if len(prefix) > reused:
+                self._target_forward(prefix[reused:], logits_to_keep=1)
+            if state.drafter is not None:
+                self._call_drafter(state, state.drafter.begin, state.ids)
+        prefill_ms = (self._now() - t0) * 1000
+        state.decode_start = self._now()
+        if state.drafter_failure is not None:
+            yield from self._hand_over(state, [state.drafter_failure])
+
+        controller = None
+        adaptive = state.drafter is not None and config.adaptive_gamma
+        # a drafter with several sources (the hybrid: lookup or model) names each round's source,
+        # and each source gets a controller of its own: their acceptance and costs differ
+        round_source = getattr(state.drafter, "round_source", None) if adaptive else None
+
+        final_text = ""
+        while state.stop is None:
+            if cancel is not None and cancel.is_set():
+                state.stop = StopReason.CANCELLED
+                final_text = state.detok.flush()  # text held back for a possible stop string
+                break
+            drafting = state.drafter is not None
+            timing = state.timing_next  # decided (and announced) at the end of the last round
+            if adaptive and state.drafter is not None:
+                source = round_source(state.ids) if round_source is not None else ""
+                key = (state.drafter.name, config.num_speculative_tokens, config.greedy, source)
+                controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
+            if timing:  # a target-only round, timed: t₁ measured in this run, under this load
+                gamma = 0
+            else:
+                gamma = controller.choose() if controller is not None else config.num_speculative_tokens
+            with torch.inference_mode():
+                events = self._round(state, config, generator, gamma, timing=timing)
+            if drafting and state.drafter is None:  # the drafter failed this round
+                controller = None
+                events.insert(0, state.drafter_failure)
+            elif controller is not None:
+                controller.update(events[-1])
+            yield from self._hand_over(state, events)  # outside inference mode: the consumer's code runs normally
+
+        self._finished = (list(state.ids), state.drafter is not None)
+        yield DoneEvent(
+            stop_reason=state.stop,
+            token_ids=tuple(state.token_ids),
+            kinds=tuple(state.kinds),
+            text=state.detok.text,
+            prefill_ms=prefill_ms,
+            decode_ms=self._decode_ms(state),
+            num_prompt_tokens=len(prompt_ids),
+            final_text=final_text,
+            prompt_ids=tuple(prompt_ids),
+            num_prefilled=len(prefix) - reused,
+        )
+
+    # -- one round: Leviathan et al. 2023, Algorithm 1 --------------------------------------
+    def _round(
+        self,
+        state: _Generation,
+        config: GenerationConfig,
+        generator: torch.Generator,
+        num_speculative_tokens: int,
+        *,
+        timing: bool = False,
+    ) -> list[Event]:
+        """One round of γ = ``num_speculative_tokens``: the drafter proposes up to γ tokens,
+        the target checks them all in ONE forward pass and accepts a prefix, both caches are
+        cut back to the verified prefix, and the tokens are committed. Returns the round's
+        TokenEvents, then its RoundEvent. With no drafter (or γ = 0, a timing round) the round
+        is a plain target-only decode step that commits one bonus token."""
+        num_committed_before = len(state.ids)
+        t_start = self._now()
+        draft = self._draft(state, config, generator, num_speculative_tokens)  # 1. x1..xγ and q
+        t_verify = self._now()
+        target_logits, target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample or bonus
+        verify_ms = (self._now() - t_verify) * 1000
+        self._roll_back(state, num_committed_before + result.num_accepted)  # keep the verified prefix only
+        token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
+        round_event = self._round_event(
+            state, config, num_speculative_tokens, draft, result, len(token_events),
+            draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing,
+        )
+        if config.trace:  # recorded after the round's timing, and left out of the decode time
+            t_trace = time.perf_counter()
+            trace = build_round_trace(
+                draft_ids=draft.token_ids, draft_probs=draft.draft_probs, draft_trace=draft.trace,
+                target_logits=target_logits, target_probs=target_probs, result=result,
+                token_events=token_events, token_text=self._token_text,
+                context_ids=state.ids[:num_committed_before], num_prompt_tokens=state.num_prompt_tokens,
+                decode=self._decode,
+            )
+            round_event = dataclasses.replace(round_event, trace=trace)
+            state.paused_s += time.perf_counter() - t_trace
+        return [*token_events, round_event]
+
+    def _draft(
+        self, state: _Generation, config: GenerationConfig, generator: torch.Generator, num_speculative_tokens: int
+    ) -> Draft:
+        """Step 1: up to γ draft tokens and the q they were drawn from, capped so that the round
+        (at most γ + 1 tokens) stays within max_new_tokens and the context window. An empty
+        draft when there is no drafter, when γ = 0, or when the drafter failed (it is dropped)."""
+        remaining = config.max_new_tokens - len(state.token_ids)
+        room = self.context_length - len(state.ids)
+        max_draft = min(num_speculative_tokens, remaining - 1, room - 1)
+        if state.drafter is not None and max_draft > 0:
+            draft = self._call_drafter(state, state.drafter.propose, state.ids, max_draft, config, generator)
+            if state.drafter is not None:  # else it failed: this round and the rest are target-only
+                self._check_draft(state.drafter, draft.token_ids, draft.draft_probs, max_draft)
+                return draft
+        return Draft(torch.empty(0, dtype=torch.long, device=self.device), None, 0)
+
+    def _verify(
+        self, state: _Generation, draft: Draft, config: GenerationConfig, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, VerifyResult]:
+        """Steps 2-4: the target scores the last committed token and the γ drafts in one
+        forward pass, giving raw logits and ``target_probs`` ``[γ + 1, V]`` float32 (p after the
+        warpers), and :func:`~specchat.sampling.verify_draft` accepts a prefix, then resamples
+        or adds a bonus. Returns (logits, p, the result)."""
+        target_logits = self._target_forward([state.ids[-1], *draft.token_ids.tolist()], logits_to_keep=0)
+        target_probs = logits_to_probs(
+            target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
+        )
+        return target_logits, target_probs, verify_draft(draft.token_ids, draft.draft_probs, target_probs, generator)
+
+    def _roll_back(self, state: _Generation, num_valid: int) -> None:
+        """Cut the target's cache, and the drafter's, to the first ``num_valid`` positions:
+        the committed prefix plus the accepted drafts (the rejected ones are removed)."""
+        cut_cache(self.target_cache, num_valid)
+        if state.drafter is not None:
+            self._call_drafter(state, state.drafter.rollback, num_valid)
+
+    def _commit(
+        self,
+        state: _Generation,
+        config: GenerationConfig,
+        draft: Draft,
+        result: VerifyResult,
+        target_probs: torch.Tensor,
+    ) -> list[TokenEvent]:
+        """Append the accepted drafts and the resampled or bonus token to the reply, one
+        TokenEvent each. A stop (EOS, max_new_tokens, full context, stop string) may fall inside
+        the commit: the reply ends there, nothing after it is committed, and the caches are cut
+        to match (ALGORITHM.md)."""
+        accepted = draft.token_ids[: result.num_accepted].tolist()
+        new_tokens = [*accepted, result.next_token_id]
+        new_kinds = [TokenKind.ACCEPTED] * len(accepted) + [result.next_kind]
+        events: list[TokenEvent] = []
+        for pos, (token, kind) in enumerate(zip(new_tokens, new_kinds)):
+            state.ids.append(token)
+            state.token_ids.append(token)
+            state.kinds.append(kind)
+            state.stop = self._stop_reason(state, config, token)
+            text = state.detok.add(token, last=state.stop is not None)
+            if state.detok.stopped:
+                state.stop = StopReason.STOP_STRING
+            events.append(_token_event(token, kind, text, pos, state.round_index, draft, target_probs))
+            if state.stop is not None:
+                break
+        if len(events) < len(new_tokens):
+            # a stop inside the commit: the caches must not hold tokens past it
+            self._roll_back(state, len(state.ids) - 1)
+        return events
+
+    def _stop_reason(self, state: _Generation, config: GenerationConfig, token: int) -> StopReason | None:
+        """Why the reply ends after committing ``token``, or None (an EOS wins over the budget)."""
+        if token in self.eos_token_ids:
+            return StopReason.EOS
+        elif len(state.token_ids) >= config.max_new_tokens:
+            return StopReason.MAX_NEW_TOKENS
+        elif len(state.ids) >= self.context_length:
+            return StopReason.CONTEXT_FULL
+        return None
+
+    def _timing_due(self, state: _Generation, config: GenerationConfig) -> bool:
+        """Whether the next round is a timing round: target-only, to time t₁ in this run
+        (:func:`specchat.costs.timing_round_due`: the schedule, and more while t₁ is imprecise
+        and its cost stays small)."""
+        if state.drafter is None or not config.measure_speedup:
+            return False
+        t1, drafting = state.costs.target_step_ms, state.drafting_rounds
+        return timing_round_due(
+            state.round_index, state.num_target_only,
+            t1_rel_se=state.costs.target_step_rel_se,
+            speedup=len(state.token_ids) * t1 / state.elapsed_ms if t1 and state.elapsed_ms > 0 else None,
+            tokens_per_round=state.drafting_tokens / drafting if drafting else None,
+        )
+
+    def _round_event(
+        self,
+        state: _Generation,
+        config: GenerationConfig,
+        num_speculative_tokens: int,
+        draft: Draft,
+        result: VerifyResult,
+        num_committed: int,
+        *,
+        draft_ms: float,
+        verify_ms: float,
+        timing: bool,
+    ) -> RoundEvent:
+        """The RoundEvent that closes the round (and the round's bookkeeping in ``state``)."""
+        num_drafted = int(draft.token_ids.shape[0])
+        num_accepted = result.num_accepted
+        judged = result.accepted_mask[: min(num_drafted, num_accepted + 1)]
+        if num_committed < num_accepted + 1:
+            # a round cut by a stop: only the committed (all accepted) drafts count
+            num_accepted, judged = num_committed, judged[:num_committed]
+        elapsed_ms = self._decode_ms(state)
+        round_index, previous_elapsed_ms = state.round_index, state.elapsed_ms
+        state.elapsed_ms = elapsed_ms
+        if num_drafted == 0:
+            state.num_target_only += 1
+        else:
+            state.drafting_rounds += 1
+            state.drafting_tokens += num_committed
+        state.round_index += 1
+        event = RoundEvent(
+            round_index=round_index,
+            num_speculative_tokens=num_speculative_tokens if num_drafted or state.drafter is not None else 0,
+            num_drafted=num_drafted,
+            num_accepted=num_accepted,
+            num_committed=num_committed,
+            accepted_mask=judged,
+            draft_ms=draft_ms,
+            draft_steps=draft.num_steps,
+            verify_ms=verify_ms,
+            elapsed_ms=elapsed_ms,
+            round_ms=elapsed_ms - previous_elapsed_ms,
+            timing=timing,
+        )
+        state.costs.update(event)
+        state.timing_next = state.stop is None and self._timing_due(state, config)
+        return dataclasses.replace(event, timing_next=state.timing_next)
+
+    # -- the consumer, the drafter's failures, contract checks ------------------------------
+    def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:
+        """Yield ``events``; the time the consumer holds them (rendering a page, say) is kept
+        in ``state.paused_s`` and left out of the decode time, as it is not decoding."""
+        start = self._now()
+        yield from events
+        state.paused_s += self._now() - start
+
+    def _decode_ms(self, state: _Generation) -> float:
+        """Milliseconds spent decoding so far: wall time since the prefill ended, less the time
+        the consumer held the stream between rounds."""
+        return (self._now() - state.decode_start - state.paused_s) * 1000
+
+    def _call_drafter(self, state: _Generation, method: Callable[..., Any], *args: Any) -> Any:
+        """``method(*args)``, a method of ``state.drafter``. If the drafter raises, it is dropped:
+        ``state.drafter`` becomes None (the rest of the generation is target-only), a
+        DrafterFailedEvent is kept in ``state.drafter_failure``, its caches are released, and
+        None is returned."""
+        drafter = state.drafter
+        try:
+            return method(*args)
+        except Exception as exc:  # out of memory, a broken drafter model: fall back, visibly
+            state.drafter = None
+            state.drafter_failure = DrafterFailedEvent(
+                drafter_name=drafter.name, error=f"{type(exc).__name__}: {exc}", round_index=state.round_index
+            )
+            try:
+                drafter.end()
+            except Exception:  # noqa: BLE001 - already failing; the target-only path needs nothing from it
+                pass
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
+
+    def _check_draft(
+        self, drafter: Drafter, draft_ids: torch.Tensor, draft_probs: torch.Tensor | None, max_draft: int
+    ) -> None:
+        """A drafter that breaks its contract gets a clear error, not a wrong answer."""
+        n = int(draft_ids.shape[0])
+        if n > max_draft:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {n} tokens; at most {max_draft} were asked for")
+        if n and (int(draft_ids.min()) < 0 or int(draft_ids.max()) >= self.vocab_size):
+            raise RuntimeError(f"drafter {drafter.name!r} proposed an id outside the target's vocabulary 0..{self.vocab_size - 1}")
+        if draft_probs is not None and tuple(draft_probs.shape) != (n, self.vocab_size):
+            raise RuntimeError(
+                f"drafter {drafter.name!r} returned draft_probs of shape {tuple(draft_probs.shape)}, need ({n}, {self.vocab_size})"
+            )
+
+    # -- helpers --------------------------------------------------------------------------
+    def _target_forward(self, token_ids: list[int], *, logits_to_keep: int) -> torch.Tensor:
+        """Feed ``token_ids`` after the cached prefix; ``[n, V]`` logits of the kept positions."""
+        if self._static:
+            return self.compiled.forward(token_ids, logits_to_keep=logits_to_keep)
+        input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        out = self.target_model(
+            input_ids=input_ids,
+            cache=self.target_cache,
+            use_cache=True,
+            logits_to_keep=logits_to_keep,
+        )
+        return out.logits[0]
+
+    def _token_text(self, token_id: int) -> str:
+        """One id's text (cached), for the trace's labels; "" without a tokenizer."""
+        text = self._token_texts.get(token_id)
+        if text is None:
+            text = self._token_texts[token_id] = self._decode([token_id])
+        return text
+
+    def _decode(self, ids: list[int]) -> str:
+        if self.tokenizer is None or not ids:
+            return ""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def _now(self) -> float:
+        return synced_now(self.device)
+
+
+@dataclass
+class _Generation:
+    """Mutable state of one generation (kept per call, never on the engine)."""
+
+    ids: list[int]
+    detok: StreamingDetokenizer
+    token_ids: list[int] = field(default_factory=list)
+    kinds: list[TokenKind] = field(default_factory=list)
+    stop: StopReason | None = None
+    drafter: Drafter | None = None  # the drafter in use; None when target-only or after it failed
+    drafter_failure: DrafterFailedEvent | None = None
+    round_index: int = 0
+    num_target_only: int = 0  # rounds that drafted nothing: each one timed t₁
+    drafting_rounds: int = 0
+    drafting_tokens: int = 0  # tokens committed by the rounds that drafted
+    num_prompt_tokens: int = 0
+    costs: CostEstimator = field(default_factory=CostEstimator)  # this run's t₁, d, v(n) so far
+    timing_next: bool = False  # the next round is a timing round (decided once, announced in RoundEvent)
+    decode_start: float = 0.0
+    elapsed_ms: float = 0.0  # decode time at the end of the last round
+    paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding
+
+
+def _token_event(
+    token: int,
+    kind: TokenKind,
+    text: str,
+    pos: int,
+    round_index: int,
+    draft: Draft,
+    target_probs: torch.Tensor,
+) -> TokenEvent:
+    target_prob = float(target_probs[pos, token])
+    draft_prob = rejected = rejected_p = rejected_q = None
+    draft_ids, draft_probs = draft.token_ids, draft.draft_probs
+    if kind is TokenKind.ACCEPTED:
+        draft_prob = 1.0 if draft_probs is None else float(draft_probs[pos, token])
+    elif kind is TokenKind.RESAMPLED:
+        rejected = int(draft_ids[pos])
+        rejected_p = float(target_probs[pos, rejected])
+        rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, rejected])
+    return TokenEvent(
+        token_id=token,
+        kind=kind,
+        text=text,
+        target_prob=target_prob,
+        draft_prob=draft_prob,
+        rejected_token_id=rejected,
+        rejected_target_prob=rejected_p,
+        rejected_draft_prob=rejected_q,
+        round_index=round_index,
+        position=pos,
+        num_drafted=int(draft_ids.shape[0]),
+    )

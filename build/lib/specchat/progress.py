@@ -1,0 +1,81 @@
+"""Progress of long loads, for the terminal (tqdm) and the UI (polled snapshots).
+
+Every bar specchat creates is a :class:`tqdm` from this module: it draws in the terminal as
+usual and also records its state on :data:`BOARD`, which the app polls to draw the same
+progress in the browser (the loading runs in a background thread, which Gradio's own
+``track_tqdm`` cannot see).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from tqdm.auto import tqdm as _tqdm
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What is loading now: ``stage`` (a sentence), and the innermost bar if any."""
+
+    stage: str
+    bar: str | None = None
+    fraction: float | None = None  # 0…1, None when unknown
+
+
+class ProgressBoard:
+    """Thread-safe record of the current stage and the most recently updated bar."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stage = ""
+        self._bar: str | None = None
+        self._fraction: float | None = None
+
+    def stage(self, text: str) -> None:
+        with self._lock:
+            self._stage, self._bar, self._fraction = text, None, None
+
+    def record(self, desc: str, n: float, total: float | None, postfix: str | None) -> None:
+        with self._lock:
+            label = desc + (f" ({postfix})" if postfix else "")
+            self._bar = label or None
+            self._fraction = min(1.0, n / total) if total else None
+
+    def clear_bar(self) -> None:
+        with self._lock:
+            self._bar, self._fraction = None, None
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            return Snapshot(self._stage, self._bar, self._fraction)
+
+
+BOARD = ProgressBoard()
+
+
+class tqdm(_tqdm):  # noqa: N801 - a drop-in for tqdm.auto.tqdm
+    """tqdm that also reports to :data:`BOARD`."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._report()
+
+    def update(self, n=1):
+        out = super().update(n)
+        self._report()
+        return out
+
+    def set_postfix_str(self, s="", refresh=True):
+        super().set_postfix_str(s, refresh)
+        self._report()
+
+    def close(self):
+        if not getattr(self, "disable", False) and not getattr(self, "_closed_reported", False):
+            self._closed_reported = True
+            BOARD.clear_bar()
+        super().close()
+
+    def _report(self) -> None:
+        if not getattr(self, "disable", False):  # a disabled bar has no state to report
+            BOARD.record(self.desc or "", self.n, self.total, self.postfix)

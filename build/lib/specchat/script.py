@@ -1,0 +1,101 @@
+"""A scripted multi-turn conversation, played the way the app plays a chat: each message is sent
+with the history so far through the chat template, and the conversation's KV cache is kept
+between turns (:mod:`specchat.kv`). ``python -m specchat chat --script`` and the bench's
+multi-turn scenario both play scripts through :func:`play_script`."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from specchat.config import GenerationConfig
+from specchat.events import DoneEvent, TokenEvent
+from specchat.ledger import count_ledger
+from specchat.metrics import SpeculationMetrics
+
+
+def load_script(path: str) -> list[str]:
+    """The messages of a chat script: a JSON list of non-blank strings.
+
+    Raises:
+        ValueError: unreadable, not JSON, not such a list (the message says which).
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            messages = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"--script {path}: cannot read it ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--script {path}: not JSON ({exc})") from None
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"--script {path}: expected a non-empty JSON list of messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, str) or not m.strip():
+            raise ValueError(f"--script {path}: message {i + 1} is not a non-blank string")
+    return messages
+
+
+@dataclass
+class Turn:
+    """One played turn: its record (the JSON object ``chat --json`` prints), the metrics and the
+    DoneEvent of its reply, and the notices the service gave."""
+
+    record: dict
+    metrics: SpeculationMetrics
+    done: DoneEvent
+    notices: list[str] = field(default_factory=list)
+
+
+def play_script(
+    service,
+    messages: list[str],
+    *,
+    drafter: str,
+    config_for_turn: Callable[[int], GenerationConfig],
+    on_token: Callable[[TokenEvent], None] | None = None,
+) -> Iterator[Turn]:
+    """Play ``messages`` in turn; yield each :class:`Turn` when its reply has ended.
+
+    The record holds ``turn`` (1-based), ``message``, ``text``, ``token_ids``, ``ttft_ms``
+    (message sent to first token, milliseconds; None for a reply without tokens),
+    ``prefill_tokens`` (prompt tokens this turn actually prefilled), ``num_prompt_tokens``,
+    ``prefill_ms``, ``stop_reason``, ``drafter``, ``seed``, ``notices``, ``stats``
+    (:meth:`SpeculationMetrics.summary`) and ``ledger``.
+
+    Raises:
+        whatever ``service.stream_chat`` raises (SpecchatError, ValueError).
+    """
+    from specchat.service import Notice
+
+    history: list[dict[str, str]] = []
+    for turn, message in enumerate(messages, 1):
+        config = config_for_turn(turn)
+        metrics = SpeculationMetrics()
+        notices: list[str] = []
+        start = time.perf_counter()
+        ttft_ms = None
+        for event in service.stream_chat(history, message, drafter=drafter, config=config):
+            if isinstance(event, Notice):
+                notices.append(event.text)
+                continue
+            if isinstance(event, TokenEvent):
+                if ttft_ms is None:
+                    ttft_ms = (time.perf_counter() - start) * 1000
+                if on_token is not None:
+                    on_token(event)
+            metrics.update(event)
+        done = metrics.done
+        assert isinstance(done, DoneEvent)
+        history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
+        ledger = count_ledger(metrics.rounds, sizes=service.model_sizes(drafter),
+                              alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
+                              num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
+        record = {
+            "turn": turn, "message": message, "text": done.text, "token_ids": list(done.token_ids),
+            "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,
+            "prefill_ms": done.prefill_ms, "stop_reason": done.stop_reason.value, "drafter": drafter,
+            "seed": config.seed, "notices": notices, "stats": metrics.summary(), "ledger": ledger.summary(),
+        }
+        yield Turn(record, metrics, done, notices)
