@@ -589,7 +589,7 @@ def test_api_refuses_values_it_would_silently_coerce(served, setting, value):
         (["bench", "--gammas", "0"], "0 is out of range; allowed: 'adaptive' or 1..16"),
         (["bench", "--max-gamma", "17"], "17 is out of range; allowed: 1..16"),
         # a device name torch does not know, or one this machine lacks: one line, not a traceback
-        (["generate", "--prompt", "hi", "--device", "foo"], "'foo' is not a torch device (e.g. cpu, cuda, cuda:0)"),
+        (["generate", "--prompt", "hi", "--device", "foo"], "'foo' is not a torch device (auto, cpu, cuda, cuda:0, …)"),
         (["audit", "--drafter", "ngram", "--device", "cuda:99"], "'cuda:99'"),
         (["bench", "--device", "cuda:99"], "'cuda:99'"),
     ],

@@ -56,6 +56,7 @@ def _assets_bytes() -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((ROOT / "assets").iterdir()) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_bench_runs_end_to_end_on_a_real_small_model(smollm2_dir, tmp_path, capsys):
     assets_before = _assets_bytes()
     out = tmp_path / "out"

@@ -140,6 +140,7 @@ def test_cli_json_end_to_end(smollm2_dir):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
     cmd = [
         sys.executable,
@@ -164,6 +165,7 @@ def test_audit_cli_passes_on_smollm2_int4(smollm2_dir):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smollm2_dir):
     """stats.speedup is measured against target-only steps timed in the same reply: exactly 1 for
     the drafter 'none' (up to the rounds' bookkeeping); with ngram, speedup and its prediction

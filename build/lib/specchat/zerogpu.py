@@ -118,6 +118,12 @@ def worker_stream(
     """In the worker: the chat turn's events and notices, as plain data. ``config`` is a
     :class:`~specchat.config.GenerationConfig` as :func:`to_plain` gave it; the engine stops
     when ``slot`` says ``generation`` is cancelled."""
+    import torch
+
+    # A process forked after its parent ran a parallel CPU region (the warm-up, an earlier reply)
+    # hangs in its first OpenMP region (GNU libgomp's thread pool does not survive fork; seen
+    # with torch 2.13 here). One CPU thread avoids it; on ZeroGPU the passes run on the GPU.
+    torch.set_num_threads(1)
     settings = from_plain(config)
     for item in service.stream_chat(history, message, drafter=drafter, config=settings, cancel=slot.flag(generation)):
         yield to_plain(item)
@@ -134,14 +140,18 @@ def app_stream(
     if cancel is not None and cancel.is_set():
         slot.cancel(generation)
     types = _types()
+    plain_history = [{"role": str(m["role"]), "content": str(m["content"])} for m in history]
+    stream = gpu_fn(plain_history, message, drafter, to_plain(config), generation)
     finished = False
     try:
-        plain_history = [{"role": str(m["role"]), "content": str(m["content"])} for m in history]
-        for data in gpu_fn(plain_history, message, drafter, to_plain(config), generation):
+        for data in stream:
             if cancel is not None and cancel.is_set():
                 slot.cancel(generation)
             yield from_plain(data, types)
         finished = True
     finally:
-        if not finished:
+        if not finished:  # stopped reading early: tell the worker first, then let go of its stream
             slot.cancel(generation)
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
