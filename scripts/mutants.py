@@ -50,6 +50,7 @@ FAMILY = {
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
     13: ["tests/test_ledger.py"],
     14: ["tests/test_hybrid.py", "tests/test_calibrate.py", "tests/test_compiled.py"],
+    15: ["tests/test_zerogpu.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -66,6 +67,7 @@ KIND_NAMES = {
     12: "round traces and the views built on them",
     13: "the cost ledger and the exactness proof view",
     14: "the hybrid drafter, the drafter picked by measurement and the compiled target",
+    15: "a reply in ZeroGPU's forked worker (Stop across the process boundary)",
 }
 
 
@@ -956,6 +958,25 @@ MUTANTS = [
         "                kept = None  # kept on the other kind of cache than this generation runs on",
         "                pass",
         "a prefix kept on a dynamic cache is reused by a generation on the static cache (or the reverse)",
+    ),
+    # -- 15. the app on ZeroGPU (a reply in a forked worker) ----------------------------------
+    Mutant(
+        "zerogpu-stop-not-forwarded",
+        15,
+        "specchat/zerogpu.py",
+        "            if cancel is not None and cancel.is_set():\n                slot.cancel(generation)\n"
+        "            yield from_plain(data, types)\n",
+        "            yield from_plain(data, types)\n",
+        "the page's Stop is never passed to the forked worker: it generates the whole reply",
+    ),
+    Mutant(
+        "zerogpu-closed-reader-not-forwarded",
+        15,
+        "specchat/zerogpu.py",
+        "        if not finished:  # stopped reading early: tell the worker first, then let go of its stream\n"
+        "            slot.cancel(generation)\n",
+        "        pass\n",
+        "a reader that goes away (a closed tab) leaves the forked worker generating to the end",
     ),
 ]
 
