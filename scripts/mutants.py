@@ -978,6 +978,14 @@ MUTANTS = [
         "        pass\n",
         "a reader that goes away (a closed tab) leaves the forked worker generating to the end",
     ),
+    Mutant(
+        "zerogpu-tuples-cross-as-lists",
+        15,
+        "specchat/zerogpu.py",
+        '        return {"__tuple__": [to_plain(x) for x in obj]}\n',
+        "        return [to_plain(x) for x in obj]\n",
+        "tuples cross the worker boundary as lists: the events that come back differ from the ones sent",
+    ),
 ]
 
 
