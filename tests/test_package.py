@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,9 +28,13 @@ pytestmark = pytest.mark.subprocess
 def installed(tmp_path_factory):
     """(site dir, the ``specchat`` command, an environment that imports from site dir only)."""
     site = tmp_path_factory.mktemp("site")
+    # built from a copy: setuptools writes build/ and *.egg-info next to the sources
+    source = tmp_path_factory.mktemp("source") / "specchat"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", "assets", "test-output", "bench-results"))
     build = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(site), str(ROOT)],
+         "--target", str(site), str(source)],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "PIP_NO_CACHE_DIR": "1"},
     )

@@ -1,3 +1,0 @@
-from specchat.cli import main
-
-raise SystemExit(main())
