@@ -15,8 +15,10 @@ from specchat.ledger import count_ledger
 from specchat.metrics import SpeculationMetrics
 
 PROG = "specchat" if Path(sys.argv[0]).name == "specchat" else "python -m specchat"  # as the user ran it
-MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"  # as specchat.registry (which imports pydantic and yaml)
-ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"  # as specchat.loading (which imports torch)
+# The same names as specchat.registry's and specchat.loading's (tests/test_package.py checks),
+# repeated so that building the parser imports neither pydantic and yaml nor torch.
+MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
+ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 
 _ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
@@ -242,9 +244,9 @@ def add_models_argument(parser: argparse.ArgumentParser) -> None:
 def use_model_sources(args: argparse.Namespace) -> str | None:
     """Apply ``--allow-download`` and ``--models FILE`` for this process (see
     :func:`use_models_file`); an error message, or None."""
-    if getattr(args, "allow_download", False):
+    if args.allow_download:
         os.environ[ALLOW_DOWNLOAD_ENV] = "1"
-    return use_models_file(getattr(args, "models", None))
+    return use_models_file(args.models)
 
 
 def add_app_arguments(parser: argparse.ArgumentParser) -> None:
@@ -296,8 +298,8 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _env_port() -> str:
-    """$GRADIO_SERVER_PORT when it is a port number, else 7860 (a bad value is reported by
-    argparse: it parses the default string like a typed one)."""
+    """$GRADIO_SERVER_PORT if set, else "7860", as text: argparse parses a string default like a
+    typed value, so a bad $GRADIO_SERVER_PORT is reported like a bad --port."""
     return os.environ.get("GRADIO_SERVER_PORT") or "7860"
 
 

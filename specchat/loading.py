@@ -132,7 +132,7 @@ def ensure_local(
         return local_dir
     if entry.gguf is None:
         if entry.hub_id and download_allowed():
-            return download_from_hub(entry, cache_dir=cache_dir, progress=progress)
+            return download_from_hub(entry, cache_dir=cache_dir)
         raise ModelSourceError(_no_source_message(entry))
     final = cache_dir_for(entry, cache_dir)
     if is_complete_cache(final, entry):
@@ -159,12 +159,13 @@ def hub_dir_for(entry: ModelEntry, root: Path | None = None) -> Path:
     return (root or cache_root()) / "hub" / entry.name
 
 
-def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None, progress: bool = True,
+def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None,
                       snapshot_download: Callable[..., str] | None = None) -> Path:
     """Fetch ``entry.hub_id`` from the Hugging Face Hub into :func:`hub_dir_for` (config,
     safetensors weights, tokenizer; resumable; a complete earlier download is reused without
-    contacting the Hub). Only called when :func:`download_allowed`. ``snapshot_download``
-    replaces ``huggingface_hub.snapshot_download`` (tests).
+    contacting the Hub; huggingface_hub draws its own progress bars). Only called when
+    :func:`download_allowed`. ``snapshot_download`` replaces ``huggingface_hub.snapshot_download``
+    (tests).
 
     Raises ModelSourceError when the Hub cannot be reached (the message says why and how to
     download by hand), or the download holds no config.json or no safetensors weights.

@@ -242,8 +242,8 @@ def load_registry(path: str | Path | None = None, *, user: str | Path | None = N
     merged = {
         **data,
         "default_target": data.get("default_target", shipped["default_target"]),
-        "models": {**_absolute_local_dirs(shipped["models"], DEFAULT_MODELS_YAML),
-                   **_absolute_local_dirs(extra, user)},
+        # the shipped entries' relative paths made absolute here; the user's by registry_from_data
+        "models": {**_absolute_local_dirs(shipped["models"], DEFAULT_MODELS_YAML), **extra},
     }
     registry = registry_from_data(merged, source=user)
     registry._sources = (DEFAULT_MODELS_YAML, user)
@@ -271,7 +271,8 @@ def _read_yaml(path: Path) -> Any:
 
 def _absolute_local_dirs(models: dict, source: Path) -> dict:
     """Raw entries with a relative ``local_dir`` made absolute against ``source``'s directory
-    (before entries of two files are merged); anything malformed is left for validation."""
+    (before validation, and before the shipped entries are merged with a user's); anything
+    malformed is left for validation."""
     base = source.expanduser().resolve().parent
     out = {}
     for name, entry in models.items():
@@ -299,18 +300,13 @@ def registry_from_data(data: Any, *, source: Path | str = "models.yaml") -> Regi
                     )
                 entry = {"name": str(name), **entry}
             models[name] = entry
-        data = {**data, "models": models}
+        data = {**data, "models": _absolute_local_dirs(models, Path(source))}
     try:
         registry = Registry.model_validate(data)
     except ValidationError as exc:
         raise RegistryError(_format_validation_error(label, exc)) from None
 
-    base = Path(source).expanduser().resolve().parent
-    models = {}
     for name, entry in registry.models.items():
-        if entry.local_dir is not None and not entry.local_dir.expanduser().is_absolute():
-            entry = entry.model_copy(update={"local_dir": base / entry.local_dir})
-        models[name] = entry
         sibling = entry.sibling
         if sibling is not None and sibling not in registry.models:
             raise RegistryError(
@@ -327,7 +323,7 @@ def registry_from_data(data: Any, *, source: Path | str = "models.yaml") -> Regi
             f"{label}: default_target: {registry.default_target!r} is not an entry of this file "
             f"(entries: {', '.join(registry.models)})"
         )
-    result = Registry(default_target=registry.default_target, models=models)
+    result = Registry(default_target=registry.default_target, models=registry.models)
     result._path = Path(source) if not isinstance(source, Path) else source
     result._sources = (result._path,)
     return result

@@ -63,3 +63,10 @@ def test_unknown_target_or_unavailable_drafter_exit_2_before_loading(extra, expe
     )
     assert out.returncode == 2 and expected in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_cli_names_the_same_environment_variables():
+    """cli.py repeats two names so that --help imports neither pydantic nor torch."""
+    from specchat import cli, loading, registry
+
+    assert cli.MODELS_YAML_ENV == registry.MODELS_YAML_ENV and cli.ALLOW_DOWNLOAD_ENV == loading.ALLOW_DOWNLOAD_ENV

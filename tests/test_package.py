@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from mutants import copy_tree  # noqa: E402  (the files git knows, as the mutants copy them)
 
 pytestmark = pytest.mark.subprocess
 
@@ -28,10 +29,10 @@ pytestmark = pytest.mark.subprocess
 def installed(tmp_path_factory):
     """(site dir, the ``specchat`` command, an environment that imports from site dir only)."""
     site = tmp_path_factory.mktemp("site")
-    # built from a copy: setuptools writes build/ and *.egg-info next to the sources
-    source = tmp_path_factory.mktemp("source") / "specchat"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "__pycache__", "assets", "test-output", "bench-results"))
+    # built from a copy of the files git knows: setuptools writes build/ and *.egg-info next to
+    # the sources
+    source = tmp_path_factory.mktemp("source")
+    copy_tree(source)
     build = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
          "--target", str(site), str(source)],
