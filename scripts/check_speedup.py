@@ -34,8 +34,8 @@ MESSAGE = "Write a Python function that merges two sorted lists, with a docstrin
 
 BACK_TO_BACK = r"""
 import json, sys
-from specchat.config import GenerationConfig
-from specchat.metrics import SpeculationMetrics
+from specchat.core.config import GenerationConfig
+from specchat.core.metrics import SpeculationMetrics
 from specchat.service import ChatService
 target, drafter, message, max_new = sys.argv[1] or None, sys.argv[2], sys.argv[3], int(sys.argv[4])
 service = ChatService(target=target)

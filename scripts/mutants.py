@@ -92,7 +92,7 @@ MUTANTS = [
     Mutant(
         "target-cache-not-cut",
         1,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         '        cut_cache(self.target_cache, num_valid)\n',
         '        pass\n',
         "the target's KV cache keeps the rejected drafts after a partial acceptance",
@@ -100,7 +100,7 @@ MUTANTS = [
     Mutant(
         "target-cache-cut-one-long",
         1,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         'cut_cache(self.target_cache, num_valid)',
         'cut_cache(self.target_cache, min(num_valid + 1, self.target_cache.get_seq_length()))',
         "the target's cache keeps one position too many (the first rejected draft)",
@@ -108,7 +108,7 @@ MUTANTS = [
     Mutant(
         "drafter-not-rolled-back",
         1,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         '            self._call_drafter(state, state.drafter.rollback, num_valid)\n',
         '            pass\n',
         "the drafter's cache keeps its rejected drafts",
@@ -124,7 +124,7 @@ MUTANTS = [
     Mutant(
         "sliding-window-cut-anyway",
         1,
-        "specchat/kv.py",
+        "specchat/core/kv.py",
         'if not getattr(layer, "is_croppable", False) or past_window:',
         'if not getattr(layer, "is_croppable", False):',
         "a sliding-window layer past its window is cut instead of refused",
@@ -132,7 +132,7 @@ MUTANTS = [
     Mutant(
         "prefix-reused-past-a-mismatch",
         1,
-        "specchat/kv.py",
+        "specchat/core/kv.py",
         "    n = common_prefix(kept.ids, ids)\n",
         "    n = min(len(kept.ids), len(ids))\n",
         "a kept conversation cache is reused as far as it is long, not as far as its tokens match the prompt",
@@ -140,7 +140,7 @@ MUTANTS = [
     Mutant(
         "prefix-kept-from-an-abandoned-generation",
         1,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "        self._finished = None\n        prefix = state.ids[:-1]",
         "        self._finished = (state.ids, True)\n        prefix = state.ids[:-1]",
         "the caches of a generation abandoned mid-reply are kept for reuse",
@@ -149,7 +149,7 @@ MUTANTS = [
     Mutant(
         "verify-against-next-row",
         2,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "    p_x = target_probs[rows, draft_token_ids]\n",
         "    p_x = target_probs[rows + 1, draft_token_ids]\n",
         "draft i is judged with p of the prefix one token later",
@@ -157,7 +157,7 @@ MUTANTS = [
     Mutant(
         "accepted-count-not-leading-run",
         2,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "    while num_accepted < gamma and accepted[num_accepted]:\n        num_accepted += 1\n",
         "    num_accepted = min(int(sum(accepted)), gamma)\n",
         "accepted count = all acceptances, not the leading run",
@@ -165,7 +165,7 @@ MUTANTS = [
     Mutant(
         "bonus-from-last-draft-row",
         2,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS, u)",
         "return VerifyResult(gamma, mask, sample(target_probs[gamma - 1], generator), TokenKind.BONUS, u)",
         "the bonus token is drawn from the last draft's row, not the row after it",
@@ -182,7 +182,7 @@ MUTANTS = [
     Mutant(
         "target-ignores-top-p",
         3,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p",
         "target_logits, temperature=config.temperature, top_k=config.top_k, top_p=1.0",
         "target_probs skip top-p while draft_probs apply it",
@@ -199,7 +199,7 @@ MUTANTS = [
     Mutant(
         "accept-when-equal",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "    accepted = (u * q_x < p_x).tolist()\n",
         "    accepted = (u * q_x <= p_x).tolist()\n",
         "u·q ≤ p: a token with p = 0 is accepted when u = 0",
@@ -207,7 +207,7 @@ MUTANTS = [
     Mutant(
         "residual-without-fallback",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "    if mass <= RESIDUAL_MASS_EPS:\n        return target_probs\n",
         "    if mass <= 0.0:\n        return target_probs\n",
         "a residual with only rounding mass (p = q) is normalised instead of falling back to p",
@@ -215,7 +215,7 @@ MUTANTS = [
     Mutant(
         "residual-is-p",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "        residual = torch.clamp(target_probs - draft_probs, min=0.0)\n",
         "        residual = target_probs.clone()\n",
         "after a rejection, resample from p instead of norm(max(0, p − q))",
@@ -223,7 +223,7 @@ MUTANTS = [
     Mutant(
         "one-hot-residual-keeps-draft",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "        residual[draft_token_id] = 0.0\n",
         "        pass\n",
         "with a one-hot q the rejected draft token stays in the residual",
@@ -232,7 +232,7 @@ MUTANTS = [
     Mutant(
         "commit-past-the-stop",
         5,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "            if state.stop is not None:\n                break\n",
         "",
         "tokens after an EOS / budget / stop string in the same round are still committed",
@@ -240,7 +240,7 @@ MUTANTS = [
     Mutant(
         "draft-ignores-budget",
         5,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "max_draft = min(num_speculative_tokens, remaining - 1, room - 1)",
         "max_draft = min(num_speculative_tokens, room - 1)",
         "drafts are not capped by the remaining max_new_tokens",
@@ -248,7 +248,7 @@ MUTANTS = [
     Mutant(
         "drafted-eos-ends-reply",
         5,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         '        token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit\n',
         '        token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit\n        if any(t in self.eos_token_ids for t in draft.token_ids.tolist()):\n            state.stop = StopReason.EOS\n',
         "a drafted EOS ends the reply even when the target rejects it",
@@ -256,7 +256,7 @@ MUTANTS = [
     Mutant(
         "stop-prefix-not-held",
         5,
-        "specchat/text.py",
+        "specchat/core/text.py",
         "            keep = self._stop_prefix_len(self._held)\n",
         "            keep = 0\n",
         "text that may begin a stop string is streamed before the stop string completes",
@@ -281,7 +281,7 @@ MUTANTS = [
     Mutant(
         "tokenizer-vocab-not-compared",
         6,
-        "specchat/loading.py",
+        "specchat/runtimes/loading.py",
         "    if target_vocab != drafter_vocab:\n",
         "    if False:\n",
         "tokenizers are compared by probes only, not vocabularies",
@@ -290,7 +290,7 @@ MUTANTS = [
     Mutant(
         "draft-ignores-context",
         7,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "max_draft = min(num_speculative_tokens, remaining - 1, room - 1)",
         "max_draft = min(num_speculative_tokens, remaining - 1)",
         "drafts are not capped by the room left in the context window",
@@ -298,7 +298,7 @@ MUTANTS = [
     Mutant(
         "context-full-not-a-stop",
         7,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         '        elif len(state.ids) >= self.context_length:\n            return StopReason.CONTEXT_FULL\n',
         '',
         "generation goes on past the context window",
@@ -306,7 +306,7 @@ MUTANTS = [
     Mutant(
         "empty-prompt-accepted",
         7,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "        if not prompt_ids:\n",
         "        if prompt_ids is None:\n",
         "an empty prompt is not refused with a clear error",
@@ -314,7 +314,7 @@ MUTANTS = [
     Mutant(
         "blank-message-accepted",
         7,
-        "specchat/chat.py",
+        "specchat/runtimes/chat.py",
         "    if is_blank(message):\n",
         "    if not message:\n",
         "a whitespace-only chat message is sent to the model",
@@ -323,7 +323,7 @@ MUTANTS = [
     Mutant(
         "gap-measured-one-late",
         8,
-        "specchat/audit.py",
+        "specchat/analysis/audit.py",
         "    prefix = torch.tensor([input_ids + reference[:index]], device=device)\n",
         "    prefix = torch.tensor([input_ids + reference[: index + 1]], device=device)\n",
         "the audit measures the top-2 gap one position after the divergence",
@@ -331,7 +331,7 @@ MUTANTS = [
     Mutant(
         "any-gap-is-a-tie",
         8,
-        "specchat/audit.py",
+        "specchat/analysis/audit.py",
         "        return self.gap <= tolerance\n",
         "        return True\n",
         "every divergence is excused as a near-tie",
@@ -339,7 +339,7 @@ MUTANTS = [
     Mutant(
         "tolerance-ignores-dtype",
         8,
-        "specchat/audit.py",
+        "specchat/analysis/audit.py",
         "    return max(1e-3, 2.0 * torch.finfo(dtype).eps * abs(top_logit))\n",
         "    return 1.0\n",
         "a fixed, loose tie tolerance whatever the dtype",
@@ -348,7 +348,7 @@ MUTANTS = [
     Mutant(
         "target-cache-kept",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "                self.target_cache = None\n",
         "                pass\n",
         "the target's KV cache outlives its generation",
@@ -356,7 +356,7 @@ MUTANTS = [
     Mutant(
         "drafter-end-skipped",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "                if drafter is not None:\n                    drafter.end()\n",
         "",
         "the drafter's cache is not released when a generation ends",
@@ -364,7 +364,7 @@ MUTANTS = [
     Mutant(
         "cleanup-without-owner-check",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "            if self._current is token:\n",
         "            if True:\n",
         "a late-finalised abandoned generator clears the state of a newer one",
@@ -372,7 +372,7 @@ MUTANTS = [
     Mutant(
         "round-history-leak",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         'target_probs, result = self._verify(state, draft, config, generator)',
         "target_probs, result = self._verify(state, draft, config, generator); SpeculativeEngine._history = [*getattr(SpeculativeEngine, '_history', []), target_probs]",
         "every round's target_probs are kept forever (memory grows with each request)",
@@ -381,7 +381,7 @@ MUTANTS = [
     Mutant(
         "seed-zero-is-random",
         3,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "seed = config.seed if config.seed is not None else random.randrange(2**63)",
         "seed = config.seed or random.randrange(2**63)",
         "seed 0 is treated as 'no seed': a fixed seed no longer reproduces",
@@ -397,7 +397,7 @@ MUTANTS = [
     Mutant(
         "residual-q-from-first-draft",
         2,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "residual = residual_probs(target_probs[i], None if draft_probs is None else draft_probs[i], token)",
         "residual = residual_probs(target_probs[i], None if draft_probs is None else draft_probs[0], token)",
         "the residual at a rejection uses q of draft 0, not of the rejected position",
@@ -405,7 +405,7 @@ MUTANTS = [
     Mutant(
         "q-from-first-row",
         2,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "q_x = torch.ones_like(p_x) if draft_probs is None else draft_probs[rows, draft_token_ids]",
         "q_x = torch.ones_like(p_x) if draft_probs is None else draft_probs[0, draft_token_ids]",
         "every draft is judged with q of the first draft position",
@@ -413,7 +413,7 @@ MUTANTS = [
     Mutant(
         "residual-eps-too-loose",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "RESIDUAL_MASS_EPS = 1e-6",
         "RESIDUAL_MASS_EPS = 1e-2",
         "a residual with mass below 1e-2 is thrown away for p (biased, ~1 % TV)",
@@ -421,7 +421,7 @@ MUTANTS = [
     Mutant(
         "top-p-boundary-strict",
         3,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "remove_sorted = mass_before >= top_p",
         "remove_sorted = mass_before > top_p",
         "top-p keeps a token whose preceding mass already equals p",
@@ -429,7 +429,7 @@ MUTANTS = [
     Mutant(
         "top-p-before-temperature",
         3,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "sorted_probs = torch.softmax(sorted_logits, dim=-1)",
         "sorted_probs = torch.softmax(sorted_logits * temperature, dim=-1)",
         "the top-p cut is computed before the temperature is applied",
@@ -437,7 +437,7 @@ MUTANTS = [
     Mutant(
         "top-k-drops-ties",
         3,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         '        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]\n        logits = logits.masked_fill(logits < kth, float("-inf"))\n',
         '        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, torch.topk(logits, top_k, dim=-1).indices, True)\n        logits = logits.masked_fill(~keep, float("-inf"))\n',
         "top-k drops tokens tied with the k-th logit",
@@ -445,7 +445,7 @@ MUTANTS = [
     Mutant(
         "probs-keep-input-dtype",
         8,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "    logits = logits.float()\n    if temperature == 0.0:",
         "    if temperature == 0.0:",
         "warping bf16 logits in bf16: p rows no longer sum to 1 within float32",
@@ -453,7 +453,7 @@ MUTANTS = [
     Mutant(
         "rejected-q-of-resampled-token",
         2,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, rejected])",
         "rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, token])",
         "a resampled token's event reports q of the new token, not of the rejected draft",
@@ -461,7 +461,7 @@ MUTANTS = [
     Mutant(
         "drafter-rollback-one-long",
         1,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         '            self._call_drafter(state, state.drafter.rollback, num_valid)\n',
         '            self._call_drafter(state, state.drafter.rollback, num_valid + 1)\n',
         "the drafter's cache keeps one rejected draft",
@@ -469,7 +469,7 @@ MUTANTS = [
     Mutant(
         "sliding-window-boundary",
         1,
-        "specchat/kv.py",
+        "specchat/core/kv.py",
         "past_window = window is not None and layer.get_seq_length() >= window and",
         "past_window = window is not None and layer.get_seq_length() > window and",
         "a sliding layer exactly at its window is cut instead of refused",
@@ -477,7 +477,7 @@ MUTANTS = [
     Mutant(
         "chat-drops-user-without-reply",
         7,
-        "specchat/chat.py",
+        "specchat/runtimes/chat.py",
         's += 2 if len(turns) - s > 1 and turns[s + 1].get("role") == "assistant" else 1',
         "s += 1",
         "trimming drops only the user turn, leaving history that starts with the assistant",
@@ -485,7 +485,7 @@ MUTANTS = [
     Mutant(
         "chat-budget-off-by-one",
         7,
-        "specchat/chat.py",
+        "specchat/runtimes/chat.py",
         "return len(ids_from(k)) + max_new_tokens <= context_length or k == len(starts) - 1",
         "return len(ids_from(k)) + max_new_tokens < context_length or k == len(starts) - 1",
         "an exact fit of prompt + max_new_tokens is trimmed anyway",
@@ -493,7 +493,7 @@ MUTANTS = [
     Mutant(
         "cancel-flush-drops-pending-bytes",
         5,
-        "specchat/text.py",
+        "specchat/core/text.py",
         "release = self._held + self._decode_new(final=True)",
         "release = self._held",
         "cancelling mid-character drops committed bytes from the reply text",
@@ -501,7 +501,7 @@ MUTANTS = [
     Mutant(
         "detok-last-ignored",
         5,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "text = state.detok.add(token, last=state.stop is not None)",
         "text = state.detok.add(token)",
         "the last token's incomplete bytes are not flushed when the reply stops",
@@ -509,7 +509,7 @@ MUTANTS = [
     Mutant(
         "stop-prefix-shortest-border",
         5,
-        "specchat/text.py",
+        "specchat/core/text.py",
         "for k in range(min(len(stop) - 1, len(text)), best, -1):",
         "for k in range(best + 1, min(len(stop) - 1, len(text)) + 1):",
         "the held-back stop-string prefix is the shortest one, not the longest",
@@ -541,7 +541,7 @@ MUTANTS = [
     Mutant(
         "check-draft-id-bound-off-by-one",
         6,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "int(draft_ids.max()) >= self.vocab_size",
         "int(draft_ids.max()) > self.vocab_size",
         "a draft id equal to the vocab size passes the contract check",
@@ -549,7 +549,7 @@ MUTANTS = [
     Mutant(
         "check-draft-count-off-by-one",
         5,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "        if n > max_draft:\n",
         "        if n > max_draft + 1:\n",
         "a drafter proposing one token too many passes the contract check",
@@ -557,7 +557,7 @@ MUTANTS = [
     Mutant(
         "truncated-round-keeps-accepted",
         10,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "num_accepted, judged = num_committed, judged[:num_committed]",
         "judged = judged[:num_committed]",
         "a round cut by a stop counts accepted drafts past the stop",
@@ -565,7 +565,7 @@ MUTANTS = [
     Mutant(
         "metrics-mean-gamma-counts-empty-rounds",
         10,
-        "specchat/metrics.py",
+        "specchat/core/metrics.py",
         "drafting = [r.num_drafted for r in self.rounds if r.num_drafted]",
         "drafting = [r.num_drafted for r in self.rounds]",
         "the mean γ counts rounds that drafted nothing",
@@ -573,7 +573,7 @@ MUTANTS = [
     Mutant(
         "t1-from-verify-pass-only",
         10,
-        "specchat/costs.py",
+        "specchat/core/costs.py",
         '        rest_ms = event.round_ms - event.draft_ms\n',
         '        rest_ms = event.verify_ms\n',
         't₁ and v(n) are timed on the verify pass alone, not the whole round (a target-only reply shows a speedup below 1)',
@@ -589,7 +589,7 @@ MUTANTS = [
     Mutant(
         "tie-tolerance-signed",
         8,
-        "specchat/audit.py",
+        "specchat/analysis/audit.py",
         "2.0 * torch.finfo(dtype).eps * abs(top_logit)",
         "2.0 * torch.finfo(dtype).eps * top_logit",
         "the tie tolerance uses the signed top logit (negative logits get the floor)",
@@ -597,7 +597,7 @@ MUTANTS = [
     Mutant(
         "audit-sampled-drops-top-k",
         3,
-        "specchat/audit.py",
+        "specchat/analysis/audit.py",
         "        top_k=config.top_k,\n        top_p=config.top_p,\n        seed=seed,",
         "        top_p=config.top_p,\n        seed=seed,",
         "the audit samples without top-k but compares with the top-k distribution",
@@ -605,7 +605,7 @@ MUTANTS = [
     Mutant(
         "u-shared-across-positions",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "u = torch.rand(gamma, generator=generator, device=target_probs.device)",
         "u = torch.rand(gamma, generator=generator, device=target_probs.device)[:1].expand(gamma)",
         "one u is shared by every draft position",
@@ -621,7 +621,7 @@ MUTANTS = [
     Mutant(
         "cleanup-not-in-finally",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "        try:\n            yield from self._generate(prompt_ids, drafter, config, cancel)\n        finally:\n",
         "        if True:\n            yield from self._generate(prompt_ids, drafter, config, cancel)\n        if True:\n",
         "cleanup runs only when the generator finishes, not on close or error",
@@ -637,7 +637,7 @@ MUTANTS = [
     Mutant(
         "stop-reason-budget-before-eos",
         5,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         '        if token in self.eos_token_ids:\n            return StopReason.EOS\n        elif len(state.token_ids) >= config.max_new_tokens:\n            return StopReason.MAX_NEW_TOKENS\n',
         '        if len(state.token_ids) >= config.max_new_tokens:\n            return StopReason.MAX_NEW_TOKENS\n        elif token in self.eos_token_ids:\n            return StopReason.EOS\n',
         "an EOS that is also the last budgeted token is reported as max_new_tokens",
@@ -645,7 +645,7 @@ MUTANTS = [
     Mutant(
         "one-hot-residual-aliases-p",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "        residual = target_probs.clone()\n        residual[draft_token_id] = 0.0\n",
         "        residual = target_probs\n        residual[draft_token_id] = 0.0\n",
         "the one-hot residual zeroes p in place (events then report p = 0)",
@@ -653,7 +653,7 @@ MUTANTS = [
     Mutant(
         "sample-without-one-hot-shortcut",
         4,
-        "specchat/sampling.py",
+        "specchat/core/sampling.py",
         "    if float(probs[top]) >= 1.0:\n        return top\n",
         "    if False:\n        return top\n",
         "one-hot rows consume randomness (greedy steps shift the random stream)",
@@ -661,7 +661,7 @@ MUTANTS = [
     Mutant(
         "audit-position-first-drafted",
         3,
-        "specchat/audit.py",
+        "specchat/analysis/audit.py",
         "        if score >= 0.1:\n            return position\n",
         "        return position\n",
         "the audit samples at the first drafted position even where the draft is nearly always rejected",
@@ -669,7 +669,7 @@ MUTANTS = [
     Mutant(
         "failed-drafter-asked-again",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "            state.drafter = None\n",
         "            pass\n",
         "after a drafter raised (out of memory), later rounds keep calling it",
@@ -677,7 +677,7 @@ MUTANTS = [
     Mutant(
         "drafter-failure-not-announced",
         9,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "                events.insert(0, state.drafter_failure)\n",
         "                pass\n",
         "the fallback to target-only is silent: no DrafterFailedEvent reaches the user",
@@ -685,7 +685,7 @@ MUTANTS = [
     Mutant(
         "timing-rounds-never-inserted",
         10,
-        "specchat/costs.py",
+        "specchat/core/costs.py",
         "    if num_target_only < timing_rounds_due(round_index):\n        return True\n",
         "",
         "measure_speedup inserts no target-only round: t₁ is never timed in the run",
@@ -693,7 +693,7 @@ MUTANTS = [
     Mutant(
         "timing-round-still-drafts",
         10,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "            if timing:  # a target-only round, timed: t₁ measured in this run, under this load\n                gamma = 0\n",
         "            if timing:  # a target-only round, timed: t₁ measured in this run, under this load\n                gamma = config.num_speculative_tokens\n",
         "a timing round drafts anyway (it times nothing but is labelled a timing round)",
@@ -701,7 +701,7 @@ MUTANTS = [
     Mutant(
         "misses-not-counted-as-timing",
         10,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "            state.num_target_only += 1\n",
         "            pass\n",
         "rounds that drafted nothing anyway do not count: timing rounds are forced on top of lookup misses",
@@ -709,7 +709,7 @@ MUTANTS = [
     Mutant(
         "round-ms-cumulative",
         10,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "round_ms=elapsed_ms - previous_elapsed_ms,",
         "round_ms=elapsed_ms,",
         "a round's time is the decode time so far, not its own share",
@@ -717,7 +717,7 @@ MUTANTS = [
     Mutant(
         "stop-leaves-queued-messages",
         11,
-        "specchat/session.py",
+        "specchat/ui/session.py",
         "            self._cancel_queued += cancelled\n",
         "            pass\n",
         "Stop ends the reply but a message waiting behind it is sent anyway (the toast says otherwise)",
@@ -725,7 +725,7 @@ MUTANTS = [
     Mutant(
         "stats-of-another-reply",
         11,
-        "specchat/session.py",
+        "specchat/ui/session.py",
         "return stats_html(reply.metrics, label=reply.label, running=reply.running)",
         "return stats_html(reply.metrics, label=self.replies[0].label, running=reply.running)",
         "the stats line is labeled with the first reply's settings, not the reply it describes",
@@ -733,7 +733,7 @@ MUTANTS = [
     Mutant(
         "view-between-tokens-and-round",
         11,
-        "specchat/session.py",
+        "specchat/ui/session.py",
         "drawable = isinstance(item, RoundEvent) and not item.timing_next",
         "drawable = not getattr(item, 'timing_next', False)",
         "the page is redrawn between a round's tokens and its RoundEvent (counts disagree, '1 tokens in 0 rounds')",
@@ -741,7 +741,7 @@ MUTANTS = [
     Mutant(
         "page-update-before-timing-round",
         11,
-        "specchat/session.py",
+        "specchat/ui/session.py",
         "drawable = isinstance(item, RoundEvent) and not item.timing_next",
         "drawable = isinstance(item, RoundEvent)",
         "the page is redrawn just before a timing round, whose target-only step the drawing then slows",
@@ -749,7 +749,7 @@ MUTANTS = [
     Mutant(
         "clear-keeps-queued-messages",
         11,
-        "specchat/session.py",
+        "specchat/ui/session.py",
         "            self._discard_queued, self._cancel_queued = self._queued, 0\n",
         "            self._cancel_queued = 0\n",
         "a message waiting when Clear is pressed still runs on the emptied chat",
@@ -757,7 +757,7 @@ MUTANTS = [
     Mutant(
         "closed-stream-keeps-running",
         11,
-        "specchat/session.py",
+        "specchat/ui/session.py",
         "            run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds\n",
         "            pass\n",
         "a closed tab does not stop the engine",
@@ -766,7 +766,7 @@ MUTANTS = [
     Mutant(
         "trace-u-of-the-next-draft",
         12,
-        "specchat/trace.py",
+        "specchat/analysis/trace.py",
         "u=float(draws[i]) if i < judged else None,",
         "u=float(draws[min(i + 1, len(draws) - 1)]) if i < judged else None,",
         "each drafted token is recorded with the draw that decided the next one",
@@ -774,7 +774,7 @@ MUTANTS = [
     Mutant(
         "trace-judges-every-draft",
         12,
-        "specchat/trace.py",
+        "specchat/analysis/trace.py",
         "judged = min(n, result.num_accepted + 1)",
         "judged = n",
         "drafts after the first rejection are recorded as judged",
@@ -782,7 +782,7 @@ MUTANTS = [
     Mutant(
         "trace-raw-list-is-warped",
         12,
-        "specchat/trace.py",
+        "specchat/analysis/trace.py",
         "raw_target = torch.softmax(target_logits.float(), dim=-1)",
         "raw_target = target_probs",
         "the raw target list is the warped p (one-hot at temperature 0)",
@@ -790,7 +790,7 @@ MUTANTS = [
     Mutant(
         "trace-residual-is-p",
         12,
-        "specchat/trace.py",
+        "specchat/analysis/trace.py",
         "residual = residual_probs(target_probs[i], q_row, ids[i])",
         "residual = target_probs[i]",
         "the residual shown at a rejection is p, not norm(max(0, p − q))",
@@ -798,7 +798,7 @@ MUTANTS = [
     Mutant(
         "replay-loses-token-text",
         12,
-        "specchat/trace.py",
+        "specchat/analysis/trace.py",
         'CommittedToken(int(c["token_id"]), str(c["kind"]), str(c["text"]), float(c["p"]),',
         'CommittedToken(int(c["token_id"]), str(c["kind"]), str(c["text"]).strip(), float(c["p"]),',
         "a replayed trace loses the tokens' spaces and newlines",
@@ -806,7 +806,7 @@ MUTANTS = [
     Mutant(
         "inspector-u-against-p",
         12,
-        "specchat/inspector.py",
+        "specchat/ui/inspector.py",
         "    r = _ratio(p, q)\n",
         "    r = min(1.0, p)\n",
         "the inspector draws u against p instead of min(1, p/q)",
@@ -815,7 +815,7 @@ MUTANTS = [
     Mutant(
         "ledger-verify-positions-miss-one",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "target_positions=sum(r.num_drafted + 1 for r in rounds),",
         "target_positions=sum(r.num_drafted for r in rounds),",
         "the arithmetic leaves out the extra (bonus) position each verify pass computes",
@@ -823,7 +823,7 @@ MUTANTS = [
     Mutant(
         "ledger-one-target-pass-per-token",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "target_passes=len(rounds),",
         "target_passes=sum(r.num_committed for r in rounds),",
         "the ledger counts a target pass per committed token, as if nothing were saved",
@@ -831,7 +831,7 @@ MUTANTS = [
     Mutant(
         "ledger-flop-ratio-inverted",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "self.drafter.matmul_params / self.target.matmul_params",
         "self.target.matmul_params / max(self.drafter.matmul_params, 1)",
         "ĉ is the target's size over the drafter's",
@@ -839,7 +839,7 @@ MUTANTS = [
     Mutant(
         "ledger-prediction-ignores-drafter-work",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "theory.flop_multiplier(alpha, r.num_drafted, flop_ratio or 0.0)",
         "theory.flop_multiplier(alpha, r.num_drafted, 0.0)",
         "the predicted arithmetic leaves out the drafter's γĉ",
@@ -847,7 +847,7 @@ MUTANTS = [
     Mutant(
         "model-size-counts-packed-int4",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "for dim in (shape if shape is not None else tensor.shape):",
         "for dim in tensor.shape:",
         "a 4-bit weight counts its packed bytes as parameters (ĉ of the int4 copy reads 1/8)",
@@ -855,7 +855,7 @@ MUTANTS = [
     Mutant(
         "model-size-counts-tied-twice",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "if tensor is None or id(tensor) in seen:",
         "if tensor is None:",
         "a weight shared by two layers (a tied head) is counted twice",
@@ -863,7 +863,7 @@ MUTANTS = [
     Mutant(
         "proof-beta-is-the-product",
         13,
-        "specchat/trace.py",
+        "specchat/analysis/trace.py",
         "overlap = torch.minimum(p, q)",
         "overlap = p * q",
         "β is recorded as Σ p·q instead of Σ min(p, q)",
@@ -871,7 +871,7 @@ MUTANTS = [
     Mutant(
         "proof-residual-path-not-scaled",
         13,
-        "specchat/inspector.py",
+        "specchat/ui/inspector.py",
         "    scale = 1.0 - proof.beta\n",
         "    scale = 1.0\n",
         "the proof view's residual path is p′ instead of (1 − β)·p′",
@@ -879,7 +879,7 @@ MUTANTS = [
     Mutant(
         "ledger-drafted-tokens-cost-drafter-arithmetic",
         13,
-        "specchat/ledger.py",
+        "specchat/analysis/ledger.py",
         "return self.target_positions + self.flop_ratio * self.drafter_passes",
         "return self.target_positions + self.flop_ratio * self.num_drafted",
         "a lookup round's drafts are charged drafter arithmetic as if a model had drafted them",
@@ -914,7 +914,7 @@ MUTANTS = [
     Mutant(
         "calibration-against-one-baseline",
         14,
-        "specchat/calibrate.py",
+        "specchat/analysis/calibrate.py",
         "rate / statistics.mean(base_rates[-2:])",
         "rate / base_rates[0]",
         "every drafter is compared with the first target-only reply, not the two around it",
@@ -922,7 +922,7 @@ MUTANTS = [
     Mutant(
         "calibration-key-ignores-models",
         14,
-        "specchat/calibrate.py",
+        "specchat/analysis/calibrate.py",
         '        "models_hash": digest,\n',
         "",
         "a record for another model pair is taken for this one",
@@ -930,7 +930,7 @@ MUTANTS = [
     Mutant(
         "calibration-picks-slowest",
         14,
-        "specchat/calibrate.py",
+        "specchat/analysis/calibrate.py",
         "return max(self.drafters, key=lambda d: d.speedup, default=None)",
         "return min(self.drafters, key=lambda d: d.speedup, default=None)",
         "the pick goes to the slowest model drafter",
@@ -938,7 +938,7 @@ MUTANTS = [
     Mutant(
         "compiled-padding-not-cut",
         14,
-        "specchat/compiled.py",
+        "specchat/runtimes/compiled.py",
         "            self.cache.crop(n - bucket)",
         "            pass",
         "a padded pass leaves its padding's states in the static cache as if they were real",
@@ -946,7 +946,7 @@ MUTANTS = [
     Mutant(
         "compiled-logits-of-the-padding",
         14,
-        "specchat/compiled.py",
+        "specchat/runtimes/compiled.py",
         "        logits = out.logits[0, :n]",
         "        logits = out.logits[0, -n:]",
         "a padded pass returns the logits of its last n positions (the padding's) instead of the first n",
@@ -954,7 +954,7 @@ MUTANTS = [
     Mutant(
         "compiled-kept-cache-of-the-wrong-kind",
         14,
-        "specchat/engine.py",
+        "specchat/core/engine.py",
         "                kept = None  # kept on the other kind of cache than this generation runs on",
         "                pass",
         "a prefix kept on a dynamic cache is reused by a generation on the static cache (or the reverse)",
@@ -963,7 +963,7 @@ MUTANTS = [
     Mutant(
         "zerogpu-stop-not-forwarded",
         15,
-        "specchat/zerogpu.py",
+        "specchat/ui/zerogpu.py",
         "            if cancel is not None and cancel.is_set():\n                slot.cancel(generation)\n"
         "            yield from_plain(data, types)\n",
         "            yield from_plain(data, types)\n",
@@ -972,7 +972,7 @@ MUTANTS = [
     Mutant(
         "zerogpu-closed-reader-not-forwarded",
         15,
-        "specchat/zerogpu.py",
+        "specchat/ui/zerogpu.py",
         "        if not finished:  # stopped reading early: tell the worker first, then let go of its stream\n"
         "            slot.cancel(generation)\n",
         "        pass\n",
@@ -981,7 +981,7 @@ MUTANTS = [
     Mutant(
         "zerogpu-tuples-cross-as-lists",
         15,
-        "specchat/zerogpu.py",
+        "specchat/ui/zerogpu.py",
         '        return {"__tuple__": [to_plain(x) for x in obj]}\n',
         "        return [to_plain(x) for x in obj]\n",
         "tuples cross the worker boundary as lists: the events that come back differ from the ones sent",

@@ -6,7 +6,7 @@ For each static-cache length L: builds a CompiledTarget with passes of 1 and 8 p
 minute or two each on 2 CPU cores), prefills 200 random tokens into it and into a dynamic cache,
 then times 9 rounds of (compiled pass, eager pass) for 1 and 8 positions and prints the medians,
 their ratio and the largest logit difference (bf16 rounding). Used to choose
-specchat.compiled.DEFAULT_MAX_CACHE_LEN (issue 14).
+specchat.runtimes.compiled.DEFAULT_MAX_CACHE_LEN (issue 14).
 """
 
 import argparse
@@ -19,9 +19,9 @@ import torch
 from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specchat import loading  # noqa: E402
-from specchat.compiled import CompiledTarget  # noqa: E402
-from specchat.registry import load_registry  # noqa: E402
+from specchat.runtimes import loading  # noqa: E402
+from specchat.runtimes.compiled import CompiledTarget  # noqa: E402
+from specchat.runtimes.registry import load_registry  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--model", help="models.yaml name (default: the default target)")

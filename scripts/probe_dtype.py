@@ -15,8 +15,8 @@ import torch
 from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specchat import loading  # noqa: E402
-from specchat.registry import load_registry  # noqa: E402
+from specchat.runtimes import loading  # noqa: E402
+from specchat.runtimes.registry import load_registry  # noqa: E402
 
 registry = load_registry()
 entry = registry.resolve(sys.argv[1] if len(sys.argv) > 1 else registry.default_target)

@@ -3,7 +3,7 @@
     python scripts/soak.py [--turns 100] [--target smollm2-135m-instruct|DIR] [--drafter ngram,none,int4]
                            [--max-new-tokens 32] [--context-length 512] [--threads 1] [--json OUT.json]
 
-A thin command line over :mod:`specchat.soak` (the tests run the same code): one line per
+A thin command line over :mod:`specchat.commands.soak` (the tests run the same code): one line per
 turn, then the summary table; ``--json`` writes settings, per-turn records and summary.
 Exit status 1 when a turn broke the engine's contract (no DoneEvent, or a KV cache kept after
 the turn): the numbers are reported, not judged, since they depend on the machine.
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
-from specchat import soak  # noqa: E402
+from specchat.commands import soak  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specchat import bench  # noqa: E402
-from specchat.config import GenerationConfig  # noqa: E402
+from specchat.commands import bench  # noqa: E402
+from specchat.core.config import GenerationConfig  # noqa: E402
+from specchat.core.events import DoneEvent  # noqa: E402
 from specchat.drafters.hybrid import frequent_continuation  # noqa: E402
 from specchat.drafters.ngram import lookup  # noqa: E402
-from specchat.events import DoneEvent  # noqa: E402
 from specchat.service import ChatService  # noqa: E402
 
 parser = argparse.ArgumentParser()
@@ -55,7 +55,7 @@ def timed(fn, reps=5):
 # costs measured now: target pass over n new tokens after a 300-token cache; one drafter step
 from transformers import DynamicCache  # noqa: E402
 
-from specchat.kv import cut_cache  # noqa: E402
+from specchat.core.kv import cut_cache  # noqa: E402
 
 ids = torch.randint(100, 5000, (1, 300))
 with torch.inference_mode():

@@ -1,3 +1,3 @@
-from specchat.cli import main
+from specchat.commands.cli import main
 
 raise SystemExit(main())

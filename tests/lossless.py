@@ -28,10 +28,10 @@ from scipy.stats import chisquare
 from tiny_models import byte_tokenizer
 from transformers import LlamaConfig
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters import Draft, ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DoneEvent, RoundEvent, TokenEvent
 
 EOS_BYTE = 256  # byte tokenizer: ids 0..255 are bytes, 256 is <eos>
 V = 6  # vocabulary of the FakeLM tests

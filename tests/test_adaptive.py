@@ -19,10 +19,10 @@ from lossless import (
     run_many,
 )
 
-from specchat import adaptive
-from specchat.adaptive import AdaptiveGamma
-from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent
+from specchat.core import adaptive
+from specchat.core.adaptive import AdaptiveGamma
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import RoundEvent
 
 
 def _round(mask, *, drafted=None, draft_ms=30.0, verify_ms=100.0, gamma=8):

@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 import gradio as gr
 from gradio_client import Client
 
-from specchat import app
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import DRAFTER_KINDS, Notice
+from specchat.ui import app
 
 A, R, B = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS
 
@@ -231,7 +231,7 @@ def test_build_ui_returns_blocks_without_loading_anything():
 
 
 def test_token_span_escapes_text_and_title():
-    from specchat.ui_render import token_span
+    from specchat.ui.render import token_span
 
     event = TokenEvent(1, A, '<img src=x onerror="alert(1)">', 0.5, 0.25, None, None, None, 0, 0, 4)
     span = token_span(event)
@@ -245,7 +245,7 @@ def test_token_span_escapes_text_and_title():
 
 def test_chatbot_keeps_indentation_and_tabs():
     """Gradio's Chatbot runs inspect.cleandoc on string content; escape_text makes it a no-op."""
-    from specchat.ui_render import ReplyRenderer
+    from specchat.ui.render import ReplyRenderer
 
     reply = ReplyRenderer()
     for i, text in enumerate(["def f():", "\n   ", " return 1", "\n\tx", "\n\n"]):
@@ -256,7 +256,7 @@ def test_chatbot_keeps_indentation_and_tabs():
 
 
 def test_drafter_choices_come_from_the_one_table():
-    from specchat import drafter_kinds
+    from specchat.drafters import kinds as drafter_kinds
 
     assert tuple(app.DRAFTER_CHOICES) == tuple(DRAFTER_KINDS) == drafter_kinds.KIND_NAMES
     dropdown = next(b for b in app.build_ui(FakeService()).blocks.values() if isinstance(b, gr.Dropdown))

@@ -8,8 +8,9 @@ import torch
 from lossless import FakeLM, TinyService, V, hashed_logits, naive_greedy_fn
 from tiny_models import tiny_model
 
-from specchat import audit, sampling
-from specchat.config import GenerationConfig
+from specchat.analysis import audit
+from specchat.core import sampling
+from specchat.core.config import GenerationConfig
 from specchat.drafters.ngram import lookup
 
 

@@ -35,15 +35,15 @@ sys.path.insert(0, str(ROOT))  # `import app`, as tests/test_app.py does
 from test_app import served as app_served  # noqa: E402, F401 (a fixture)
 from test_registry import GOOD  # noqa: E402
 
-from specchat import loading  # noqa: E402
-from specchat.chat import build_chat_prompt  # noqa: E402
-from specchat.config import GenerationConfig  # noqa: E402
+from specchat.core.config import GenerationConfig  # noqa: E402
+from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
+from specchat.core.text import StreamingDetokenizer  # noqa: E402
 from specchat.errors import ChecksumError, ModelSourceError, RegistryError, SpecchatError, TokenizerMismatchError  # noqa: E402
-from specchat.events import DoneEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
-from specchat.registry import GgufSource, ModelEntry, load_registry  # noqa: E402
+from specchat.runtimes import loading  # noqa: E402
+from specchat.runtimes.chat import build_chat_prompt  # noqa: E402
+from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry  # noqa: E402
 from specchat.service import ChatService, Notice  # noqa: E402
-from specchat.text import StreamingDetokenizer  # noqa: E402
-from specchat.ui_render import ReplyRenderer, render_user  # noqa: E402
+from specchat.ui.render import ReplyRenderer, render_user  # noqa: E402
 
 FFFD = "\ufffd"
 WINDOW = 8192  # SmolLM2-135M-Instruct: max_position_embeddings = 8192
@@ -595,7 +595,7 @@ def test_api_refuses_values_it_would_silently_coerce(served, setting, value):
     ],
 )
 def test_cli_out_of_range_values_not_in_test_cli(argv, allowed, capsys):
-    from specchat.cli import build_parser
+    from specchat.commands.cli import build_parser
 
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(argv)
@@ -865,7 +865,7 @@ def test_a_whole_reply_bubble_with_hostile_settings_and_message_is_only_app_mark
     or a message that holds HTML stays text."""
     from test_app import FakeService
 
-    from specchat.session import ChatSession, ReplySettings
+    from specchat.ui.session import ChatSession, ReplySettings
 
     s = ChatSession(FakeService())
     list(s.respond(HOSTILE[0], ReplySettings(HOSTILE[1], 4, True, 0.0, 1.0, 64)))

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specchat import bench
-from specchat.cli import build_parser, main
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.commands import bench
+from specchat.commands.cli import build_parser, main
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 
 
 def test_shipped_prompt_set_has_four_groups_of_at_least_three():

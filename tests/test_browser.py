@@ -37,9 +37,9 @@ from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
-from specchat import app  # noqa: E402
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
 from specchat.service import ChatService  # noqa: E402
+from specchat.ui import app  # noqa: E402
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -614,7 +614,7 @@ def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(
 
 
 def _greedy(max_new_tokens: int):
-    from specchat.config import GenerationConfig
+    from specchat.core.config import GenerationConfig
 
     return GenerationConfig(max_new_tokens=max_new_tokens)
 
@@ -636,9 +636,9 @@ def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, br
     inspector, the timeline has one row per round, and sending a message says there is no model."""
     from lossless import TINY_PROMPT, TINY_VOCAB
 
-    from specchat.config import GenerationConfig
+    from specchat.core.config import GenerationConfig
     from specchat.drafters.model import ModelDrafter
-    from specchat.session import Reply, ReplySettings
+    from specchat.ui.session import Reply, ReplySettings
 
     drafter = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
     config = GenerationConfig(num_speculative_tokens=4, temperature=0.9, max_new_tokens=40, seed=5, trace=True)
@@ -646,7 +646,7 @@ def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, br
     for event in engine.generate(TINY_PROMPT, drafter, config):
         live.add(event)
     path = tmp_path / "recorded.jsonl"
-    from specchat.trace import write_trace
+    from specchat.analysis.trace import write_trace
 
     write_trace(path, live.trace_lines("tiny"))
     demo = app.build_ui(app.TraceOnlyService("tiny"), default_drafter="none", trace_files=(str(path),))

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from specchat import calibrate
-from specchat.calibrate import Calibration, DrafterTiming
+from specchat.analysis import calibrate
+from specchat.analysis.calibrate import Calibration, DrafterTiming
 from specchat.service import ChatService
 
 ALL = ["none", "ngram", "int4", "sibling", "sibling-int4", "hybrid"]

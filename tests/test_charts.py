@@ -1,4 +1,4 @@
-"""specchat.charts: the figures carry the right numbers, stay small, and have empty states."""
+"""specchat.ui.charts: the figures carry the right numbers, stay small, and have empty states."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import json
 import plotly.graph_objects as go
 import pytest
 
-from specchat import charts, theory
-from specchat.events import RoundEvent
-from specchat.metrics import SpeculationMetrics
+from specchat.core import theory
+from specchat.core.events import RoundEvent
+from specchat.core.metrics import SpeculationMetrics
+from specchat.ui import charts
 
 
 def _round(
@@ -127,7 +128,7 @@ def test_speed_series_adds_the_rounds_of_several_streams():
 
 
 def test_conversation_figures_have_one_bar_per_reply_in_the_drafters_colors(metrics):
-    from specchat import drafter_kinds
+    from specchat.drafters import kinds as drafter_kinds
 
     other = _metrics([_round(0, 0, 0, round_ms=200.0), _round(1, 2, 2)])  # t₁ = 200 ms; 4 tokens in 320 ms
     figs = charts.conversation_figures([(1, "ngram", metrics), (2, "sibling", other)])
@@ -291,7 +292,7 @@ def test_long_runs_are_thinned_and_small():
 
 
 def test_colors_match_the_token_legend(metrics):
-    from specchat.ui_render import KIND_COLORS
+    from specchat.ui.render import KIND_COLORS
 
     assert charts.acceptance_by_position_figure(metrics).data[0].marker.color == KIND_COLORS["accepted"]
     assert _trace(charts.acceptance_rate_figure(metrics), "cumulative α").line.color == KIND_COLORS["accepted"]
@@ -300,7 +301,7 @@ def test_colors_match_the_token_legend(metrics):
 def test_stats_line_wording_for_short_and_finished_replies():
     """One round reads "1 round"; a finished reply with no timed target-only step does not
     promise one "yet"; a reply stopped before its first round says so instead of "no reply yet"."""
-    from specchat.ui_render import stats_html
+    from specchat.ui.render import stats_html
 
     one = _metrics([_round(0, 2, 2)])  # 3 tokens in 1 round, nothing timed
     done = stats_html(one, label="#1 · ngram", running=False)

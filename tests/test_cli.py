@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from specchat.cli import build_parser
+from specchat.commands.cli import build_parser
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,8 @@ def test_unknown_target_or_unavailable_drafter_exit_2_before_loading(extra, expe
 
 
 def test_the_cli_names_the_same_environment_variables():
-    """cli.py repeats two names so that --help imports neither pydantic nor torch."""
-    from specchat import cli, loading, registry
+    """options.py repeats two names so that --help imports neither pydantic nor torch."""
+    from specchat import options
+    from specchat.runtimes import loading, registry
 
-    assert cli.MODELS_YAML_ENV == registry.MODELS_YAML_ENV and cli.ALLOW_DOWNLOAD_ENV == loading.ALLOW_DOWNLOAD_ENV
+    assert options.MODELS_YAML_ENV == registry.MODELS_YAML_ENV and options.ALLOW_DOWNLOAD_ENV == loading.ALLOW_DOWNLOAD_ENV

@@ -10,12 +10,12 @@ import pytest
 import torch
 from lossless import TINY_PROMPT, TINY_VOCAB, naive_greedy
 
-from specchat.compiled import CompiledTarget
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DoneEvent
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DoneEvent
+from specchat.runtimes.compiled import CompiledTarget
 
 BUCKETS = (2, 4)  # one dynamic graph; a 1-position pass is padded to 2, a 3-position one to 4, 5+ run eagerly
 

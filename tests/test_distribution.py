@@ -26,9 +26,9 @@ from lossless import (
 from scipy.stats import chisquare
 from tiny_models import tiny_model
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
 from specchat.drafters import ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
 
 # -- every warper, for a model drafter and for the n-gram drafter --------------------------------
 WARPERS = [
@@ -128,7 +128,7 @@ def test_tiny_transformer_distribution_with_sibling_three_tokens():
 
 @torch.inference_mode()
 def exact_second_token_distribution(model, prompt, temperature, top_k, top_p):
-    from specchat.sampling import logits_to_probs
+    from specchat.core.sampling import logits_to_probs
 
     def probs(ids):
         return logits_to_probs(

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from specchat import charts, drafter_kinds, registry
-from specchat.cli import build_parser
+from specchat.commands.cli import build_parser
+from specchat.drafters import kinds as drafter_kinds
+from specchat.runtimes import registry
+from specchat.ui import charts
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,10 +19,10 @@ from lossless import (
     script_logits,
 )
 
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import ModelDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.metrics import SpeculationMetrics
 
 
 def test_event_structure_and_counts(engine, other):

@@ -20,8 +20,8 @@ import pytest
 import torch
 from lossless import naive_greedy
 
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, DrafterFailedEvent, RoundEvent, StopReason, TokenEvent
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, DrafterFailedEvent, RoundEvent, StopReason, TokenEvent
 from specchat.service import ChatService, Notice
 
 pytestmark = pytest.mark.real_model

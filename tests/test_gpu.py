@@ -18,10 +18,10 @@ import torch
 from lossless import assert_matches, exact_sequences, run_many
 from tiny_models import tiny_model
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DoneEvent, DrafterFailedEvent
 from specchat.drafters.model import ModelDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DoneEvent, DrafterFailedEvent
 
 pytestmark = [
     pytest.mark.gpu,

@@ -22,9 +22,9 @@ from lossless import (
     naive_greedy_fn,
 )
 
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import RoundEvent, TokenEvent, TokenKind
 from specchat.drafters import Draft, ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent, TokenEvent, TokenKind
 
 
 class ScriptedDrafter(StatelessDrafter):
@@ -80,7 +80,7 @@ def copy_logits(vocab: int, period: int):
 
 @pytest.fixture(scope="module")
 def int4_case(tmp_path_factory):
-    """An NF4 (bitsandbytes) copy of a tiny target, loaded by specchat.loading like the app's int4 drafter.
+    """An NF4 (bitsandbytes) copy of a tiny target, loaded by specchat.runtimes.loading like the app's int4 drafter.
 
     bitsandbytes' CPU kernels need a hidden size of at least its block size (64). On random
     weights the quantization noise flips most argmaxes: a mostly-wrong int4 drafter.
@@ -88,7 +88,7 @@ def int4_case(tmp_path_factory):
     pytest.importorskip("bitsandbytes")
     from tiny_models import tiny_model
 
-    from specchat import loading
+    from specchat.runtimes import loading
 
     target = tiny_model(vocab_size=TINY_VOCAB, seed=0, hidden_size=64)
     path = tmp_path_factory.mktemp("int4")

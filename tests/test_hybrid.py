@@ -22,12 +22,12 @@ from lossless import (
 )
 from tiny_models import tiny_model
 
-from specchat import drafter_kinds
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import RoundEvent
 from specchat.drafters import HybridDrafter, ModelDrafter
+from specchat.drafters import kinds as drafter_kinds
 from specchat.drafters.hybrid import frequent_continuation
-from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent
 
 
 def lookup(ids, max_tokens=16, max_ngram=8, min_ngram=2):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import re
 
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.inspector import RaceLane, ReplyRounds, inspector_html, race_verdict, timeline_html
-from specchat.session import ChatSession
-from specchat.trace import CommittedToken, DraftedToken, PositionTrace, RoundTrace
+from specchat.analysis.trace import CommittedToken, DraftedToken, PositionTrace, RoundTrace
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.ui.inspector import RaceLane, ReplyRounds, inspector_html, race_verdict, timeline_html
+from specchat.ui.session import ChatSession
 
 A, R, B = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS
 TEXTS = {1: "def", 2: " f", 3: " g", 4: "(", 5: ")", 6: ":"}
@@ -90,7 +90,7 @@ def test_timeline_widths_are_proportional_to_the_times():
 def test_session_select_by_round_and_by_token():
     session = ChatSession(object())
 
-    from specchat.session import Exchange, Reply, ReplySettings
+    from specchat.ui.session import Exchange, Reply, ReplySettings
 
     reply = Reply(1, "hi", ReplySettings("sibling", 4, False, 0.0, 1.0, 16))
     for event in [e for e in _events_of(_reply())]:
@@ -149,7 +149,7 @@ def test_race_verdict_identical_and_first_difference_with_the_logit_gap():
 
 
 def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
-    from specchat.session import ReplySettings
+    from specchat.ui.session import ReplySettings
 
     class Service:
         def stream_chat(self, *a, **k):

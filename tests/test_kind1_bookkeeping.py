@@ -12,10 +12,10 @@ import torch
 from lossless import FakeLM, RecordingDrafter, V, events_of, hashed_logits, naive_greedy
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DoneEvent, RoundEvent
+from specchat.core.kv import CacheRollbackError, cut_cache
 from specchat.drafters import ModelDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DoneEvent, RoundEvent
-from specchat.kv import CacheRollbackError, cut_cache
 
 
 def check_bookkeeping(target: FakeLM, drafter: RecordingDrafter | None, prompt, done: DoneEvent):

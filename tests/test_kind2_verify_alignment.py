@@ -12,10 +12,10 @@ import pytest
 import torch
 from lossless import FakeLM, FixedQDrafter, V, events_of, hashed_logits, model_drafter, ref_warp
 
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import RoundEvent, TokenEvent, TokenKind
+from specchat.core.sampling import verify_draft
 from specchat.drafters import NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent, TokenEvent, TokenKind
-from specchat.sampling import verify_draft
 
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.6, 3, 1.0), (1.0, 0, 0.7), (0.0, 0, 1.0)])

@@ -25,10 +25,10 @@ from lossless import (
     ref_warp,
 )
 
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.sampling import logits_to_probs
 from specchat.drafters import NgramDrafter
 from specchat.drafters.ngram import lookup
-from specchat.engine import SpeculativeEngine
-from specchat.sampling import logits_to_probs
 
 
 @pytest.mark.parametrize(
@@ -147,7 +147,7 @@ def test_top_k_at_or_above_vocab_is_off_and_seeds_reproduce():
 def test_deterministic_drafts_report_a_one_hot_q():
     """n-gram drafts and greedy model drafts are not sampled: q must be one-hot (None), else the
     accept test min(1, p/q) would use a q the draft was not drawn from."""
-    from specchat.config import GenerationConfig as Config
+    from specchat.core.config import GenerationConfig as Config
 
     gen = torch.Generator().manual_seed(0)
     ngram = NgramDrafter().propose([1, 2, 3, 1, 2, 3, 1, 2], 3, Config(temperature=1.0), gen)

@@ -13,9 +13,9 @@ import torch
 from lossless import FakeLM, FixedQDrafter, V, events_of, hashed_logits
 from scipy.stats import chisquare
 
-from specchat.engine import SpeculativeEngine
-from specchat.events import TokenEvent, TokenKind
-from specchat.sampling import residual_probs, sample, verify_draft
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import TokenEvent, TokenKind
+from specchat.core.sampling import residual_probs, sample, verify_draft
 
 
 def one_row(values):

@@ -26,10 +26,10 @@ from lossless import (
 )
 from tiny_models import byte_tokenizer
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import StopReason, TokenEvent
 from specchat.drafters import ModelDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import StopReason, TokenEvent
 
 
 def test_stop_inside_multi_token_commit(engine, target, reference):

@@ -20,10 +20,10 @@ from lossless import (
 )
 from tiny_models import tiny_model
 
-from specchat import loading
+from specchat.core.engine import SpeculativeEngine
 from specchat.drafters import ModelDrafter
-from specchat.engine import SpeculativeEngine
 from specchat.errors import TokenizerMismatchError
+from specchat.runtimes import loading
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

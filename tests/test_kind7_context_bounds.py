@@ -19,10 +19,10 @@ from lossless import (
     naive_greedy_fn,
 )
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import StopReason
 from specchat.drafters import ModelDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import StopReason
 
 
 def test_context_window_bounds(target):

@@ -12,10 +12,10 @@ import torch
 from lossless import TOK, FakeLM, TinyService, V, events_of, hashed_logits, naive_greedy, naive_greedy_fn
 from tiny_models import tiny_model
 
-from specchat import audit
+from specchat.analysis import audit
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.sampling import logits_to_probs
 from specchat.drafters import ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.sampling import logits_to_probs
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -97,9 +97,9 @@ def test_tie_tolerance_scales_with_the_dtype():
 def test_greedy_audit_fails_with_the_gap_when_verification_is_broken(monkeypatch):
     """Break verification on purpose (accept every draft): the greedy check must report a
     divergence whose gap is a clear margin, not a near-tie."""
-    import specchat.engine as engine_module
-    from specchat.events import TokenKind
-    from specchat.sampling import VerifyResult, sample
+    import specchat.core.engine as engine_module
+    from specchat.core.events import TokenKind
+    from specchat.core.sampling import VerifyResult, sample
 
     def accept_all(draft_ids, draft_probs, target_probs, generator):
         n = int(draft_ids.shape[0])

@@ -30,10 +30,10 @@ from lossless import (
 )
 from tiny_models import tiny_model
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DrafterFailedEvent, RoundEvent, StopReason
 from specchat.drafters import ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DrafterFailedEvent, RoundEvent, StopReason
 
 
 def test_cancel_stops_between_rounds_and_engine_is_reusable(engine, reference):

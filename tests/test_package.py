@@ -52,9 +52,12 @@ def run(command: list[str], env: dict, cwd: Path, timeout: int = 300) -> subproc
 
 def test_wheel_holds_the_package_data_and_declares_the_pins(installed):
     site, command, _ = installed
-    for name in ("models.yaml", "bench_prompts.yaml", "bench_chat.json"):
-        assert (site / "specchat" / name).is_file(), name
-    assert (site / "specchat" / "app.py").is_file() and (site / "specchat" / "drafters" / "hybrid.py").is_file()
+    # the top-level models.yaml, copied in at build time (setup.py), is the same file
+    assert (site / "specchat" / "models.yaml").read_bytes() == (ROOT / "models.yaml").read_bytes()
+    for name in ("bench_prompts.yaml", "bench_chat.json"):
+        assert (site / "specchat" / "commands" / name).is_file(), name
+    for module in ("ui/app.py", "core/engine.py", "runtimes/registry.py", "analysis/trace.py", "drafters/hybrid.py"):
+        assert (site / "specchat" / module).is_file(), module
     assert command.is_file()
     metadata = next(site.glob("specchat-*.dist-info")) / "METADATA"
     requires = {line.removeprefix("Requires-Dist: ").split(";")[0].strip()
@@ -78,7 +81,7 @@ def test_installed_command_runs_outside_the_checkout(installed, tmp_path):
     assert out.returncode == 0, out.stderr
     for option in ("--target", "--drafter", "--host", "--port", "--device", "--models", "--compile"):
         assert option in out.stdout
-    where = run([sys.executable, "-c", "import specchat.registry as r; print(r.DEFAULT_MODELS_YAML)"], env, tmp_path)
+    where = run([sys.executable, "-c", "import specchat.runtimes.registry as r; print(r.DEFAULT_MODELS_YAML)"], env, tmp_path)
     assert Path(where.stdout.strip()) == site / "specchat" / "models.yaml"  # not the checkout's
 
 
@@ -115,6 +118,6 @@ def test_app_py_is_the_package_app():
         import app as root_app
     finally:
         sys.path.remove(str(ROOT))
-    from specchat import app as package_app
+    from specchat.ui import app as package_app
 
     assert root_app is package_app

@@ -12,12 +12,12 @@ import pytest
 import torch
 from lossless import TINY_PROMPT, TINY_VOCAB, naive_greedy
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import DoneEvent
+from specchat.core.kv import common_prefix, keep_prefix, take_prefix
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import DoneEvent
-from specchat.kv import common_prefix, keep_prefix, take_prefix
 
 GREEDY = GenerationConfig(num_speculative_tokens=4, max_new_tokens=24, seed=0)
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 from lossless import naive_greedy
 
-from specchat import loading
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import RoundEvent
 from specchat.drafters import ModelDrafter, NgramDrafter
-from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent
+from specchat.runtimes import loading
 from specchat.service import eos_token_ids
 
 pytestmark = pytest.mark.real_model
@@ -227,7 +227,7 @@ def test_chat_script_reuses_the_conversation_cache(smollm2_dir, tmp_path):
 
 
 def test_chat_script_errors(tmp_path, capsys):
-    from specchat.cli import main
+    from specchat.commands.cli import main
 
     for content, message in (("not json", "not JSON"), ("[]", "non-empty JSON list"), ('["hi", "  "]', "message 2")):
         path = tmp_path / "s.json"

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from specchat.errors import RegistryError
-from specchat.registry import DEFAULT_MODELS_YAML, DRAFTER_KINDS, ModelEntry, load_registry
+from specchat.runtimes.registry import DEFAULT_MODELS_YAML, DRAFTER_KINDS, ModelEntry, load_registry
 
 GOOD = """\
 default_target: big
@@ -50,6 +51,7 @@ def test_shipped_models_yaml_validates():
     target = registry.resolve(registry.default_target)
     assert target.sibling in registry.models
     assert target.drafter_kinds() == list(DRAFTER_KINDS)
+
     for entry in registry.models.values():
         assert entry.hub_id
         if entry.gguf is None:  # the larger pairs: a local copy, or the Hub with --allow-download
@@ -235,3 +237,13 @@ def test_relative_local_dir_is_relative_to_the_file(tmp_path):
     text = GOOD.replace("    hub_id: org/Small", "    local_dir: weights/small")
     registry = load_registry(write(tmp_path, text))
     assert registry.models["small"].local_dir == tmp_path.resolve() / "weights/small"
+
+
+def test_the_shipped_models_yaml_is_the_top_level_file_and_the_only_copy():
+    """In a checkout the registry reads the repository's top-level models.yaml (the file users
+    edit); git holds no second copy (a wheel gets its copy at build time, tests/test_package.py)."""
+    root = Path(__file__).resolve().parent.parent
+    assert DEFAULT_MODELS_YAML == root / "models.yaml"
+    tracked = subprocess.run(["git", "ls-files", "*models.yaml"], cwd=root, capture_output=True, text=True)
+    if tracked.returncode == 0 and tracked.stdout.strip():  # a git checkout (not an unpacked sdist)
+        assert tracked.stdout.split() == ["models.yaml"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from specchat.sampling import logits_to_probs
+from specchat.core.sampling import logits_to_probs
 
 
 def probs_of(values):

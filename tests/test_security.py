@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specchat import app
 from specchat.errors import ModelSourceError
-from specchat.loading import load_model, load_tokenizer
+from specchat.runtimes.loading import load_model, load_tokenizer
+from specchat.ui import app
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,8 +89,8 @@ class Guard:
         return None
 sys.meta_path.insert(0, Guard())
 sys.path.insert(0, sys.argv[1])
-from specchat.loading import ensure_local
-from specchat.registry import load_registry
+from specchat.runtimes.loading import ensure_local
+from specchat.runtimes.registry import load_registry
 from specchat.service import ChatService
 path = ensure_local(load_registry().resolve("smollm2-135m-instruct"), progress=False)
 svc = ChatService(target="smollm2-135m-instruct", dtype="float32")

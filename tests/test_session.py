@@ -1,4 +1,4 @@
-"""specchat.session: one browser session's logic, driven directly (no Gradio, no model).
+"""specchat.ui.session: one browser session's logic, driven directly (no Gradio, no model).
 
 The stream is test_app's scripted FakeService: 7 rounds per repeat, 18 tokens, one target-only
 round; a target step takes 100 ms and a drafted token 10 ms on its fake clock, so every number
@@ -12,10 +12,10 @@ import threading
 import pytest
 from test_app import REPLY_TEXT, FakeService
 
-from specchat import session as session_module
-from specchat.events import StopReason
+from specchat.core.events import StopReason
 from specchat.service import Notice
-from specchat.session import CHART_SCOPES, ChatSession, Phase, ReplySettings, SessionStore, View
+from specchat.ui import session as session_module
+from specchat.ui.session import CHART_SCOPES, ChatSession, Phase, ReplySettings, SessionStore, View
 
 
 def settings(drafter="int4", gamma=4, adaptive=True, temperature=0.0, top_p=1.0, max_new_tokens=256):
@@ -302,7 +302,7 @@ def test_a_cancelled_done_event_marks_the_reply_stopped():
     def stopped(history, message, *, drafter, config, cancel=None):
         from test_app import B
 
-        from specchat.events import DoneEvent
+        from specchat.core.events import DoneEvent
 
         yield from list(FakeService.stream_chat(fake, history, message, drafter=drafter, config=config))[:4]
         yield DoneEvent(StopReason.CANCELLED, (0,), (B,), "Sure", 1.0, 1.0, 3)
@@ -317,7 +317,7 @@ def test_a_cancelled_done_event_marks_the_reply_stopped():
 def test_no_page_update_just_before_a_timing_round():
     """The browser draws on the same CPU: an update sent right before a timing round would slow
     that target-only step and bias t₁, so the session holds it until after that round."""
-    from specchat.events import RoundEvent
+    from specchat.core.events import RoundEvent
 
     fake = FakeService(rounds=2)
     base = fake.stream_chat
@@ -341,7 +341,7 @@ def test_no_page_update_just_before_a_timing_round():
 def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_drafter():
     """The fake's 7 rounds commit 18 tokens: 7 target passes against 18, 2.57× fewer; the sizes
     the service reports give ĉ = 250 / 1000 = 0.25. Two drafters → two points on α against c."""
-    from specchat.ledger import ModelSize, ModelSizes
+    from specchat.analysis.ledger import ModelSize, ModelSizes
 
     service = FakeService()
     service.model_sizes = lambda drafter: ModelSizes(ModelSize(1000, 2000), ModelSize(250, 500))

@@ -5,8 +5,8 @@ import math
 import pytest
 from tiny_models import byte_tokenizer
 
-from specchat.chat import build_chat_prompt
-from specchat.text import StreamingDetokenizer
+from specchat.core.text import StreamingDetokenizer
+from specchat.runtimes.chat import build_chat_prompt
 
 
 def stream(text, stops=(), last=True):

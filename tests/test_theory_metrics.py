@@ -2,9 +2,9 @@
 
 import pytest
 
-from specchat import theory
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.metrics import SpeculationMetrics
+from specchat.core import theory
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.core.metrics import SpeculationMetrics
 
 
 def test_worked_example_from_algorithm_md():

@@ -1,5 +1,5 @@
 """Speed measured like for like, in the same run: timing rounds, round times, t₁, the measured
-and predicted speedup (specchat.costs, the engine's timing rounds, specchat.metrics).
+and predicted speedup (specchat.core.costs, the engine's timing rounds, specchat.core.metrics).
 
 The engine runs on a fake clock that only the models advance, by amounts the test sets: a
 target pass costs 100 ms plus 10 ms per extra position, a drafter step 20 ms. Every expected
@@ -24,12 +24,12 @@ from lossless import (
     run_many,
 )
 
-from specchat import costs, theory
-from specchat.costs import CostEstimator, timing_rounds_due
+from specchat.core import costs, theory
+from specchat.core.costs import CostEstimator, timing_rounds_due
+from specchat.core.engine import SpeculativeEngine
+from specchat.core.events import RoundEvent
+from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import Draft
-from specchat.engine import SpeculativeEngine
-from specchat.events import RoundEvent
-from specchat.metrics import SpeculationMetrics
 
 TARGET_MS, PER_POSITION_MS, DRAFT_STEP_MS = 100.0, 10.0, 20.0
 

@@ -17,11 +17,11 @@ import torch
 from lossless import TINY_PROMPT, TINY_VOCAB
 from tiny_models import byte_tokenizer
 
-from specchat.config import GenerationConfig
+from specchat.analysis.trace import TRACE_TOP_K, TraceError, read_trace, trace_records, write_trace
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
-from specchat.events import DoneEvent, RoundEvent, TokenEvent
-from specchat.trace import TRACE_TOP_K, TraceError, read_trace, trace_records, write_trace
 
 CASES = [  # (drafter, temperature, top_p)
     ("model", 0.0, 1.0),
@@ -169,9 +169,9 @@ def test_the_residual_excludes_mass_where_q_is_at_least_p(traces, case):
 
 def test_residual_by_hand():
     """p = (0.5, 0.3, 0.2), q = (0.2, 0.6, 0.2): max(0, p − q) = (0.3, 0, 0) → one token, mass 1."""
-    from specchat.events import TokenKind
-    from specchat.sampling import VerifyResult
-    from specchat.trace import build_round_trace
+    from specchat.analysis.trace import build_round_trace
+    from specchat.core.events import TokenKind
+    from specchat.core.sampling import VerifyResult
 
     target_probs = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]])
     draft_probs = torch.tensor([[0.2, 0.6, 0.2]])
@@ -254,7 +254,7 @@ def test_file_round_trip_and_schema(traces, tmp_path):
 def test_replayed_reply_renders_like_the_live_one(traces, tmp_path):
     """The app's chat bubble of a reply read from its trace file equals the live one's (same
     colors, same text, same clickable tokens, same rejected drafts), with no model loaded."""
-    from specchat.session import ChatSession, Reply, ReplySettings
+    from specchat.ui.session import ChatSession, Reply, ReplySettings
 
     events = traces[("model", 1.0, 0.8)]
     settings = ReplySettings("other", 4, False, 1.0, 0.8, 40)
@@ -299,7 +299,7 @@ def test_bad_trace_files_get_a_clear_error(tmp_path, content, match):
 
 
 def test_cli_trace_option_checks(tmp_path, capsys):
-    from specchat.cli import main
+    from specchat.commands.cli import main
 
     assert main(["generate", "--prompt", "x", "--trace", str(tmp_path / "t.jsonl"), "--num-samples", "2"]) == 2
     assert "one generation" in capsys.readouterr().err

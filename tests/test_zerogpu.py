@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, DrafterFailedEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.analysis.trace import CommittedToken, DraftedToken, PositionTrace, ProofTrace, RoundTrace
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, DrafterFailedEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import Notice
-from specchat.trace import CommittedToken, DraftedToken, PositionTrace, ProofTrace, RoundTrace
-from specchat.zerogpu import CancelSlot, from_plain, to_plain
+from specchat.ui.zerogpu import CancelSlot, from_plain, to_plain
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,9 +155,9 @@ def GPU(fn=None, duration=None):
 SCRIPT = '''
 import json, sys, threading
 import spaces
-from specchat import app
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, RoundEvent, TokenEvent
+from specchat.ui import app
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 
 assert app.ON_ZEROGPU and app._ZEROGPU_SLOT is not None
 service = app.get_service(target="smollm2-135m-instruct", dtype="float32", device="cpu")

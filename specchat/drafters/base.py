@@ -8,7 +8,7 @@ from typing import Protocol
 
 import torch
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
+from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
 from specchat.drafters.base import Draft, DraftTrace
 from specchat.drafters.model import ModelDrafter
 
@@ -105,7 +105,7 @@ class HybridDrafter:
 
     @property
     def model(self):
-        """The model part's model (for its size: :func:`specchat.ledger.model_size`)."""
+        """The model part's model (for its size: :func:`specchat.analysis.ledger.model_size`)."""
         return self.model_drafter.model
 
     @property

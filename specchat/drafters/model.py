@@ -11,10 +11,10 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
+from specchat.core.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
+from specchat.core.sampling import logits_to_probs
 from specchat.drafters.base import Draft, DraftTrace, embedding_rows, synced_now
-from specchat.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
-from specchat.sampling import logits_to_probs
 
 # With adaptive γ and greedy decoding, drafting stops early once the drafter's own top
 # probability (softmax of its raw logits) falls below this: a greedy draft is accepted when the

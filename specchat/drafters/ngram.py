@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from specchat.config import GenerationConfig
+from specchat.core.config import GenerationConfig
 from specchat.drafters.base import Draft, DraftTrace
 
 

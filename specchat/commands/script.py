@@ -1,6 +1,6 @@
 """A scripted multi-turn conversation, played the way the app plays a chat: each message is sent
 with the history so far through the chat template, and the conversation's KV cache is kept
-between turns (:mod:`specchat.kv`). ``python -m specchat chat --script`` and the bench's
+between turns (:mod:`specchat.core.kv`). ``python -m specchat chat --script`` and the bench's
 multi-turn scenario both play scripts through :func:`play_script`."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, TokenEvent
-from specchat.ledger import count_ledger
-from specchat.metrics import SpeculationMetrics
+from specchat.analysis.ledger import count_ledger
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, TokenEvent
+from specchat.core.metrics import SpeculationMetrics
 
 
 def load_script(path: str) -> list[str]:

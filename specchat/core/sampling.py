@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specchat.events import TokenKind
+from specchat.core.events import TokenKind
 
 # A residual whose total mass is at or below this is treated as empty; then we sample from
 # target_probs instead (ALGORITHM.md step 4). Float32 rounding of p − q leaves ~1e-7 per entry.

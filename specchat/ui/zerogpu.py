@@ -5,7 +5,7 @@ app's, which holds a GPU for the call; what it is given and what it yields are p
 the process boundary. Two things follow:
 
 * **Only plain Python data crosses** (dicts, lists, strings, numbers, booleans, None): the
-  events (:mod:`specchat.events`), the notices and the generation settings are turned into
+  events (:mod:`specchat.core.events`), the notices and the generation settings are turned into
   plain data (:func:`to_plain`) on one side and back (:func:`from_plain`) on the other, so the
   worker's pickles never depend on how the other side imports specchat.
 * **Stop must reach the worker.** The page's Stop sets a ``threading.Event`` in the app's
@@ -28,7 +28,8 @@ from typing import Any
 def _types() -> dict[str, type]:
     """The classes that cross the boundary as plain data, by name (imported on first use: this
     module is imported by the app before torch)."""
-    from specchat import config, events, trace
+    from specchat.analysis import trace
+    from specchat.core import config, events
     from specchat.service import Notice
 
     classes = (events.TokenEvent, events.RoundEvent, events.DoneEvent, events.DrafterFailedEvent, Notice,
@@ -116,7 +117,7 @@ def worker_stream(
     service: Any, slot: CancelSlot, history: list[dict], message: str, drafter: str, config: dict, generation: int,
 ) -> Iterator[Any]:
     """In the worker: the chat turn's events and notices, as plain data. ``config`` is a
-    :class:`~specchat.config.GenerationConfig` as :func:`to_plain` gave it; the engine stops
+    :class:`~specchat.core.config.GenerationConfig` as :func:`to_plain` gave it; the engine stops
     when ``slot`` says ``generation`` is cancelled."""
     import torch
 

@@ -28,19 +28,31 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from specchat import drafter_kinds
+from specchat.drafters import kinds as drafter_kinds
 from specchat.errors import RegistryError
 
 DRAFTER_KINDS: tuple[str, ...] = drafter_kinds.KIND_NAMES
-"""Drafter kinds known to the app (:mod:`specchat.drafter_kinds`); ``sibling`` is the only one
+"""Drafter kinds known to the app (:mod:`specchat.drafters.kinds`); ``sibling`` is the only one
 that needs configuring, and the other kinds built from the sibling (``sibling-int4``) come with it."""
 
 ALWAYS_AVAILABLE_DRAFTERS: tuple[str, ...] = tuple(drafter_kinds.kinds_for(has_sibling=False))
 
 MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
 """A user's models file (as ``--models FILE``): its entries are added next to the shipped ones."""
-DEFAULT_MODELS_YAML = Path(__file__).resolve().parent / "models.yaml"
-"""The shipped registry (package data)."""
+
+
+def _shipped_models_yaml() -> Path:
+    """The shipped ``models.yaml``: one file in git, at the repository's top level (the file a
+    user opens to see and edit the models). An installed wheel carries it as package data,
+    ``specchat/models.yaml``, copied there at build time (``setup.py``); a checkout has only
+    the top-level file."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "models.yaml"
+    return installed if installed.is_file() else package.parent / "models.yaml"
+
+
+DEFAULT_MODELS_YAML = _shipped_models_yaml()
+"""The shipped registry: the repository's ``models.yaml`` (package data in a wheel)."""
 
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"  # entry names become cache directory names
 
@@ -109,7 +121,7 @@ class GgufSource(BaseModel):
 class ModelEntry(BaseModel):
     """One model: where its weights come from, and the drafters it can use as a target.
 
-    Sources, in the order :func:`specchat.loading.ensure_local` tries them: ``local_dir``
+    Sources, in the order :func:`specchat.runtimes.loading.ensure_local` tries them: ``local_dir``
     (a Hugging Face-format directory), the conversion cache, the ``gguf`` offline source.
     ``hub_id`` is informational (the app never contacts the Hub); error messages quote it.
     """

@@ -7,7 +7,7 @@ way to show model output. The chat is rendered with ``render_markdown=False`` an
 ``white-space: pre-wrap`` (see :data:`CSS`), so the text shows exactly as the model wrote it:
 fences, indentation, tabs, ``*``, ``#`` and ``_`` stay literal.
 
-Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.charts`.
+Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.ui.charts`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, field
 
-from specchat.events import DoneEvent, StopReason, TokenEvent, TokenKind
-from specchat.metrics import SpeculationMetrics
+from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
+from specchat.core.metrics import SpeculationMetrics
 
 # Solid colors per token kind (legend chips, chart series) and the tints used as token
 # backgrounds. "target" marks tokens of rounds that drafted nothing (target-only decoding).
@@ -113,7 +113,7 @@ def ref_class_of(ref: str) -> str:
 def rejected_run_html(trace, position: int) -> str:
     """The drafts a round threw away, shown inline before the token that replaced them: the
     rejected one struck through, the unjudged ones after it dotted. ``trace`` is the round's
-    :class:`~specchat.trace.RoundTrace`; ``position`` the rejected draft's index."""
+    :class:`~specchat.analysis.trace.RoundTrace`; ``position`` the rejected draft's index."""
     parts = []
     for i, d in enumerate(trace.drafted[position:], position):
         cls = "tok-rejected" if i == position else "tok-unjudged"
@@ -406,7 +406,7 @@ mark.spec-copy {{ background: rgba(21, 170, 191, 0.45); }}
 .spec-lane-text {{ max-height: 300px; overflow-y: auto; }}
 .spec-race-verdict {{ margin-top: 6px; }}
 """
-"""CSS of the inside-the-rounds views (:mod:`specchat.inspector`); part of :data:`CSS`."""
+"""CSS of the inside-the-rounds views (:mod:`specchat.ui.inspector`); part of :data:`CSS`."""
 
 
 LEDGER_CSS = """
@@ -427,7 +427,7 @@ LEDGER_CSS = """
 .spec-ledger-limits, .spec-ledger-worth { margin-top: 4px; }
 .spec-warn { color: #c92a2a; font-weight: 600; }
 """
-"""CSS of the ledger (:mod:`specchat.ledger_view`); part of :data:`CSS`."""
+"""CSS of the ledger (:mod:`specchat.ui.ledger_view`); part of :data:`CSS`."""
 
 
 CSS = (

@@ -19,7 +19,7 @@ What is measured per run (one configuration, one prompt, one repeat), all wall-c
   the CLI show it: committed tokens × t₁ / decode time, where t₁ is the target-only step timed
   in the same run (:attr:`SpeculationMetrics.measured_speedup`). specchat's runs use
   ``GenerationConfig.measure_speedup``, so the engine makes some rounds target-only to time t₁
-  (``num_timing_rounds``; :func:`specchat.costs.timing_rounds_due`); None when no round of the
+  (``num_timing_rounds``; :func:`specchat.core.costs.timing_rounds_due`); None when no round of the
   run drafted nothing (too short to reach a timing round, or run without them);
 - ``speedup_predicted_same_run`` (specchat runs): the speedup predicted from the same run's α
   and measured costs (t₁, drafting time d, verify time v(n)), as the app and the CLI show it
@@ -60,11 +60,12 @@ from pathlib import Path
 
 import yaml
 
-from specchat import drafter_kinds, theory
-from specchat.calibrate import cpu_name
-from specchat.config import GenerationConfig
-from specchat.events import TokenEvent
-from specchat.metrics import SpeculationMetrics
+from specchat.analysis.calibrate import cpu_name
+from specchat.core import theory
+from specchat.core.config import GenerationConfig
+from specchat.core.events import TokenEvent
+from specchat.core.metrics import SpeculationMetrics
+from specchat.drafters import kinds as drafter_kinds
 
 GROUPS = ("code", "edit", "passage", "chat")
 SPECCHAT, TRANSFORMERS = "specchat", "transformers"
@@ -98,7 +99,7 @@ def load_prompts(path: str | Path | None = None) -> list[BenchPrompt]:
             or a duplicate id (the message names the place).
     """
     if path is None:
-        text = resources.files("specchat").joinpath("bench_prompts.yaml").read_text(encoding="utf-8")
+        text = resources.files("specchat.commands").joinpath("bench_prompts.yaml").read_text(encoding="utf-8")
         source = "bench_prompts.yaml"
     else:
         try:
@@ -406,12 +407,12 @@ def load_chat_script(path: str | Path | None = None) -> list[str]:
     ``bench_chat.json``).
 
     Raises:
-        ValueError: as :func:`specchat.script.load_script`.
+        ValueError: as :func:`specchat.commands.script.load_script`.
     """
-    from specchat.script import load_script
+    from specchat.commands.script import load_script
 
     if path is None:
-        with resources.as_file(resources.files("specchat").joinpath("bench_chat.json")) as shipped:
+        with resources.as_file(resources.files("specchat.commands").joinpath("bench_chat.json")) as shipped:
             return load_script(str(shipped))
     return load_script(str(path))
 
@@ -427,7 +428,7 @@ def run_multi_turn(
     ``prefill_tokens`` (prompt tokens this turn prefilled; the rest came from the conversation's
     kept cache), ``num_prompt_tokens``, ``prefill_ms``, ``num_tokens``, ``decode_tokens_per_s``.
     """
-    from specchat.script import play_script
+    from specchat.commands.script import play_script
 
     say = progress or (lambda _: None)
     rows = []
@@ -676,7 +677,7 @@ def timing_cost(results: list[RunResult]) -> dict:
 
 
 def chart_summary(summary: dict) -> dict:
-    """The summary that :func:`specchat.charts.bench_figure` draws: without the configurations
+    """The summary that :func:`specchat.ui.charts.bench_figure` draws: without the configurations
     that ran without timing rounds (they would be drawn as a second bar of the same drafter)."""
     configs = {n: e for n, e in summary["configs"].items() if e.get("measure_speedup") is not False}
     return summary | {"configs": configs}

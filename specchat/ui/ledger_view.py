@@ -15,9 +15,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specchat import drafter_kinds, theory
-from specchat.ledger import Ledger
-from specchat.metrics import SpeculationMetrics
+from specchat.analysis.ledger import Ledger
+from specchat.core import theory
+from specchat.core.metrics import SpeculationMetrics
+from specchat.drafters import kinds as drafter_kinds
 
 __all__ = ["DrafterPoint", "drafter_points", "worth_words", "ledger_html", "headline", "fmt_bytes"]
 

@@ -9,7 +9,7 @@ Cache invariant, between rounds: the target cache holds exactly ``len(ids) - 1``
 drafter's cache holds at most ``len(ids) - 1``.
 
 Timing: with ``GenerationConfig.measure_speedup`` the engine makes a round target-only now and
-then (:func:`specchat.costs.timing_rounds_due`), so that the reply itself measures what one
+then (:func:`specchat.core.costs.timing_rounds_due`), so that the reply itself measures what one
 target-only step costs under the current load (t₁); every speedup is then measured against
 that, like for like. Such a round is Algorithm 1 with γ = 0: a plain decode step, not waste.
 """
@@ -27,16 +27,16 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from specchat.adaptive import AdaptiveGamma
-from specchat.compiled import CompiledTarget
-from specchat.config import GenerationConfig
-from specchat.costs import CostEstimator, timing_round_due
+from specchat.analysis.trace import build_round_trace
+from specchat.core.adaptive import AdaptiveGamma
+from specchat.core.config import GenerationConfig
+from specchat.core.costs import CostEstimator, timing_round_due
+from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.core.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
+from specchat.core.sampling import VerifyResult, logits_to_probs, verify_draft
+from specchat.core.text import StreamingDetokenizer
 from specchat.drafters.base import Draft, Drafter, embedding_rows, synced_now
-from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
-from specchat.sampling import VerifyResult, logits_to_probs, verify_draft
-from specchat.text import StreamingDetokenizer
-from specchat.trace import build_round_trace
+from specchat.runtimes.compiled import CompiledTarget
 
 
 class SpeculativeEngine:
@@ -52,7 +52,7 @@ class SpeculativeEngine:
             so that the next prompt prefills only what does not start like the last one (the
             next turn of a chat prefills its new message, not the history). One cache per
             model, at most ``context_length`` positions: memory bounded by one conversation.
-        compiled: run the target's passes through this :class:`~specchat.compiled.CompiledTarget`
+        compiled: run the target's passes through this :class:`~specchat.runtimes.compiled.CompiledTarget`
             (compiled graphs over its static cache) whenever a generation fits in its cache;
             one that does not runs eagerly on a dynamic cache. Target-only generations use it
             too, so speed comparisons stay like for like.
@@ -114,7 +114,7 @@ class SpeculativeEngine:
 
         With ``config.measure_speedup`` and a drafter, rounds 2, 6, 22, 38, … draft nothing
         unless enough rounds drafted nothing already, and more while t₁'s samples scatter
-        (timing rounds, ``RoundEvent.timing``; :func:`specchat.costs.timing_round_due`).
+        (timing rounds, ``RoundEvent.timing``; :func:`specchat.core.costs.timing_round_due`).
 
         Yields:
             For each round, its TokenEvents then one RoundEvent; finally one DoneEvent. If the
@@ -301,7 +301,7 @@ class SpeculativeEngine:
     ) -> tuple[torch.Tensor, torch.Tensor, VerifyResult]:
         """Steps 2-4: the target scores the last committed token and the γ drafts in one
         forward pass, giving raw logits and ``target_probs`` ``[γ + 1, V]`` float32 (p after the
-        warpers), and :func:`~specchat.sampling.verify_draft` accepts a prefix, then resamples
+        warpers), and :func:`~specchat.core.sampling.verify_draft` accepts a prefix, then resamples
         or adds a bonus. Returns (logits, p, the result)."""
         target_logits = self._target_forward([state.ids[-1], *draft.token_ids.tolist()], logits_to_keep=0)
         target_probs = logits_to_probs(
@@ -360,7 +360,7 @@ class SpeculativeEngine:
 
     def _timing_due(self, state: _Generation, config: GenerationConfig) -> bool:
         """Whether the next round is a timing round: target-only, to time t₁ in this run
-        (:func:`specchat.costs.timing_round_due`: the schedule, and more while t₁ is imprecise
+        (:func:`specchat.core.costs.timing_round_due`: the schedule, and more while t₁ is imprecise
         and its cost stays small)."""
         if state.drafter is None or not config.measure_speedup:
             return False

@@ -6,7 +6,7 @@ token (a decode step is memory-bound: the weights dominate the bytes read), and 
 arithmetic: each round the target checks γ + 1 positions, of which only the accepted ones and
 one more are kept, and the drafter runs γ steps of ĉ target-token units each.
 
-This module counts both sides from a reply's :class:`~specchat.events.RoundEvent` stream and puts
+This module counts both sides from a reply's :class:`~specchat.core.events.RoundEvent` stream and puts
 the formulas' predictions beside the counts:
 
 * target forward passes: one per round (the verify pass; the prefill is apart), against one per
@@ -30,8 +30,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specchat import theory
-from specchat.events import RoundEvent
+from specchat.core import theory
+from specchat.core.events import RoundEvent
 
 __all__ = ["ModelSize", "ModelSizes", "Ledger", "count_ledger", "model_size", "PREFILL_HEAVY"]
 

@@ -8,98 +8,56 @@ import os
 import sys
 from pathlib import Path
 
-from specchat.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
-from specchat.drafter_kinds import KIND_NAMES, SPECULATIVE_KIND_NAMES
-from specchat.events import DoneEvent, TokenEvent
-from specchat.ledger import count_ledger
-from specchat.metrics import SpeculationMetrics
+from specchat.analysis.ledger import count_ledger
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
+from specchat.core.events import DoneEvent, TokenEvent
+from specchat.core.metrics import SpeculationMetrics
+from specchat.drafters.kinds import KIND_NAMES, SPECULATIVE_KIND_NAMES
+from specchat.options import (
+    DEVICE_HELP,
+    DTYPE_CHOICES,
+    PROG,
+    Parser,
+    add_app_arguments,
+    add_models_argument,
+    auto_or,
+    device,
+    ranged,
+    use_model_sources,
+)
 
-PROG = "specchat" if Path(sys.argv[0]).name == "specchat" else "python -m specchat"  # as the user ran it
-# The same names as specchat.registry's and specchat.loading's (tests/test_package.py checks),
-# repeated so that building the parser imports neither pydantic and yaml nor torch.
-MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
-ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
-DTYPE_CHOICES = ("auto", "float32", "bfloat16")
-
+_gamma = ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}")
 _ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument in one line and exits with status 2."""
-
-    def error(self, message: str) -> None:  # noqa: D102
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _device(text: str) -> str | None:
-    """A torch device this machine has (``cpu``, ``cuda``, ``cuda:1``, ``mps``, …), or ``auto``
-    (None: CUDA when present, else the CPU); else an argparse error naming what is available (a
-    bad name was a traceback)."""
-    if text == "auto":
-        return None
-    import torch
-
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (auto, cpu, cuda, cuda:0, …)") from None
-    available = {"cpu": True, "cuda": torch.cuda.is_available(),
-                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
-    if not available.get(device.type, False):
-        have = ", ".join(k for k, ok in available.items() if ok)
-        raise argparse.ArgumentTypeError(f"{text!r} is not available on this machine; available: auto, {have}")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise argparse.ArgumentTypeError(f"{text!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return text
-
-
-DEVICE_HELP = "auto (default: CUDA when present, else the CPU), cpu, cuda, cuda:N"
-
-
-def _ranged(kind, lo, hi, what: str, *, lo_open: bool = False):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: {what}") from None
-        if value != value or (value <= lo if lo_open else value < lo) or (hi is not None and value > hi):
-            raise argparse.ArgumentTypeError(f"{text} is out of range; allowed: {what}")
-        return value
-
-    return parse
-
-
-_gamma = _ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="specchat: speculative decoding you can see.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = Parser(prog=PROG, description="specchat: speculative decoding you can see.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     gen = sub.add_parser("generate", help="generate text from a prompt (headless)")
     gen.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     gen.add_argument("--drafter", choices=KIND_NAMES, default="none")
     gen.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory (default: the target's sibling)")
     gen.add_argument(
-        "--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+        "--num-speculative-tokens", "-k", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
         default=4, help="γ: draft tokens per round (default 4); with --adaptive-gamma the most per round",
     )
     gen.add_argument("--adaptive-gamma", action="store_true",
                      help="choose γ each round (up to -k) to maximise the predicted speedup, as the app does by "
                           "default. γ then depends on measured timings, so with temperature > 0 a --seed no longer "
                           "fixes the reply (the distribution is unchanged)")
-    gen.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
-    gen.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
-    gen.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
-    gen.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
-    gen.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    gen.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
+    gen.add_argument("--top-p", type=ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    gen.add_argument("--top-k", type=ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
+    gen.add_argument("--seed", type=ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
+    gen.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=128)
     gen.add_argument("--stop", nargs="+", default=[], metavar="TEXT", help="stop strings")
     gen.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    gen.add_argument("--num-samples", type=_ranged(int, 1, 100000, "an integer >= 1"), default=1,
+    gen.add_argument("--num-samples", type=ranged(int, 1, 100000, "an integer >= 1"), default=1,
                      help="independent samples, seeds S, S+1, …")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
-    gen.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
+    gen.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     gen.add_argument("--trace", metavar="FILE",
                      help="record every round (drafts, p, q, u, top-10 lists, residuals, times) to FILE as "
                           "JSON lines (docs/TRACE.md); open it in the app with `python app.py --trace FILE`")
@@ -113,19 +71,19 @@ def build_parser() -> argparse.ArgumentParser:
     cht.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     cht.add_argument("--drafter", choices=KIND_NAMES, default="none")
     cht.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
-    cht.add_argument("--num-speculative-tokens", "-k", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+    cht.add_argument("--num-speculative-tokens", "-k", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
                      default=12, help="γ, the most per round with adaptive γ (default 12, as in the app)")
     cht.add_argument("--fixed-gamma", action="store_true", help="draft exactly -k tokens per round (the app's "
                      "default is adaptive γ)")
-    cht.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
-    cht.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
-    cht.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0,
+    cht.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
+    cht.add_argument("--top-p", type=ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    cht.add_argument("--seed", type=ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0,
                      help="turn i uses seed S + i")
-    cht.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=256)
+    cht.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=256)
     cht.add_argument("--no-prefix-cache", action="store_true",
                      help="prefill the whole conversation every turn (for comparison)")
     cht.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    cht.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
+    cht.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
     cal = sub.add_parser(
         "calibrate", help="time each model drafter against target-only on this machine and pick the default drafter",
@@ -137,35 +95,35 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     cal.add_argument("--again", action="store_true", help="measure again even if a calibration is on record")
     cal.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    cal.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
+    cal.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     cal.add_argument("--json", action="store_true", help="print the calibration record as JSON")
     aud = sub.add_parser("audit", help="check on real models that speculation does not change the output")
     aud.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     aud.add_argument("--drafter", choices=SPECULATIVE_KIND_NAMES, required=True)
     aud.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     aud.add_argument("--prompt", default=AUDIT_PROMPT, help="chat message to audit on")
-    aud.add_argument("--samples", type=_ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
+    aud.add_argument("--samples", type=ranged(int, 10, 100000, "an integer in 10..100000"), default=300,
                      help="sampled draws of the next token at the chosen position (default 300)")
     last = MAX_NEW_TOKENS_LIMIT - 1
-    aud.add_argument("--position", type=_auto_or(_ranged(int, 0, last, f"'auto' or an integer in 0..{last}")),
+    aud.add_argument("--position", type=auto_or(ranged(int, 0, last, f"'auto' or an integer in 0..{last}")),
                      default="auto",
                      help="reply position of the sampled check: 0 = the first reply token, or 'auto' (default): "
                           "the greedy reply's most uncertain position where the drafter proposes a token")
-    aud.add_argument("--max-new-tokens", type=_ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=64,
+    aud.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=64,
                      help="length of the greedy comparison (default 64)")
     aud.add_argument("--num-speculative-tokens", "-k", type=_gamma, default=4)
-    aud.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0 < T <= {MAX_TEMPERATURE}", lo_open=True), default=1.0,
+    aud.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0 < T <= {MAX_TEMPERATURE}", lo_open=True), default=1.0,
                      help="temperature of the sampled check (default 1.0)")
-    aud.add_argument("--top-k", type=_ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
-    aud.add_argument("--top-p", type=_ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
-    aud.add_argument("--seed", type=_ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
-    aud.add_argument("--significance", type=_ranged(float, 0.0, 0.5, "0 < A <= 0.5", lo_open=True), default=1e-3,
+    aud.add_argument("--top-k", type=ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
+    aud.add_argument("--top-p", type=ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    aud.add_argument("--seed", type=ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0)
+    aud.add_argument("--significance", type=ranged(float, 0.0, 0.5, "0 < A <= 0.5", lo_open=True), default=1e-3,
                      help="the sampled check fails when p < this (default 0.001: a correct engine fails 0.1%% of audits)")
-    aud.add_argument("--tie-tolerance", type=_auto_or(_ranged(float, 0.0, None, "'auto' or a number >= 0")), default="auto",
+    aud.add_argument("--tie-tolerance", type=auto_or(ranged(float, 0.0, None, "'auto' or a number >= 0")), default="auto",
                      help="a greedy divergence passes only where the target's top-2 logit gap is at most this "
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
     aud.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    aud.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
+    aud.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     ben = sub.add_parser(
         "bench", help="time the drafters against target-only and against transformers' assisted generation",
         description="Greedy (or, with --temperature, sampled) decoding of a fixed prompt set (code, code edits, passage "
@@ -177,38 +135,38 @@ def build_parser() -> argparse.ArgumentParser:
     ben.add_argument("--drafters", nargs="+", choices=SPECULATIVE_KIND_NAMES,
                      help="drafters to time (default: all the target offers); target-only is always timed")
     ben.add_argument("--gammas", nargs="+", metavar="G",
-                     type=_auto_or(_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                     type=auto_or(ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"),
                                    word="adaptive"),
                      default=["adaptive", 1, 2, 4, 8],
                      help="γ settings per drafter: 'adaptive' and/or fixed values (default: adaptive 1 2 4 8)")
-    ben.add_argument("--max-gamma", type=_ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=12,
+    ben.add_argument("--max-gamma", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=12,
                      help="largest γ adaptive γ may choose (default 12)")
-    ben.add_argument("--sweep-per-group", type=_ranged(int, 0, None, "an integer >= 0"), default=1,
+    ben.add_argument("--sweep-per-group", type=ranged(int, 0, None, "an integer >= 0"), default=1,
                      help="prompts per group that also run the fixed-γ settings (default 1; 0 = all)")
     ben.add_argument("--no-transformers", dest="transformers", action="store_false",
                      help="skip transformers' generate(assistant_model=…/prompt_lookup_num_tokens=…) counterparts")
-    ben.add_argument("--hf-assistant-tokens", nargs="*", type=_ranged(int, 1, 64, "1..64"), default=[4, 8], metavar="K",
+    ben.add_argument("--hf-assistant-tokens", nargs="*", type=ranged(int, 1, 64, "1..64"), default=[4, 8], metavar="K",
                      help="transformers tuned: also run each model drafter's assistant with K tokens per round "
                           "(schedule 'constant'), for each K (default 4 8; none: --hf-assistant-tokens)")
     ben.add_argument("--prompts", help="prompt set YAML (default: the shipped specchat/bench_prompts.yaml)")
     ben.add_argument("--groups", nargs="+", choices=["code", "edit", "passage", "chat"], help="only these groups")
-    ben.add_argument("--per-group", type=_ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
-    ben.add_argument("--max-new-tokens", type=_ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    ben.add_argument("--per-group", type=ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
+    ben.add_argument("--max-new-tokens", type=ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
     ben.add_argument("--multi-turn", nargs="?", const="", default=None, metavar="SCRIPT",
                      help="also play a multi-turn conversation (default: the shipped 6-turn coding chat; SCRIPT: a "
                           "JSON list of messages) with target-only and each drafter, and report the time to first "
                           "token per turn")
-    ben.add_argument("--temperature", type=_ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"),
+    ben.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"),
                      default=0.0, help="0 = greedy (default); above 0 every engine samples (top-k and top-p off), "
                                        "repeat r with seed r")
-    ben.add_argument("--repeats", type=_ranged(int, 1, 1000, "1..1000"), default=3,
+    ben.add_argument("--repeats", type=ranged(int, 1, 1000, "1..1000"), default=3,
                      help="runs of every configuration on every prompt (default 3: the table gives min / median / max)")
     ben.add_argument("--quick", action="store_true",
                      help="a look in a few minutes: one prompt per group, 48 new tokens, 1 repeat, adaptive γ only "
                           "(the other options still apply where given)")
-    ben.add_argument("--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
+    ben.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
     ben.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    ben.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
+    ben.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     ben.add_argument("--out", default="bench-results", metavar="DIR",
                      help="folder for the results: bench.json, bench.csv (with --csv), bench.html and bench.png "
                           "(default: bench-results in the current directory; '--out assets' replaces the "
@@ -228,98 +186,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_models_argument(parser: argparse.ArgumentParser) -> None:
-    """``--models FILE`` (a user's registry file whose entries are added next to the shipped
-    ones) and ``--allow-download`` (fetch a model that has only a Hub id)."""
-    parser.add_argument("--models", metavar="FILE",
-                        help=f"your own models file (the shipped models.yaml's format): its entries are added next to "
-                             f"the shipped ones, and its default_target, if given, becomes the default (also: "
-                             f"${MODELS_YAML_ENV})")
-    parser.add_argument("--allow-download", action="store_true",
-                        help=f"let specchat download a model that has a Hugging Face Hub id and no offline source (e.g. "
-                             f"qwen2.5-coder-7b-instruct) into its cache; off by default, specchat then makes no network "
-                             f"connections (also: ${ALLOW_DOWNLOAD_ENV}=1)")
-
-
-def use_model_sources(args: argparse.Namespace) -> str | None:
-    """Apply ``--allow-download`` and ``--models FILE`` for this process (see
-    :func:`use_models_file`); an error message, or None."""
-    if args.allow_download:
-        os.environ[ALLOW_DOWNLOAD_ENV] = "1"
-    return use_models_file(args.models)
-
-
-def add_app_arguments(parser: argparse.ArgumentParser) -> None:
-    """The app's options, for ``python app.py`` and ``specchat app`` alike. Importing this
-    module does not import gradio or torch, so ``--help`` is quick."""
-    on_spaces = os.environ.get("SYSTEM") == "spaces"
-    parser.add_argument(
-        "--target", default=None,
-        help="target model: a name from models.yaml or a local path (default: the project's default target)",
-    )
-    parser.add_argument(
-        "--drafter", choices=KIND_NAMES, default=None,
-        help="drafter selected at start (default: picked by measurement: the first start times each model "
-             "drafter against the target on this machine, about two minutes, and keeps the result; "
-             "see `specchat calibrate`)",
-    )
-    parser.add_argument(
-        "--host", default=os.environ.get("GRADIO_SERVER_NAME") or ("0.0.0.0" if on_spaces else "127.0.0.1"),
-        help="address to listen on (default: $GRADIO_SERVER_NAME, else 0.0.0.0 on a Hugging Face Space "
-             "(SYSTEM=spaces), else 127.0.0.1: this machine only)",
-    )
-    parser.add_argument(
-        "--port", type=_ranged(int, 1, 65535, "1..65535"), default=_env_port(),
-        help="port to listen on (default: $GRADIO_SERVER_PORT, else 7860)",
-    )
-    parser.add_argument(
-        "--dtype", choices=DTYPE_CHOICES, default="auto",
-        help="weights dtype for the target and model drafters (default auto: bf16 on a CPU and on a GPU that "
-             "has it, else fp16)",
-    )
-    parser.add_argument("--device", type=_device, default=None, help=DEVICE_HELP)
-    parser.add_argument(
-        "--trace", nargs="+", metavar="FILE", default=(),
-        help="open recorded trace files (from `specchat generate --trace` or the page's download "
-             "button) without loading any model",
-    )
-    parser.add_argument(
-        "--threads", type=_ranged(int, 1, 1024, "an integer >= 1"), default=None,
-        help="torch CPU threads (default: torch's, one per core); on a machine busy with other "
-             "work, fewer threads than cores can be much faster",
-    )
-    parser.add_argument(
-        "--compile", action="store_true",
-        help="compile the target's decode and verify passes (torch.compile over a static cache) in the "
-             "background once the chat is ready (a few minutes on 2 CPU cores, several GB more memory); "
-             "replies meanwhile run eagerly, later ones faster",
-    )
-    add_models_argument(parser)
-
-
-def _env_port() -> str:
-    """$GRADIO_SERVER_PORT if set, else "7860", as text: argparse parses a string default like a
-    typed value, so a bad $GRADIO_SERVER_PORT is reported like a bad --port."""
-    return os.environ.get("GRADIO_SERVER_PORT") or "7860"
-
-
-def use_models_file(path: str | None) -> str | None:
-    """``--models FILE``: check the file (with the shipped entries) and make every later
-    :func:`specchat.registry.load_registry` in this process read it. Returns an error message,
-    or None when it is fine (or not given)."""
-    if not path:
-        return None
-    from specchat.errors import RegistryError
-    from specchat.registry import load_registry
-
-    try:
-        load_registry(user=path)
-    except RegistryError as exc:
-        return str(exc)
-    os.environ[MODELS_YAML_ENV] = str(Path(path).expanduser().resolve())
-    return None
-
-
 def _add_compile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="compile the target's decode and verify passes (torch.compile with freezing over a static "
@@ -334,11 +200,6 @@ def _compile(service) -> None:
           f"(pass lengths {', '.join(map(str, compiled.buckets))})", file=sys.stderr, flush=True)
 
 
-def _auto_or(parse, word: str = "auto"):
-    """An argparse type: the word 'auto' (or ``word``), or what ``parse`` accepts."""
-    return lambda text: text if text == word else parse(text)
-
-
 AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
 
 
@@ -350,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG} {args.command}: error: {problem}", file=sys.stderr)
         return 2
     if args.command == "app":
-        from specchat.app import run
+        from specchat.ui.app import run
 
         return run(args)
     if args.command == "generate":
@@ -367,10 +228,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _bench(args: argparse.Namespace, argv: list[str]) -> int:
-    import os
-    from pathlib import Path
 
-    from specchat import bench
+    from specchat.commands import bench
     from specchat.errors import RegistryError, SpecchatError
     from specchat.service import ChatService
 
@@ -489,7 +348,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     print(f"wrote {out / names['json']}")
     if args.csv:
         print(f"wrote {out / names['csv']}")
-    from specchat import charts
+    from specchat.ui import charts
 
     fig = charts.bench_figure(bench.chart_summary(summary), meta)
     fig.write_html(str(out / names["html"]), include_plotlyjs="cdn")
@@ -544,7 +403,7 @@ def _load_service(args: argparse.Namespace):
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from specchat import calibrate
+    from specchat.analysis import calibrate
     from specchat.errors import SpecchatError
 
     args.drafter = "none"
@@ -572,7 +431,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from specchat import audit
+    from specchat.analysis import audit
     from specchat.errors import SpecchatError
 
     try:
@@ -700,7 +559,7 @@ def _generate(args: argparse.Namespace) -> int:
                 print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
                 print(ledger.line(), file=sys.stderr)
             if args.trace:
-                from specchat.trace import trace_records, write_trace
+                from specchat.analysis.trace import trace_records, write_trace
 
                 write_trace(args.trace, trace_records(
                     events, target=service.target_name, drafter=args.drafter, config=config, prompt_ids=ids,
@@ -714,8 +573,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
+    from specchat.commands.script import load_script, play_script
     from specchat.errors import SpecchatError
-    from specchat.script import load_script, play_script
 
     try:
         messages = load_script(args.script)

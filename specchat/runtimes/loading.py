@@ -38,7 +38,7 @@ import torch
 
 from specchat.errors import ChecksumError, ModelSourceError, TokenizerMismatchError
 from specchat.progress import tqdm
-from specchat.registry import GgufPart, ModelEntry
+from specchat.runtimes.registry import GgufPart, ModelEntry
 
 logger = logging.getLogger(__name__)
 
@@ -656,7 +656,7 @@ def _require_model_dir(path: Path) -> None:
     if not (Path(path) / "config.json").is_file():
         raise ModelSourceError(
             f"{path} is not a Hugging Face-format model directory (no config.json); "
-            f"get one from specchat.loading.ensure_local()"
+            f"get one from specchat.runtimes.loading.ensure_local()"
         )
 
 

@@ -10,7 +10,7 @@ Both assumptions are measured here instead of assumed:
   Equation 1, (1 − α^(γ+1)) / (1 − α));
 - the round time T(γ) = γ·d + v(γ + 1): d is the drafter's time per drafted token and
   v(n) = v0 + v1·n the rest of a round that checks n = γ + 1 positions (the verify pass and its
-  bookkeeping), fitted by least squares (:class:`specchat.costs.CostEstimator`).
+  bookkeeping), fitted by least squares (:class:`specchat.core.costs.CostEstimator`).
 
 γ* = argmax_γ E[N](γ) · t₁ / T(γ), with t₁ one target-only step: the expression the app's
 theory chart draws (ALGORITHM.md, "Measured and predicted speedup, like for like"). With one
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specchat.costs import SLOPE_PRIOR, CostEstimator  # noqa: F401 (SLOPE_PRIOR: re-exported)
-from specchat.events import RoundEvent
+from specchat.core.costs import SLOPE_PRIOR, CostEstimator  # noqa: F401 (SLOPE_PRIOR: re-exported)
+from specchat.core.events import RoundEvent
 
 # Prior for a fresh controller: β = PRIOR_ACCEPTANCE with weight PRIOR_WEIGHT pseudo-rounds.
 PRIOR_ACCEPTANCE = 0.6
@@ -85,7 +85,7 @@ class AdaptiveGamma:
 
     def verify_ms_fit(self) -> tuple[float, float] | None:
         """(v0, v1): a drafting round's time apart from drafting ≈ v0 + v1·n over the n = γ + 1
-        positions it checks (:meth:`specchat.costs.CostEstimator.verify_fit`); None before any
+        positions it checks (:meth:`specchat.core.costs.CostEstimator.verify_fit`); None before any
         drafting round."""
         return self.costs.verify_fit()
 

@@ -7,8 +7,8 @@
 
 Layout and event wiring only. The models live in one module-level ChatService (loaded once,
 behind a lock, never in gr.State); what a browser session does (sending, queueing, Stop,
-Clear, a reply's events and statistics) is a specchat.session.ChatSession, which renders its
-replies with specchat.ui_render and specchat.charts. :func:`build_ui` takes any object with the
+Clear, a reply's events and statistics) is a specchat.ui.session.ChatSession, which renders its
+replies with specchat.ui.render and specchat.ui.charts. :func:`build_ui` takes any object with the
 ChatService interface, so the tests drive the whole UI with a scripted fake.
 """
 
@@ -30,12 +30,13 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import gradio as gr  # noqa: E402
 
-from specchat import charts, drafter_kinds  # noqa: E402
-from specchat.cli import _Parser, add_app_arguments, use_model_sources  # noqa: E402
-from specchat.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE  # noqa: E402
-from specchat.metrics import SpeculationMetrics  # noqa: E402
-from specchat.session import CHART_SCOPES, ChatSession, ReplySettings, SessionStore, View  # noqa: E402
-from specchat.ui_render import CSS, legend_html, stats_html, status_html, table_html  # noqa: E402
+from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE  # noqa: E402
+from specchat.core.metrics import SpeculationMetrics  # noqa: E402
+from specchat.drafters import kinds as drafter_kinds  # noqa: E402
+from specchat.options import Parser, add_app_arguments, use_model_sources  # noqa: E402
+from specchat.ui import charts
+from specchat.ui.render import CSS, legend_html, stats_html, status_html, table_html  # noqa: E402
+from specchat.ui.session import CHART_SCOPES, ChatSession, ReplySettings, SessionStore, View  # noqa: E402
 
 if TYPE_CHECKING:
     from specchat.service import ChatService
@@ -118,19 +119,19 @@ def wait_until_ready(service: Any, poll_s: float = 0.5, cancel: threading.Event 
         time.sleep(poll_s)
 
 
-# Stop on ZeroGPU: a shared slot made here, before ZeroGPU forks its worker (specchat.zerogpu).
+# Stop on ZeroGPU: a shared slot made here, before ZeroGPU forks its worker (specchat.ui.zerogpu).
 _ZEROGPU_SLOT = None
 if ON_ZEROGPU:
-    from specchat.zerogpu import CancelSlot
+    from specchat.ui.zerogpu import CancelSlot
 
     _ZEROGPU_SLOT = CancelSlot()
 
 
 @gpu(duration=120)
 def _stream_on_zerogpu(history, message, drafter, config, generation):
-    """ZeroGPU runs this in a forked worker: plain data in (the settings as specchat.zerogpu.to_plain
+    """ZeroGPU runs this in a forked worker: plain data in (the settings as specchat.ui.zerogpu.to_plain
     gives them), plain data out; the module-level service generates, and stops when the slot says so."""
-    from specchat.zerogpu import worker_stream
+    from specchat.ui.zerogpu import worker_stream
 
     yield from worker_stream(_SERVICE, _ZEROGPU_SLOT, history, message, drafter, config, generation)
 
@@ -138,7 +139,7 @@ def _stream_on_zerogpu(history, message, drafter, config, generation):
 def _stream_fn(service: Any):
     """How a session streams a reply: through ZeroGPU's worker on Spaces, else the service itself."""
     if ON_ZEROGPU and service is _SERVICE:
-        from specchat.zerogpu import app_stream
+        from specchat.ui.zerogpu import app_stream
 
         return lambda history, message, drafter, config, cancel: app_stream(
             _stream_on_zerogpu, _ZEROGPU_SLOT, history, message, drafter, config, cancel)
@@ -315,11 +316,11 @@ class TraceOnlyService:
 
 def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: tuple[str, ...] = ()) -> gr.Blocks:
     """The whole app around ``service`` (anything with the ChatService interface): the layout,
-    and events wired to the per-session logic of :class:`specchat.session.ChatSession`.
+    and events wired to the per-session logic of :class:`specchat.ui.session.ChatSession`.
 
     Loads nothing itself: the service is loaded already, or loading in the background after
     ``service.start()`` (the page then shows its progress). Pass ``CSS`` to ``launch(css=…)``.
-    The sessions are in ``demo.sessions`` (a :class:`~specchat.session.SessionStore`).
+    The sessions are in ``demo.sessions`` (a :class:`~specchat.ui.session.SessionStore`).
     """
     kinds = list(service.drafter_kinds())
     # "auto": the service picks the drafter by measurement while it loads (ChatService.pick_drafter);
@@ -349,7 +350,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
                 load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
                 chatbot = gr.Chatbot(
                     label="chat", show_label=False, height=460,
-                    render_markdown=False,  # show model text verbatim; see specchat/ui_render.py
+                    render_markdown=False,  # show model text verbatim; see specchat/ui/render.py
                     latex_delimiters=[], sanitize_html=True, feedback_options=None, buttons=[],
                     placeholder="Ask for some code. Tokens appear colored by how they were produced.",
                     elem_id="spec-chat",
@@ -534,7 +535,7 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
             return updates(session_of(request).set_show_rejected(show))
 
         def open_trace(file, request: gr.Request = None):
-            from specchat.trace import TraceError
+            from specchat.analysis.trace import TraceError
 
             path = getattr(file, "name", file)
             try:
@@ -632,8 +633,8 @@ def is_loopback(host: str) -> bool:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """``python app.py`` / ``specchat app`` options (:func:`specchat.cli.add_app_arguments`)."""
-    parser = _Parser(prog="app.py", description="specchat: a local chat that shows speculative decoding at work.")
+    """``python app.py`` / ``specchat app`` options (:func:`specchat.options.add_app_arguments`)."""
+    parser = Parser(prog="app.py", description="specchat: a local chat that shows speculative decoding at work.")
     add_app_arguments(parser)
     return parser.parse_args(argv)
 
@@ -750,7 +751,7 @@ def run(args: argparse.Namespace) -> int:
 
 def serve_traces(args: argparse.Namespace) -> int:
     """``--trace FILE…``: the page with the recorded replies and no model."""
-    from specchat.trace import TraceError, read_trace
+    from specchat.analysis.trace import TraceError, read_trace
 
     targets = []
     for path in args.trace:

@@ -1,7 +1,7 @@
 """Round traces: everything a learner needs to see inside a round, and the trace file.
 
 With ``GenerationConfig.trace`` the engine attaches a :class:`RoundTrace` to each
-:class:`~specchat.events.RoundEvent`: the whole draft (also the tokens after the first
+:class:`~specchat.core.events.RoundEvent`: the whole draft (also the tokens after the first
 rejection, which were never judged), for each judged draft token its p, q and the uniform draw
 u that decided it (Leviathan et al. 2023, Algorithm 1: accept when u < p/q, here u·q < p), and
 for each position of the round the top-k of p and of q, both *raw* (softmax of the logits at
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 
 TRACE_TOP_K = 10
 """Entries kept in every top list of a trace."""
@@ -175,7 +175,7 @@ def proof_trace(
         draft_probs: ``[V]`` float32 q as used, or None (one-hot at ``draft_token_id``).
         draft_token_id: the drafted token.
         residual: ``[V]`` float32, the residual the engine sampled from
-            (:func:`specchat.sampling.residual_probs`).
+            (:func:`specchat.core.sampling.residual_probs`).
         include: ids listed even when outside every top k (the rejected draft is always listed;
             the engine adds the resampled token).
     """
@@ -226,7 +226,7 @@ def build_round_trace(
         draft_trace: the drafter's :class:`~specchat.drafters.base.DraftTrace`, or None.
         target_logits: ``[n + 1, V]`` the verify pass's raw logits.
         target_probs: ``[n + 1, V]`` float32 p as used.
-        result: the :class:`~specchat.sampling.VerifyResult`.
+        result: the :class:`~specchat.core.sampling.VerifyResult`.
         token_events: the round's committed TokenEvents.
         token_text: id → text, for the labels.
         context_ids: the context the round drafted after (prompt + reply before the round),
@@ -235,7 +235,7 @@ def build_round_trace(
     """
     import torch
 
-    from specchat.sampling import residual_probs
+    from specchat.core.sampling import residual_probs
 
     n = int(draft_ids.shape[0])
     ids = draft_ids.tolist()

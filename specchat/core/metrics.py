@@ -1,16 +1,16 @@
 """Fold the engine's events into running statistics: α, acceptance by position, c, speed.
 
 Pure Python, no tensors and no UI: the app, the CLI and the benchmark all read the same
-numbers from here. Formulas for the predictions live in :mod:`specchat.theory`.
+numbers from here. Formulas for the predictions live in :mod:`specchat.core.theory`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specchat import theory
-from specchat.costs import CostEstimator
-from specchat.events import DoneEvent, Event, RoundEvent, TokenEvent, TokenKind
+from specchat.core import theory
+from specchat.core.costs import CostEstimator
+from specchat.core.events import DoneEvent, Event, RoundEvent, TokenEvent, TokenKind
 
 
 @dataclass
@@ -193,7 +193,7 @@ class SpeculationMetrics:
         """The speedup the measured α and costs predict for the rounds as run:
         Σ_r E[N](α, γ_r) · t₁ / Σ_r T(γ_r), with T(γ) = γ·d + v(γ + 1) for a round that drafted
         γ_r tokens and E[N] = 1, T = t₁ for a round that drafted nothing
-        (:mod:`specchat.costs`). For a fixed γ and no target-only rounds this is
+        (:mod:`specchat.core.costs`). For a fixed γ and no target-only rounds this is
         E[N](γ) · t₁ / (γ·d + v(γ + 1)); with v(γ + 1) = t₁, Leviathan's S(γ). None until α,
         t₁, d and v(n) were measured."""
         alpha, t1 = self.acceptance_rate, self.target_step_ms

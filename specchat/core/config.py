@@ -19,7 +19,7 @@ class GenerationConfig:
             for the target-only drafter ``none``. With ``adaptive_gamma`` it is γ_max, the
             largest γ the engine may choose.
         adaptive_gamma: choose γ each round in 1…num_speculative_tokens to maximise the
-            predicted speedup (:mod:`specchat.adaptive`); False drafts γ every round. γ then
+            predicted speedup (:mod:`specchat.core.adaptive`); False drafts γ every round. γ then
             depends on measured timings and on earlier generations, and γ decides how many
             random draws a round uses, so with temperature > 0 a seed no longer fixes the reply
             (its distribution is unchanged); greedy replies are unaffected.
@@ -31,14 +31,14 @@ class GenerationConfig:
         stop_strings: generation ends when the reply text contains one of these; the stop
             string is not part of the reply.
         measure_speedup: with a drafter, make a round target-only now and then (rounds 2, 6,
-            22, 38, …; :func:`specchat.costs.timing_rounds_due`), so that the reply measures
+            22, 38, …; :func:`specchat.core.costs.timing_rounds_due`), so that the reply measures
             what one target-only step costs under the current load and every speedup is like
             for like. Such a round is a plain decode step (Algorithm 1 with γ = 0): the output
             distribution is unchanged. Over a long reply it gives up about (S − 1) / (16·E[N])
             of the throughput at a speedup S (2-3 % at S = 2-3; a gain when S < 1);
             ``python -m specchat bench --timing-cost`` measures it.
         trace: record each round for the inspector and the trace file
-            (:mod:`specchat.trace`): the whole draft, p, q and u of every drafted token, top-10
+            (:mod:`specchat.analysis.trace`): the whole draft, p, q and u of every drafted token, top-10
             lists of p and q raw and as used, the residual at a rejection, the n-gram source,
             per-step times. Off: nothing is recorded and nothing is computed for it. The
             recording is done after each round's timing and left out of the decode time.

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, RoundEvent
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, RoundEvent
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class SampledCheck:
 @torch.inference_mode()
 def exact_next_token_probs(model, input_ids: list[int], config: GenerationConfig) -> torch.Tensor:
     """target_probs for the token after ``input_ids``: ``[V]`` float64 (one full forward)."""
-    from specchat.sampling import logits_to_probs
+    from specchat.core.sampling import logits_to_probs
 
     device = next(model.parameters()).device
     logits = model(torch.tensor([input_ids], device=device), logits_to_keep=1).logits[0, -1:]
@@ -192,8 +192,8 @@ def choose_position(
     """
     if not reference:
         raise ValueError("the greedy reply is empty: there is no position to sample at")
-    from specchat.events import TokenEvent, TokenKind
-    from specchat.sampling import logits_to_probs
+    from specchat.core.events import TokenEvent, TokenKind
+    from specchat.core.sampling import logits_to_probs
 
     model = service.engine.target_model
     device = next(model.parameters()).device

@@ -37,8 +37,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, RoundEvent, TokenEvent
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 
 # Varied chat messages: code from scratch, an edit that repeats its input (the n-gram drafter's
 # best case), open questions, non-ASCII text, a one-word message. Seven: coprime with the

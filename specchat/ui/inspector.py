@@ -1,7 +1,7 @@
 """Inside a round, as HTML: the token inspector, the round timeline and the race. No gradio.
 
 Everything is rendered from a reply's events (each RoundEvent carrying its
-:class:`~specchat.trace.RoundTrace`), live or read back from a trace file, so a recorded reply
+:class:`~specchat.analysis.trace.RoundTrace`), live or read back from a trace file, so a recorded reply
 looks the same as the live one. Tokens carry (reply R, its I-th
 TokenEvent) as the class ``tref-R-I`` and rounds as ``rref-R-K``; the page's click hook (see
 ``app.py``) sends them back to select what was clicked.
@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specchat.events import DoneEvent, RoundEvent, TokenEvent
-from specchat.trace import ProofTrace, RoundTrace, TopList
-from specchat.ui_render import KIND_COLORS, escape_text, ref_class_of
+from specchat.analysis.trace import ProofTrace, RoundTrace, TopList
+from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
+from specchat.ui.render import KIND_COLORS, escape_text, ref_class_of
 
 TARGET_COLOR = "#1c7ed6"  # p bars
 DRAFT_COLOR = "#f08c00"  # q bars

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from specchat import drafter_kinds
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, RoundEvent
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, RoundEvent
+from specchat.drafters import kinds as drafter_kinds
 
 CALIBRATION_MESSAGE = (
     "Write a Python function is_palindrome(text) that ignores case, spaces and punctuation, "
@@ -165,8 +165,8 @@ def cpu_name() -> str:
 
 
 def default_path() -> Path:
-    """``<specchat's cache>/calibration.json`` (see :func:`specchat.loading.cache_root`)."""
-    from specchat.loading import cache_root
+    """``<specchat's cache>/calibration.json`` (see :func:`specchat.runtimes.loading.cache_root`)."""
+    from specchat.runtimes.loading import cache_root
 
     return cache_root() / FILE_NAME
 
@@ -269,7 +269,7 @@ def pick(calibration: Calibration | None, available: list[str]) -> str:
     """The default drafter from a calibration: ``hybrid`` (lookup first, then the fastest
     model drafter) when a model drafter sped decoding up (speedup > 1), else ``ngram`` (free:
     it never costs more than a lookup), else ``none``. Without a calibration: the first of
-    :data:`~specchat.drafter_kinds.DEFAULT_ORDER` that is available."""
+    :data:`~specchat.drafters.kinds.DEFAULT_ORDER` that is available."""
     if calibration is None:
         return next((k for k in drafter_kinds.DEFAULT_ORDER if k in available), "none")
     best = calibration.fastest

@@ -1,11 +1,11 @@
 """Running statistics → plotly figures for the app. No gradio import.
 
-Each function takes a :class:`~specchat.metrics.SpeculationMetrics` and returns a small
+Each function takes a :class:`~specchat.core.metrics.SpeculationMetrics` and returns a small
 ``go.Figure`` (fixed height, a minimal template, long series thinned to a few hundred points)
 because the app resends every figure whole 2–4 times a second while it streams. Without data a
 figure shows its title and a one-line hint instead of empty axes.
 
-Colors match the token legend (:mod:`specchat.ui_render`): accepted green for acceptance,
+Colors match the token legend (:mod:`specchat.ui.render`): accepted green for acceptance,
 dark for measured values, teal for predictions, gray for the target-only baseline.
 """
 
@@ -15,9 +15,10 @@ import math
 
 import plotly.graph_objects as go
 
-from specchat import drafter_kinds, theory
-from specchat.metrics import SpeculationMetrics
-from specchat.ui_render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
+from specchat.core import theory
+from specchat.core.metrics import SpeculationMetrics
+from specchat.drafters import kinds as drafter_kinds
+from specchat.ui.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
 
 __all__ = [
     "FIGURE_HEIGHT",
@@ -412,7 +413,7 @@ def worth_figure(points: list, current: str | None = None) -> go.Figure:
     iff α > c); on or below it none does.
 
     Args:
-        points: :class:`specchat.ledger_view.DrafterPoint` s (α pooled over the drafter's
+        points: :class:`specchat.ui.ledger_view.DrafterPoint` s (α pooled over the drafter's
             replies, c measured in them).
         current: the drafter of the reply in view (drawn larger).
     """

@@ -102,11 +102,11 @@ class RoundEvent:
             add up to ``DoneEvent.decode_ms``). For a round that drafted nothing,
             ``round_ms − draft_ms`` is one target-only decode step, t₁, timed in this run.
         timing: True for a target-only round the engine inserted to time t₁ in the same run
-            (``GenerationConfig.measure_speedup``; see :mod:`specchat.costs`).
+            (``GenerationConfig.measure_speedup``; see :mod:`specchat.core.costs`).
         timing_next: True when the next round will be a timing round. A consumer that draws a
             page holds its update until after it: a browser drawing on the same CPU would
             otherwise slow exactly that target-only step and bias t₁.
-        trace: the round's :class:`specchat.trace.RoundTrace` when the generation was traced
+        trace: the round's :class:`specchat.analysis.trace.RoundTrace` when the generation was traced
             (``GenerationConfig.trace``), else None.
     """
 

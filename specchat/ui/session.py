@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specchat import charts, drafter_kinds
-from specchat.config import GenerationConfig
-from specchat.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
-from specchat.inspector import RaceLane, ReplyRounds, inspector_html, race_html, race_verdict, timeline_html
-from specchat.ledger import Ledger, ModelSizes, count_ledger
-from specchat.ledger_view import drafter_points, ledger_html
-from specchat.metrics import SpeculationMetrics
-from specchat.ui_render import (
+from specchat.analysis.ledger import Ledger, ModelSizes, count_ledger
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
+from specchat.core.metrics import SpeculationMetrics
+from specchat.drafters import kinds as drafter_kinds
+from specchat.ui import charts
+from specchat.ui.inspector import RaceLane, ReplyRounds, inspector_html, race_html, race_verdict, timeline_html
+from specchat.ui.ledger_view import drafter_points, ledger_html
+from specchat.ui.render import (
     ReplyRenderer,
     exchange_note_html,
     render_user,
@@ -204,7 +205,7 @@ class Reply:
         return reply_html(self.label, body, self.metrics, running=self.running)
 
     def ledger(self) -> Ledger:
-        """What this reply's decoding spent and saved (:func:`specchat.ledger.count_ledger`)."""
+        """What this reply's decoding spent and saved (:func:`specchat.analysis.ledger.count_ledger`)."""
         done = self.metrics.done
         return count_ledger(self.metrics.rounds, sizes=self.sizes, alpha=self.metrics.acceptance_rate,
                             prefill_ms=None if done is None else done.prefill_ms,
@@ -216,12 +217,12 @@ class Reply:
                            drafter=self.drafter, running=self.running)
 
     def trace_lines(self, target: str) -> list[dict]:
-        """The reply's trace file, as records (:func:`specchat.trace.trace_records`).
+        """The reply's trace file, as records (:func:`specchat.analysis.trace.trace_records`).
 
         Raises:
             ValueError: the reply has no finished, traced rounds.
         """
-        from specchat.trace import trace_records
+        from specchat.analysis.trace import trace_records
 
         done = self.rounds.done
         if done is None or not self.rounds.traced:
@@ -474,7 +475,7 @@ class ChatSession:
     def trace_file(self) -> str | None:
         """Write the focused reply's trace file (JSON lines) and return its path; None when there
         is nothing to save yet."""
-        from specchat.trace import write_trace
+        from specchat.analysis.trace import write_trace
 
         reply = self._focus()
         if reply is None or reply.running or not reply.rounds.traced or reply.rounds.done is None:
@@ -495,7 +496,7 @@ class ChatSession:
         Raises:
             TraceError: a file that is not a specchat trace (the message says why).
         """
-        from specchat.trace import read_trace
+        from specchat.analysis.trace import read_trace
 
         trace = read_trace(path)
         header = trace.header
@@ -787,8 +788,8 @@ class ChatSession:
 
 
 def _blank(message: str | None) -> bool:
-    """Empty, whitespace or only invisible characters (:func:`specchat.chat.is_blank`)."""
-    from specchat.chat import is_blank  # here: `app.py --help` must not import transformers
+    """Empty, whitespace or only invisible characters (:func:`specchat.runtimes.chat.is_blank`)."""
+    from specchat.runtimes.chat import is_blank  # here: `app.py --help` must not import transformers
 
     return is_blank(message or "")
 

@@ -16,8 +16,8 @@ shows is built from timings taken during the very reply it describes, under the 
   least squares on the rounds that drafted. It grows with n, on a CPU noticeably.
 
 Predicted speedup of γ: ``E[N](γ) · t₁ / (γ·d + v(γ + 1))``. The adaptive controller
-(:mod:`specchat.adaptive`) maximises the same expression with exponentially weighted estimates
-(``decay < 1``); the reply's statistics (:mod:`specchat.metrics`) use plain averages over the
+(:mod:`specchat.core.adaptive`) maximises the same expression with exponentially weighted estimates
+(``decay < 1``); the reply's statistics (:mod:`specchat.core.metrics`) use plain averages over the
 reply (``decay = 1``). c, the cost ratio of Leviathan et al. 2023, is ``d / t₁``.
 
 Pure Python: no tensors, no UI.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specchat.events import RoundEvent
+from specchat.core.events import RoundEvent
 
 # The verify-cost slope is shrunk toward 0 (Leviathan's flat verification cost) by
 # S_nn / (S_nn + SLOPE_PRIOR), S_nn = Σw(n − mean n)²: fitted on a narrow spread of n, timing
@@ -97,7 +97,7 @@ def timing_rounds_due(round_index: int) -> int:
 
 @dataclass
 class CostEstimator:
-    """Running estimates of t₁, d and v(n) from :class:`~specchat.events.RoundEvent` timings.
+    """Running estimates of t₁, d and v(n) from :class:`~specchat.core.events.RoundEvent` timings.
 
     Args:
         decay: weight kept by the earlier rounds at each update that changes an estimate, in

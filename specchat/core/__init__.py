@@ -1,0 +1,1 @@
+"""The algorithm, runtime-free: sampling, the engine loop, KV bookkeeping, adaptive γ, events, metrics, theory."""
