@@ -22,7 +22,7 @@ base = {(r['prompt'], r['repeat']): r for r in runs if r['config'] == 'specchat 
 prompts = {p.id: p for p in bench.load_prompts()}
 svc = ChatService()
 svc.load()
-m = svc.engine.target_model
+m = svc.engine.target.model
 for r in runs:
     if r['identical'] or r['config'] == 'specchat none':
         continue

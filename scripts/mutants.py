@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FAMILY = {
-    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py", "tests/test_prefix_cache.py"],
+    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py", "tests/test_prefix_cache.py", "tests/test_runtime.py"],
     2: ["tests/test_kind2_verify_alignment.py", "tests/test_greedy_identity.py"],
     3: ["tests/test_kind3_pq_consistency.py", "tests/test_audit.py", "tests/test_distribution.py"],
     4: ["tests/test_kind4_accept_numerics.py", "tests/test_distribution.py"],
@@ -93,16 +93,16 @@ MUTANTS = [
         "target-cache-not-cut",
         1,
         "specchat/core/engine.py",
-        '        cut_cache(self.target_cache, num_valid)\n',
-        '        pass\n',
+        "        self.target.truncate(num_valid)\n",
+        "        pass\n",
         "the target's KV cache keeps the rejected drafts after a partial acceptance",
     ),
     Mutant(
         "target-cache-cut-one-long",
         1,
         "specchat/core/engine.py",
-        'cut_cache(self.target_cache, num_valid)',
-        'cut_cache(self.target_cache, min(num_valid + 1, self.target_cache.get_seq_length()))',
+        "self.target.truncate(num_valid)",
+        "self.target.truncate(min(num_valid + 1, self.target.num_cached))",
         "the target's cache keeps one position too many (the first rejected draft)",
     ),
     Mutant(
@@ -124,7 +124,7 @@ MUTANTS = [
     Mutant(
         "sliding-window-cut-anyway",
         1,
-        "specchat/core/kv.py",
+        "specchat/runtimes/transformers.py",
         'if not getattr(layer, "is_croppable", False) or past_window:',
         'if not getattr(layer, "is_croppable", False):',
         "a sliding-window layer past its window is cut instead of refused",
@@ -132,10 +132,18 @@ MUTANTS = [
     Mutant(
         "prefix-reused-past-a-mismatch",
         1,
-        "specchat/core/kv.py",
-        "    n = common_prefix(kept.ids, ids)\n",
-        "    n = min(len(kept.ids), len(ids))\n",
+        "specchat/runtimes/transformers.py",
+        "        n = common_prefix(self._ids, prefix_ids) if reuse and cache is not None else 0\n",
+        "        n = min(len(self._ids), len(prefix_ids)) if reuse and cache is not None else 0\n",
         "a kept conversation cache is reused as far as it is long, not as far as its tokens match the prompt",
+    ),
+    Mutant(
+        "runtime-ids-not-cut",
+        1,
+        "specchat/runtimes/transformers.py",
+        "        del self._ids[num_positions:]\n",
+        "        pass\n",
+        "the runtime cuts its KV cache but not its record of the cached ids (a kept prefix then names tokens it no longer holds)",
     ),
     Mutant(
         "prefix-kept-from-an-abandoned-generation",
@@ -349,8 +357,8 @@ MUTANTS = [
         "target-cache-kept",
         9,
         "specchat/core/engine.py",
-        "                self.target_cache = None\n",
-        "                pass\n",
+        "                else:\n                    self.target.release()\n",
+        "                else:\n                    pass\n",
         "the target's KV cache outlives its generation",
     ),
     Mutant(
@@ -453,7 +461,7 @@ MUTANTS = [
     Mutant(
         "rejected-q-of-resampled-token",
         2,
-        "specchat/core/engine.py",
+        "specchat/core/generation.py",
         "rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, rejected])",
         "rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, token])",
         "a resampled token's event reports q of the new token, not of the rejected draft",
@@ -469,7 +477,7 @@ MUTANTS = [
     Mutant(
         "sliding-window-boundary",
         1,
-        "specchat/core/kv.py",
+        "specchat/runtimes/transformers.py",
         "past_window = window is not None and layer.get_seq_length() >= window and",
         "past_window = window is not None and layer.get_seq_length() > window and",
         "a sliding layer exactly at its window is cut instead of refused",
@@ -611,12 +619,12 @@ MUTANTS = [
         "one u is shared by every draft position",
     ),
     Mutant(
-        "drafter-begin-reuses-cache",
+        "drafter-cache-outlives-its-generation",
         9,
         "specchat/drafters/model.py",
-        "        self.cache = cache if cache is not None else DynamicCache(config=self.model.config)",
-        "        self.cache = self.cache if self.cache is not None else (cache if cache is not None else DynamicCache(config=self.model.config))",
-        "a drafter's begin() reuses a cache left by an abandoned generation",
+        "        if not self._kept:\n            self.runtime.release()\n",
+        "        pass\n",
+        "a drafter's cache is not released when its generation ends unkept (abandoned, failed, prefix cache off)",
     ),
     Mutant(
         "cleanup-not-in-finally",
@@ -766,7 +774,7 @@ MUTANTS = [
     Mutant(
         "trace-u-of-the-next-draft",
         12,
-        "specchat/analysis/trace.py",
+        "specchat/core/roundtrace.py",
         "u=float(draws[i]) if i < judged else None,",
         "u=float(draws[min(i + 1, len(draws) - 1)]) if i < judged else None,",
         "each drafted token is recorded with the draw that decided the next one",
@@ -774,7 +782,7 @@ MUTANTS = [
     Mutant(
         "trace-judges-every-draft",
         12,
-        "specchat/analysis/trace.py",
+        "specchat/core/roundtrace.py",
         "judged = min(n, result.num_accepted + 1)",
         "judged = n",
         "drafts after the first rejection are recorded as judged",
@@ -782,7 +790,7 @@ MUTANTS = [
     Mutant(
         "trace-raw-list-is-warped",
         12,
-        "specchat/analysis/trace.py",
+        "specchat/core/roundtrace.py",
         "raw_target = torch.softmax(target_logits.float(), dim=-1)",
         "raw_target = target_probs",
         "the raw target list is the warped p (one-hot at temperature 0)",
@@ -790,7 +798,7 @@ MUTANTS = [
     Mutant(
         "trace-residual-is-p",
         12,
-        "specchat/analysis/trace.py",
+        "specchat/core/roundtrace.py",
         "residual = residual_probs(target_probs[i], q_row, ids[i])",
         "residual = target_probs[i]",
         "the residual shown at a rejection is p, not norm(max(0, p − q))",
@@ -847,7 +855,7 @@ MUTANTS = [
     Mutant(
         "model-size-counts-packed-int4",
         13,
-        "specchat/analysis/ledger.py",
+        "specchat/runtimes/transformers.py",
         "for dim in (shape if shape is not None else tensor.shape):",
         "for dim in tensor.shape:",
         "a 4-bit weight counts its packed bytes as parameters (ĉ of the int4 copy reads 1/8)",
@@ -855,7 +863,7 @@ MUTANTS = [
     Mutant(
         "model-size-counts-tied-twice",
         13,
-        "specchat/analysis/ledger.py",
+        "specchat/runtimes/transformers.py",
         "if tensor is None or id(tensor) in seen:",
         "if tensor is None:",
         "a weight shared by two layers (a tied head) is counted twice",
@@ -863,7 +871,7 @@ MUTANTS = [
     Mutant(
         "proof-beta-is-the-product",
         13,
-        "specchat/analysis/trace.py",
+        "specchat/core/roundtrace.py",
         "overlap = torch.minimum(p, q)",
         "overlap = p * q",
         "β is recorded as Σ p·q instead of Σ min(p, q)",
@@ -954,9 +962,9 @@ MUTANTS = [
     Mutant(
         "compiled-kept-cache-of-the-wrong-kind",
         14,
-        "specchat/core/engine.py",
-        "                kept = None  # kept on the other kind of cache than this generation runs on",
-        "                pass",
+        "specchat/runtimes/transformers.py",
+        "            cache = None  # kept on the other kind of cache than this generation runs on",
+        "            pass",
         "a prefix kept on a dynamic cache is reused by a generation on the static cache (or the reverse)",
     ),
     # -- 15. the app on ZeroGPU (a reply in a forked worker) ----------------------------------

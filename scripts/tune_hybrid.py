@@ -68,7 +68,7 @@ with torch.inference_mode():
             cut_cache(cache, 300)
         return timed(step)
 
-    verify = {n: pass_ms(engine.target_model, n) for n in (1, 3, 5, 9)}
+    verify = {n: pass_ms(engine.target.model, n) for n in (1, 3, 5, 9)}
     draft_ms = pass_ms(drafter.model, 1)
 slope = (verify[9] - verify[1]) / 8
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from specchat.analysis import calibrate
-from specchat.analysis.ledger import ModelSize, ModelSizes, model_size
+from specchat.analysis.ledger import ModelSize, ModelSizes
 from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import Event
@@ -28,6 +28,7 @@ from specchat.runtimes import loading
 from specchat.runtimes.chat import Message, build_chat_prompt
 from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
 from specchat.runtimes.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
+from specchat.runtimes.transformers import TransformersRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class ChatService:
             except loading.ModelSourceError as exc:
                 raise loading.damaged_cache_error(self.target_entry, self.target_path, exc) from exc
             self.engine = SpeculativeEngine(
-                model,
+                TransformersRuntime(model, context_length=self.target_entry.context_length),
                 self.tokenizer,
                 eos_token_ids=eos_token_ids(model, self.tokenizer),
                 context_length=self.target_entry.context_length,
@@ -185,12 +186,12 @@ class ChatService:
         them to the engine: generations that start afterwards use them, target-only ones too.
         Safe while another generation runs eagerly (the graphs are built on a cache of their
         own). Returns the compiled target (``compile_s``: seconds per pass length)."""
-        engine = self._engine()
-        if engine.compiled is not None:
-            return engine.compiled
-        compiled = CompiledTarget(engine.target_model, max_cache_len=min(engine.context_length, DEFAULT_MAX_CACHE_LEN))
+        runtime = self._engine().target
+        if runtime.compiled is not None:
+            return runtime.compiled
+        compiled = CompiledTarget(runtime.model, max_cache_len=min(runtime.context_length, DEFAULT_MAX_CACHE_LEN))
         compiled.warm_up(progress)
-        engine.compiled = compiled  # read once per generation, at its start
+        runtime.compiled = compiled  # read once per generation, at its start
         return compiled
 
     @property
@@ -278,7 +279,7 @@ class ChatService:
             BOARD.stage(f"Preparing the hybrid drafter: lookup, then '{part}'")
             model_part = self._prepare_drafter(part)
             # its own caches on the same weights: the standalone drafter's kept cache stays its own
-            drafter = HybridDrafter(self._model_drafter(model_part.model, part), name=name)
+            drafter = HybridDrafter(self._model_drafter(model_part.runtime.model, part), name=name)
         else:
             raise ValueError(f"drafter kind {name!r} has no way to be built (source {kind.source!r})")
         self._drafters[name] = drafter
@@ -342,16 +343,15 @@ class ChatService:
         if self.engine is None:
             return None
         if "target" not in self._sizes:
-            self._sizes["target"] = model_size(self.engine.target_model)
-        obj = self._drafters.get(drafter)
-        model = getattr(obj, "model", None)
-        if model is not None and drafter not in self._sizes:
-            self._sizes[drafter] = model_size(model)
-        return ModelSizes(self._sizes["target"], self._sizes.get(drafter) if model is not None else None)
+            self._sizes["target"] = self.engine.target.model_size()
+        runtime = getattr(self._drafters.get(drafter), "runtime", None)
+        if runtime is not None and drafter not in self._sizes:
+            self._sizes[drafter] = runtime.model_size()
+        return ModelSizes(self._sizes["target"], self._sizes.get(drafter) if runtime is not None else None)
 
     def _model_drafter(self, model, name: str) -> ModelDrafter:
         return ModelDrafter(
-            model, target_vocab_size=self._engine().vocab_size, num_tokenizer_ids=len(self.tokenizer),
+            TransformersRuntime(model), target_vocab_size=self._engine().vocab_size, num_tokenizer_ids=len(self.tokenizer),
             name=name, device=self.device,
         )
 
@@ -426,8 +426,8 @@ class ChatService:
         if self.engine is not None:
             self.engine.forget_prefix()
         for drafter in self._drafters.values():
-            if hasattr(drafter, "kept"):
-                drafter.kept = None
+            if hasattr(drafter, "forget_prefix"):
+                drafter.forget_prefix()
 
     def warm_up(self, drafter: str = "none", num_tokens: int = 8) -> None:
         """Run one short untimed generation with ``drafter`` (and one target-only): the first

@@ -6,6 +6,8 @@ import sys
 import pytest
 import torch
 
+from specchat.runtimes.transformers import TransformersRuntime
+
 # Offline and private: no Gradio analytics, no Hub telemetry (UI_NOTES.md).
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -110,7 +112,7 @@ def engine(target):
 
     from specchat.core.engine import SpeculativeEngine
 
-    return SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[])
+    return SpeculativeEngine(TransformersRuntime(target), byte_tokenizer(), eos_token_ids=[])
 
 
 @pytest.fixture(scope="module")

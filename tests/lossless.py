@@ -32,6 +32,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters import Draft, ModelDrafter, NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 EOS_BYTE = 256  # byte tokenizer: ids 0..255 are bytes, 256 is <eos>
 V = 6  # vocabulary of the FakeLM tests
@@ -113,6 +114,8 @@ def script_logits(vocab: int, script: list[int], prompt_len: int, after: int):
 
 
 def cache_tokens(cache) -> list[int]:
+    if cache is None:
+        return []
     layer = cache.layers[0]
     if not getattr(layer, "is_initialized", False) or layer.keys is None or layer.keys.numel() == 0:
         return []
@@ -120,7 +123,7 @@ def cache_tokens(cache) -> list[int]:
 
 
 def model_drafter(model, vocab, num_tokenizer_ids=None, name="fake"):
-    return ModelDrafter(model, target_vocab_size=vocab, num_tokenizer_ids=num_tokenizer_ids or vocab, name=name)
+    return ModelDrafter(TransformersRuntime(model), target_vocab_size=vocab, num_tokenizer_ids=num_tokenizer_ids or vocab, name=name)
 
 
 def events_of(engine, prompt, drafter, **cfg):
@@ -293,14 +296,14 @@ class RecordingDrafter(ModelDrafter):
         self.ended = 0
 
     def propose(self, ids, max_tokens, config, generator):
-        self.log.append(("propose", list(ids), cache_tokens(self.cache), max_tokens))
+        self.log.append(("propose", list(ids), cache_tokens(self.runtime.cache), max_tokens))
         draft = super().propose(ids, max_tokens, config, generator)
         self.log.append(("drafted", draft.token_ids.tolist(), draft.draft_probs, list(ids)))
         return draft
 
     def rollback(self, num_valid):
         super().rollback(num_valid)
-        self.log.append(("rollback", num_valid, cache_tokens(self.cache)))
+        self.log.append(("rollback", num_valid, cache_tokens(self.runtime.cache)))
 
     def end(self):
         self.ended += 1
@@ -331,10 +334,10 @@ class TinyService:
     """The slice of ChatService the audit uses, over tiny random models."""
 
     def __init__(self, target, drafter_model, vocab):
-        self.engine = SpeculativeEngine(target, None, eos_token_ids=[])
+        self.engine = SpeculativeEngine(TransformersRuntime(target), None, eos_token_ids=[])
         self.drafters = {
             "none": None,
-            "other": ModelDrafter(drafter_model, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="other"),
+            "other": ModelDrafter(TransformersRuntime(drafter_model), target_vocab_size=vocab, num_tokenizer_ids=vocab, name="other"),
             "ngram": NgramDrafter(),
         }
 

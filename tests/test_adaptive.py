@@ -23,6 +23,7 @@ from specchat.core import adaptive
 from specchat.core.adaptive import AdaptiveGamma
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def _round(mask, *, drafted=None, draft_ms=30.0, verify_ms=100.0, gamma=8):
@@ -135,7 +136,7 @@ def test_max_gamma_must_be_positive():
 def test_adaptive_greedy_output_is_target_only_greedy(kind):
     """Whatever γ the controller picks, greedy output equals the naive target-only loop."""
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     prompt = [3, 1, 4, 1, 5, 3, 1, 4]
     expected = naive_greedy_fn(fn_t, prompt, 30)
     for _ in range(2):  # twice: the second generation starts from the learned estimates
@@ -151,7 +152,7 @@ def test_confidence_stop_is_greedy_only():
     """A drafter that is the target itself with a flat distribution (top p < 0.4): when greedy it
     stops after one unsure token; when sampling every draft matches q = p, so it drafts all γ."""
     fn_t = hashed_logits(V, seed=11, scale=0.3)  # nearly uniform over 6 ids: top p < 0.4
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = model_drafter(FakeLM(V, fn_t), V)
     greedy = events_of(engine, [3, 1], drafter, num_speculative_tokens=5, max_new_tokens=20, adaptive_gamma=True)
     assert {e.num_drafted for e in greedy if isinstance(e, RoundEvent)} <= {1}
@@ -165,7 +166,7 @@ def test_adaptive_gamma_keeps_the_exact_distribution():
     """Sampled 3-token replies at T = 1 with adaptive γ (γ_max 3), 2000 seeds: chi-square against
     exact enumeration (fails at p < 1e-4), with both accept and residual paths exercised."""
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     prompt = [3, 1]
     drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
     exact = exact_sequences(fn_t, prompt, 3, temperature=1.0)

@@ -16,6 +16,7 @@ from specchat.core.events import DoneEvent
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
 from specchat.runtimes.compiled import CompiledTarget
+from specchat.runtimes.transformers import TransformersRuntime
 
 BUCKETS = (2, 4)  # one dynamic graph; a 1-position pass is padded to 2, a 3-position one to 4, 5+ run eagerly
 
@@ -84,14 +85,14 @@ def test_greedy_through_the_compiled_target_equals_naive_greedy_over_two_turns(c
     the naive full-sequence greedy continuation of their prompts."""
     from tiny_models import byte_tokenizer
 
-    engine = SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[], compiled=compiled)
+    engine = SpeculativeEngine(TransformersRuntime(target, compiled=compiled), byte_tokenizer(), eos_token_ids=[])
     drafter = {"none": None, "ngram": NgramDrafter(), "model": ModelDrafter(
-        other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")}[kind]
+        TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")}[kind]
     config = GenerationConfig(num_speculative_tokens=3, max_new_tokens=20, seed=0)
     first = list(engine.generate(TINY_PROMPT, drafter, config))[-1]
-    assert isinstance(first, DoneEvent) and engine._static
+    assert isinstance(first, DoneEvent) and engine.target.static
     assert list(first.token_ids) == naive_greedy(target, TINY_PROMPT, 20)
-    assert engine.kept is not None and engine.kept.cache is compiled.cache
+    assert engine.kept_ids is not None and engine.target.cache is compiled.cache
     prompt2 = TINY_PROMPT + list(first.token_ids) + list(b"\ndef sub(a, b):\n")
     second = list(engine.generate(prompt2, drafter, config))[-1]
     assert second.num_prefilled == len(prompt2) - 1 - (len(TINY_PROMPT) + 20 - 1)  # the kept prefix reused
@@ -101,10 +102,10 @@ def test_greedy_through_the_compiled_target_equals_naive_greedy_over_two_turns(c
 def test_a_generation_too_long_for_the_static_cache_runs_eagerly(compiled, target):
     from tiny_models import byte_tokenizer
 
-    engine = SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[], compiled=compiled)
+    engine = SpeculativeEngine(TransformersRuntime(target, compiled=compiled), byte_tokenizer(), eos_token_ids=[])
     config = GenerationConfig(num_speculative_tokens=3, max_new_tokens=140, seed=0)
     done = list(engine.generate(TINY_PROMPT, NgramDrafter(), config))[-1]
-    assert not engine._static  # prompt + 140 + the largest bucket > 160 positions
+    assert not engine.target.static  # prompt + 140 + the largest bucket > 160 positions
     assert list(done.token_ids) == naive_greedy(target, TINY_PROMPT, 140)
 
 
@@ -114,15 +115,15 @@ def test_a_kept_prefix_is_reused_only_on_the_kind_of_cache_it_was_kept_on(compil
     prefilled whole, and every reply equals naive greedy."""
     from tiny_models import byte_tokenizer
 
-    engine = SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[], compiled=compiled)
+    engine = SpeculativeEngine(TransformersRuntime(target, compiled=compiled), byte_tokenizer(), eos_token_ids=[])
     long, short = (GenerationConfig(num_speculative_tokens=3, max_new_tokens=n, seed=0) for n in (140, 12))
     first = list(engine.generate(TINY_PROMPT, NgramDrafter(), long))[-1]
-    assert not engine._static and engine.kept is not None and engine.kept.cache is not compiled.cache
+    assert not engine.target.static and engine.kept_ids is not None and engine.target.cache is not compiled.cache
     prompt2 = TINY_PROMPT + list(first.token_ids[:10]) + list(b"\n# next\n")
     second = list(engine.generate(prompt2, NgramDrafter(), short))[-1]
-    assert engine._static and second.num_prefilled == len(prompt2) - 1
+    assert engine.target.static and second.num_prefilled == len(prompt2) - 1
     assert list(second.token_ids) == naive_greedy(target, prompt2, 12)
     prompt3 = prompt2 + list(second.token_ids) + list(b"\n")
     third = list(engine.generate(prompt3, NgramDrafter(), long))[-1]
-    assert not engine._static and third.num_prefilled == len(prompt3) - 1
+    assert not engine.target.static and third.num_prefilled == len(prompt3) - 1
     assert list(third.token_ids) == naive_greedy(target, prompt3, len(third.token_ids))

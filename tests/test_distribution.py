@@ -29,6 +29,7 @@ from tiny_models import tiny_model
 from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.drafters import ModelDrafter, NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 # -- every warper, for a model drafter and for the n-gram drafter --------------------------------
 WARPERS = [
@@ -49,7 +50,7 @@ def test_every_warper_gives_the_exact_target_distribution(drafter_kind, temperat
     """Joint distribution of 3-token replies, γ = 3, 2000 seeds; both the accept path and the
     residual path must have run (at least 100 accepted and 100 resampled tokens)."""
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     if drafter_kind == "model":
         prompt, drafter = [3, 1], model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
     else:  # the prompt holds repeated n-grams, so lookups find continuations
@@ -82,7 +83,7 @@ DIST_CASES = [
 def test_reply_distribution_is_exactly_the_targets(kind, gamma, temperature, top_k, top_p, max_new, eos):
     fn_t = hashed_logits(V, seed=11, scale=2.0)
     target = FakeLM(V, fn_t)
-    engine = SpeculativeEngine(target, None, eos_token_ids=eos)
+    engine = SpeculativeEngine(TransformersRuntime(target), None, eos_token_ids=eos)
     prompt = [3, 1, 4, 1, 5, 3, 1, 4] if kind == "ngram" else [3, 1]
     exact = exact_sequences(fn_t, prompt, max_new, temperature=temperature, top_k=top_k, top_p=top_p, eos=eos)
     n = 3000
@@ -102,7 +103,7 @@ def test_reply_distribution_is_exactly_the_targets(kind, gamma, temperature, top
 
 def test_target_only_distribution_is_exact():
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     exact = exact_sequences(fn_t, [3, 1], 3, temperature=1.0)
     assert_matches(run_many(engine, [3, 1], None, 3000, temperature=1.0, max_new_tokens=3), exact, 3000)
 
@@ -119,8 +120,8 @@ def test_tiny_transformer_distribution_with_sibling_three_tokens():
 
     prompt = [1, 2]
     exact = exact_sequences(fn, prompt, 3, temperature=1.0)
-    engine = SpeculativeEngine(tgt, None)
-    drafter = ModelDrafter(drf, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="sib")
+    engine = SpeculativeEngine(TransformersRuntime(tgt), None)
+    drafter = ModelDrafter(TransformersRuntime(drf), target_vocab_size=vocab, num_tokenizer_ids=vocab, name="sib")
     n = 1200
     counts = run_many(engine, prompt, drafter, n, num_speculative_tokens=3, temperature=1.0, max_new_tokens=3)
     assert_matches(counts, exact, n)
@@ -153,8 +154,8 @@ def test_sampled_tokens_follow_exact_target_distribution(temperature, top_k, top
     drf = tiny_model(vocab_size=12, seed=6, init_std=0.15)
     prompt = [1, 2, 3]
     p1, p2 = exact_second_token_distribution(tgt, prompt, temperature, top_k, top_p)
-    eng = SpeculativeEngine(tgt, None, eos_token_ids=[])
-    drafter = ModelDrafter(drf, target_vocab_size=12, num_tokenizer_ids=12, name="other")
+    eng = SpeculativeEngine(TransformersRuntime(tgt), None, eos_token_ids=[])
+    drafter = ModelDrafter(TransformersRuntime(drf), target_vocab_size=12, num_tokenizer_ids=12, name="other")
     n = 1500
     c1, c2 = torch.zeros(12), torch.zeros(12)
     for seed in range(n):

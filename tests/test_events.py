@@ -23,10 +23,11 @@ from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import ModelDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def test_event_structure_and_counts(engine, other):
-    drafter = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="other")
+    drafter = ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="other")
     events = events_of(
         engine, TINY_PROMPT, drafter, num_speculative_tokens=4, max_new_tokens=50, temperature=1.0, seed=3
     )
@@ -112,7 +113,7 @@ def check_event_grammar(events, gamma, eos, budget, stops=()):
 @pytest.mark.parametrize("eos, budget", [((), 30), ((0,), 40), ((), 7)])
 def test_event_grammar_every_drafter(drafter_kind, gamma, temperature, eos, budget):
     """FakeLM target (6 ids); 5 seeds per case; EOS inside commits and small budgets truncate rounds."""
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=11, scale=2.0)), None, eos_token_ids=eos)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=11, scale=2.0))), None, eos_token_ids=eos)
     prompt = [3, 1, 4, 1, 5, 3, 1, 4]
     drafter = make_drafter(drafter_kind) if drafter_kind else None
     for seed in range(5):
@@ -135,7 +136,7 @@ def test_stop_string_truncates_the_last_round():
     reply = b"one two three four five"
     prompt = b"> "
     target = FakeLM(257, script_logits(257, list(reply), len(prompt), EOS_BYTE))
-    engine = SpeculativeEngine(target, TOK, eos_token_ids=[EOS_BYTE])
+    engine = SpeculativeEngine(TransformersRuntime(target), TOK, eos_token_ids=[EOS_BYTE])
     drafter = ScriptDrafter(list(reply), len(prompt))
     events = events_of(
         engine, list(prompt), drafter, num_speculative_tokens=6, max_new_tokens=40, stop_strings=("thr",)
@@ -146,7 +147,7 @@ def test_stop_string_truncates_the_last_round():
 
 
 def test_model_drafter_rounds_report_one_forward_step_per_draft():
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=3, scale=2.0)), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=3, scale=2.0))), None)
     drafter = make_drafter("other")
     events = events_of(engine, [1, 2], drafter, num_speculative_tokens=3, max_new_tokens=12)
     rounds = [e for e in events if isinstance(e, RoundEvent)]

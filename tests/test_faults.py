@@ -56,7 +56,7 @@ def prompt(service):
 @pytest.fixture(scope="module")
 def reference(service, prompt):
     """The target's greedy reply, from a naive loop over full sequences (no cache, no engine)."""
-    return naive_greedy(service.engine.target_model, prompt, N, eos=service.engine.eos_token_ids)
+    return naive_greedy(service.engine.target.model, prompt, N, eos=service.engine.eos_token_ids)
 
 
 def _cancel_on_forward(model: torch.nn.Module, cancel: threading.Event, *, at_call: int, calls: list):
@@ -71,7 +71,7 @@ def _cancel_on_forward(model: torch.nn.Module, cancel: threading.Event, *, at_ca
 
 
 def _check_consistent_and_next_works(service, prompt, reference, drafter: str):
-    assert service.engine.target_cache is None  # released
+    assert service.engine.released  # released
     drafter_obj = service.prepare_drafter(drafter)
     assert getattr(drafter_obj, "cache", None) is None
     done = list(service.generate(prompt, drafter=drafter, config=GenerationConfig(max_new_tokens=N)))[-1]
@@ -83,7 +83,7 @@ def test_stop_during_the_prefill(service, prompt, reference, drafter):
     """Stop pressed while the target reads the prompt: nothing is committed, the reply is empty
     and marked cancelled, and the next generation is the target's reply."""
     cancel, calls = threading.Event(), []
-    handle = _cancel_on_forward(service.engine.target_model, cancel, at_call=1, calls=calls)
+    handle = _cancel_on_forward(service.engine.target.model, cancel, at_call=1, calls=calls)
     try:
         events = list(service.generate(prompt, drafter=drafter, config=GenerationConfig(max_new_tokens=N), cancel=cancel))
     finally:
@@ -102,7 +102,7 @@ def test_stop_in_the_middle_of_a_draft(service, prompt, reference, at_call):
     round): that round still verifies and commits, then generation ends."""
     drafter = service.prepare_drafter("sibling")
     cancel, calls = threading.Event(), []
-    handle = _cancel_on_forward(drafter.model, cancel, at_call=at_call, calls=calls)
+    handle = _cancel_on_forward(drafter.runtime.model, cancel, at_call=at_call, calls=calls)
     try:
         config = GenerationConfig(max_new_tokens=N, num_speculative_tokens=4)
         events = list(service.generate(prompt, drafter="sibling", config=config, cancel=cancel))
@@ -122,7 +122,7 @@ def test_stop_in_the_middle_of_a_draft(service, prompt, reference, at_call):
 def test_stop_during_a_verify_pass(service, prompt, reference):
     """Stop pressed during the target's 3rd forward (the 2nd verify): that round commits, then stop."""
     cancel, calls = threading.Event(), []
-    handle = _cancel_on_forward(service.engine.target_model, cancel, at_call=3, calls=calls)
+    handle = _cancel_on_forward(service.engine.target.model, cancel, at_call=3, calls=calls)
     try:
         events = list(service.generate(prompt, drafter="ngram", config=GenerationConfig(max_new_tokens=N), cancel=cancel))
     finally:
@@ -155,7 +155,7 @@ def test_a_drafter_that_cannot_load_answers_with_the_target_alone(smollm2_dir, t
 @pytest.mark.drafter_failure
 def test_a_drafter_out_of_memory_mid_reply_keeps_the_target_reply(service, reference, monkeypatch):
     drafter = service.prepare_drafter("sibling")
-    real_forward = drafter.model.forward
+    real_forward = drafter.runtime.model.forward
     calls = {"n": 0}
 
     def forward(*args, **kwargs):
@@ -164,14 +164,14 @@ def test_a_drafter_out_of_memory_mid_reply_keeps_the_target_reply(service, refer
             raise torch.OutOfMemoryError("simulated: CUDA out of memory. Tried to allocate 20.00 MiB")
         return real_forward(*args, **kwargs)
 
-    monkeypatch.setattr(drafter.model, "forward", forward)
+    monkeypatch.setattr(drafter.runtime.model, "forward", forward)
     config = GenerationConfig(max_new_tokens=N, num_speculative_tokens=3)
     events = list(service.stream_chat([], MESSAGE, drafter="sibling", config=config))
     failed = [e for e in events if isinstance(e, DrafterFailedEvent)]
     assert len(failed) == 1 and failed[0].error.startswith("OutOfMemoryError: simulated")
     assert calls["n"] == 6  # not called again after the failure
     assert list(events[-1].token_ids) == reference
-    assert service.engine.target_cache is None and drafter.cache is None
+    assert service.engine.released and drafter.runtime.cache is None
     monkeypatch.undo()
     # the next turn drafts again
     events = list(service.stream_chat([], MESSAGE, drafter="sibling", config=config))

@@ -22,6 +22,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent, DrafterFailedEvent
 from specchat.drafters.model import ModelDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 pytestmark = [
     pytest.mark.gpu,
@@ -50,7 +51,7 @@ def reply(service, message: str, drafter: str, **cfg) -> DoneEvent:
 
 @pytest.mark.real_model
 def test_greedy_identity_on_cuda_for_every_drafter(service):
-    assert service.device.type == "cuda" and next(service.engine.target_model.parameters()).is_cuda
+    assert service.device.type == "cuda" and next(service.engine.target.model.parameters()).is_cuda
     kinds = [k for k in service.drafter_kinds() if k != "none"]
     assert {"ngram", "int4", "hybrid"} <= set(kinds)
     for message in PROMPTS:
@@ -72,8 +73,8 @@ def test_sampled_replies_follow_the_exact_target_distribution_on_cuda():
 
     prompt = [1, 2]
     exact = exact_sequences(fn, prompt, 3, temperature=0.8, top_k=5)
-    engine = SpeculativeEngine(copy.deepcopy(target_cpu).to("cuda"), None, eos_token_ids=[])
-    drafter = ModelDrafter(copy.deepcopy(drafter_cpu).to("cuda"), target_vocab_size=vocab, num_tokenizer_ids=vocab,
+    engine = SpeculativeEngine(TransformersRuntime(copy.deepcopy(target_cpu).to("cuda")), None, eos_token_ids=[])
+    drafter = ModelDrafter(TransformersRuntime(copy.deepcopy(drafter_cpu).to("cuda")), target_vocab_size=vocab, num_tokenizer_ids=vocab,
                            name="sib")
     n = 1500
     counts = run_many(engine, prompt, drafter, n, num_speculative_tokens=3, temperature=0.8, top_k=5, max_new_tokens=3)

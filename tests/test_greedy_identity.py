@@ -25,6 +25,7 @@ from lossless import (
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent, TokenEvent, TokenKind
 from specchat.drafters import Draft, ModelDrafter, NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 class ScriptedDrafter(StatelessDrafter):
@@ -42,7 +43,7 @@ class ScriptedDrafter(StatelessDrafter):
 
     def propose(self, ids, max_tokens, config, generator):
         # bookkeeping: the target cache holds exactly the committed tokens but the last
-        assert self.engine.target_cache.get_seq_length() == len(ids) - 1
+        assert self.engine.target.cache.get_seq_length() == len(ids) - 1
         self.requests.append(max_tokens)
         done = len(ids) - self.prompt_len
         ref = self.reference[done : done + max_tokens]
@@ -101,13 +102,13 @@ def grid_case(case, target, other, int4_case):
     """(target model, drafter, prompt, naive-greedy function) for one case name."""
     if case in ("self-right", "sibling-wrong"):
         model = target if case == "self-right" else other
-        drafter = ModelDrafter(model, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name=case)
+        drafter = ModelDrafter(TransformersRuntime(model), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name=case)
         return target, drafter, TINY_PROMPT
     if case == "int4-wrong":
         tgt, quantized = int4_case
         return (
             tgt,
-            ModelDrafter(quantized, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="int4"),
+            ModelDrafter(TransformersRuntime(quantized), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="int4"),
             TINY_PROMPT,
         )
     if case == "ngram-right":
@@ -132,7 +133,7 @@ def test_greedy_identity_every_drafter(target, other, int4_case, case, gamma):
         reference = naive_greedy_fn(model.logits_fn, prompt, 40)
     else:
         reference = naive_greedy(model, prompt, 40)
-    engine = SpeculativeEngine(model, None, eos_token_ids=[])
+    engine = SpeculativeEngine(TransformersRuntime(model), None, eos_token_ids=[])
     events = events_of(engine, prompt, drafter, num_speculative_tokens=gamma, max_new_tokens=40)
     assert list(events[-1].token_ids) == reference
     rounds = [e for e in events if isinstance(e, RoundEvent)]
@@ -163,7 +164,7 @@ def test_scripted_partial_acceptance(engine, reference, gamma):
 def test_drafter_returning_fewer_or_zero_tokens_greedy_identity():
     fn_t = hashed_logits(V, seed=6, scale=4.0)
     ref = naive_greedy_fn(fn_t, [1, 2], 25)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     for n in (0, 1, 2):
         drafter = ScriptDrafter(ref, 2, n=n)
         events = events_of(engine, [1, 2], drafter, num_speculative_tokens=5, max_new_tokens=25)

@@ -28,6 +28,7 @@ from specchat.core.events import RoundEvent
 from specchat.drafters import HybridDrafter, ModelDrafter
 from specchat.drafters import kinds as drafter_kinds
 from specchat.drafters.hybrid import frequent_continuation
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def lookup(ids, max_tokens=16, max_ngram=8, min_ngram=2):
@@ -97,9 +98,9 @@ def test_hybrid_greedy_output_is_target_only_output(tiny_pair, gamma):
     target, other = tiny_pair
     prompt = TINY_PROMPT * 2  # repeats itself: lookup rounds; the tiny model's own text: model rounds
     reference = naive_greedy(target, prompt, 40)
-    part = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="sibling")
+    part = ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="sibling")
     drafter = HybridDrafter(part)
-    engine = SpeculativeEngine(target, None, eos_token_ids=[])
+    engine = SpeculativeEngine(TransformersRuntime(target), None, eos_token_ids=[])
     events = events_of(engine, prompt, drafter, num_speculative_tokens=gamma, max_new_tokens=40)
     assert list(events[-1].token_ids) == reference
     rounds = [e for e in events if isinstance(e, RoundEvent)]
@@ -110,9 +111,9 @@ def test_hybrid_greedy_output_is_target_only_output(tiny_pair, gamma):
         events_of(engine, prompt, drafter, num_speculative_tokens=8, adaptive_gamma=True, max_new_tokens=40)
         assert {k[3] for k in engine.gamma_controllers if k[0] == "hybrid"} == {"lookup", "model"}
     # the model part kept the conversation's cache for the next turn; forgetting it reaches the part
-    assert drafter.kept is not None and part.kept is drafter.kept
-    drafter.kept = None
-    assert part.kept is None
+    assert drafter.kept_ids is not None and part.kept_ids == drafter.kept_ids
+    drafter.forget_prefix()
+    assert part.kept_ids is None and part.runtime.cache is None
 
 
 # -- the exact target distribution -----------------------------------------------------------------
@@ -124,7 +125,7 @@ def test_hybrid_gives_the_exact_target_distribution(temperature, top_k, top_p):
     """Joint distribution of 4-token replies, γ = 3, 3000 seeds, p < 1e-4 fails; both sources
     drafted hundreds of rounds, and both the accept and the residual path ran."""
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     part = model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
     drafter = HybridDrafter(part, min_match=2)  # 6 ids: 2-token matches make lookup rounds often enough
     prompt = [3, 1, 4, 1, 5, 3, 1, 4, 0, 2, 5, 4]  # repeated bigrams: some rounds find a match

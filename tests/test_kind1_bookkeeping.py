@@ -14,8 +14,8 @@ from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM
 
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent, RoundEvent
-from specchat.core.kv import CacheRollbackError, cut_cache
 from specchat.drafters import ModelDrafter
+from specchat.runtimes.transformers import CacheRollbackError, TransformersRuntime, cut_cache
 
 
 def check_bookkeeping(target: FakeLM, drafter: RecordingDrafter | None, prompt, done: DoneEvent):
@@ -51,8 +51,8 @@ def test_caches_hold_exactly_the_committed_tokens(gamma, temperature):
     fn_t = hashed_logits(V, seed=1, scale=2.0)
     target = FakeLM(V, fn_t)
     dmodel = FakeLM(V, hashed_logits(V, seed=2, scale=2.0))
-    drafter = RecordingDrafter(dmodel, target_vocab_size=V, num_tokenizer_ids=V, name="rec")
-    engine = SpeculativeEngine(target, None)
+    drafter = RecordingDrafter(TransformersRuntime(dmodel), target_vocab_size=V, num_tokenizer_ids=V, name="rec")
+    engine = SpeculativeEngine(TransformersRuntime(target), None)
     prompt = [1, 2, 3, 4, 5]
     for seed in range(6):
         target.calls.clear()
@@ -76,8 +76,8 @@ def test_self_drafter_full_acceptance_every_round():
     """Drafting with the target itself at T=1: q = p exactly, every draft accepted, bonus each round."""
     fn = hashed_logits(V, seed=3, scale=2.0)
     target = FakeLM(V, fn)
-    drafter = RecordingDrafter(FakeLM(V, fn), target_vocab_size=V, num_tokenizer_ids=V, name="self")
-    engine = SpeculativeEngine(target, None)
+    drafter = RecordingDrafter(TransformersRuntime(FakeLM(V, fn)), target_vocab_size=V, num_tokenizer_ids=V, name="self")
+    engine = SpeculativeEngine(TransformersRuntime(target), None)
     events = events_of(engine, [0, 1], drafter, num_speculative_tokens=4, temperature=1.0, seed=0, max_new_tokens=23)
     rounds = [e for e in events if isinstance(e, RoundEvent)]
     assert [r.num_committed for r in rounds] == [5, 5, 5, 5, 3]
@@ -146,8 +146,8 @@ def test_engine_with_sliding_window_target_is_exact_or_refuses_clearly():
     model = sliding_qwen(window=8, seed=1)
     prompt = list(range(3, 15))
     ref = naive_greedy(model, prompt, 12)
-    engine = SpeculativeEngine(model, None)
-    drafter = ModelDrafter(sliding_qwen(window=8, seed=2), target_vocab_size=64, num_tokenizer_ids=64, name="sw")
+    engine = SpeculativeEngine(TransformersRuntime(model), None)
+    drafter = ModelDrafter(TransformersRuntime(sliding_qwen(window=8, seed=2)), target_vocab_size=64, num_tokenizer_ids=64, name="sw")
     try:
         done = events_of(engine, prompt, drafter, num_speculative_tokens=3, max_new_tokens=12)[-1]
     except CacheRollbackError:

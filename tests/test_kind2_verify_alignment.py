@@ -16,6 +16,7 @@ from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent, TokenEvent, TokenKind
 from specchat.core.sampling import verify_draft
 from specchat.drafters import NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.6, 3, 1.0), (1.0, 0, 0.7), (0.0, 0, 1.0)])
@@ -23,7 +24,7 @@ def test_reported_target_prob_is_p_of_the_exact_prefix(temperature, top_k, top_p
     fn_t = hashed_logits(V, seed=4, scale=3.0)
     target = FakeLM(V, fn_t)
     drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=5, scale=3.0)), V)
-    engine = SpeculativeEngine(target, None)
+    engine = SpeculativeEngine(TransformersRuntime(target), None)
     prompt = [2, 3]
     for seed in range(5):
         events = events_of(
@@ -97,7 +98,7 @@ def test_events_report_the_q_of_their_own_tokens():
     """A drafter with a known fixed q at T=1: accepted tokens carry q(token), resampled ones
     carry q(rejected draft)."""
     q = [0.3, 0.1, 0.2, 0.1, 0.2, 0.1]
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=11, scale=2.0)), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=11, scale=2.0))), None)
     seen = Counter()
     for seed in range(20):
         for e in events_of(
@@ -116,7 +117,7 @@ def test_one_hot_q_rejections_report_the_rejected_drafts_p():
     """n-gram drafts (q one-hot) at T=1: a resampled token reports p of the rejected draft
     under the exact prefix (the residual must not overwrite p in place)."""
     fn = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn)), None)
     prompt = [3, 1, 4, 1, 5, 3, 1, 4]
     rejections = 0
     for seed in range(20):

@@ -29,6 +29,7 @@ from specchat.core.engine import SpeculativeEngine
 from specchat.core.sampling import logits_to_probs
 from specchat.drafters import NgramDrafter
 from specchat.drafters.ngram import lookup
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 @pytest.mark.parametrize(
@@ -46,8 +47,8 @@ def test_q_is_the_warped_drafter_distribution_of_the_same_prefix(temperature, to
     after the same temperature / top-k / top-p, padded or cut to the target's vocab and zero on
     ids that are not tokenizer ids; greedy drafts are the argmax with q one-hot (None)."""
     fn_d = hashed_logits(rows, seed=31, scale=3.0)
-    drafter = RecordingDrafter(FakeLM(rows, fn_d), target_vocab_size=V, num_tokenizer_ids=num_ids, name="rec")
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=30, scale=3.0)), None)
+    drafter = RecordingDrafter(TransformersRuntime(FakeLM(rows, fn_d)), target_vocab_size=V, num_tokenizer_ids=num_ids, name="rec")
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=30, scale=3.0))), None)
     for seed in range(4):
         drafter.log.clear()
         events_of(
@@ -81,7 +82,7 @@ def test_q_is_the_warped_drafter_distribution_of_the_same_prefix(temperature, to
 
 def greedy_ref_engine():
     fn_t = hashed_logits(257, seed=20, scale=8.0)
-    engine = SpeculativeEngine(FakeLM(257, fn_t), TOK)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(257, fn_t)), TOK)
     drafter = model_drafter(FakeLM(257, hashed_logits(257, seed=21, scale=8.0)), 257)
     return engine, drafter, naive_greedy_fn(fn_t, [65, 66], 30)
 
@@ -116,7 +117,7 @@ def test_tiny_but_valid_temperature_does_not_crash(temperature):
 
 def test_top_k_at_or_above_vocab_is_off_and_seeds_reproduce():
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = make_drafter("other")
     outs = {}
     for top_k in (0, V, V + 1, 10_000):

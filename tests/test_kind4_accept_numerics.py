@@ -16,6 +16,7 @@ from scipy.stats import chisquare
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import TokenEvent, TokenKind
 from specchat.core.sampling import residual_probs, sample, verify_draft
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def one_row(values):
@@ -126,7 +127,7 @@ def test_residual_without_mass_falls_back_to_p_not_nan():
 def test_unnormalised_draft_probs_do_not_crash_and_respect_target_support():
     """A buggy drafter reporting q rows that do not sum to 1: the engine must still never emit p=0."""
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = FixedQDrafter([0.2] * 6, report=[0.9, 0.0, 0.3, 0.0, 2.0, 0.1])
     for seed in range(30):
         events = events_of(

@@ -30,17 +30,18 @@ from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import StopReason, TokenEvent
 from specchat.drafters import ModelDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def test_stop_inside_multi_token_commit(engine, target, reference):
-    drafter = ModelDrafter(target, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="self")
+    drafter = ModelDrafter(TransformersRuntime(target), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="self")
     # budget: 5 tokens although a round could commit 9
     done = events_of(engine, TINY_PROMPT, drafter, num_speculative_tokens=8, max_new_tokens=5)[-1]
     assert list(done.token_ids) == reference[:5] and done.stop_reason is StopReason.MAX_NEW_TOKENS
     # EOS at the 3rd reference token (first occurrence): the reply ends there
     eos = reference[2]
     first = reference.index(eos)
-    eos_engine = SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[eos])
+    eos_engine = SpeculativeEngine(TransformersRuntime(target), byte_tokenizer(), eos_token_ids=[eos])
     events = events_of(eos_engine, TINY_PROMPT, drafter, num_speculative_tokens=8, max_new_tokens=40)
     assert list(events[-1].token_ids) == reference[: first + 1]
     assert events[-1].stop_reason is StopReason.EOS
@@ -52,7 +53,7 @@ def test_stop_string_cuts_text_and_stream(engine, target, reference):
     full = tok.decode(reference, skip_special_tokens=True)
     stop = full[6:8]
     cut = full.index(stop)
-    drafter = ModelDrafter(target, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="self")
+    drafter = ModelDrafter(TransformersRuntime(target), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="self")
     events = events_of(engine, TINY_PROMPT, drafter, num_speculative_tokens=8, max_new_tokens=40, stop_strings=(stop,))
     done = events[-1]
     assert done.stop_reason is StopReason.STOP_STRING
@@ -65,7 +66,7 @@ def scripted_engine(reply: bytes, prompt: bytes, *, eos=(EOS_BYTE,), after=EOS_B
     script = list(reply)
     fn = script_logits(257, script, len(prompt), after)
     target = FakeLM(257, fn, max_positions=context_length or 4096)
-    return SpeculativeEngine(target, TOK, eos_token_ids=eos, context_length=context_length), target, script
+    return SpeculativeEngine(TransformersRuntime(target), TOK, eos_token_ids=eos, context_length=context_length), target, script
 
 
 REPLY = "Hello, wörld! <END> tail € END 🙂 more text".encode()
@@ -119,7 +120,7 @@ def test_eos_inside_commit_ends_reply_and_drafted_eos_is_not_a_stop(gamma):
     reply = b"abc def ghi"
     script = list(reply) + [EOS_BYTE] + list(b"after eos")
     fn = script_logits(257, script, len(PROMPT), EOS_BYTE)
-    engine = SpeculativeEngine(FakeLM(257, fn), TOK, eos_token_ids=[EOS_BYTE])
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(257, fn)), TOK, eos_token_ids=[EOS_BYTE])
     # the drafter drafts past EOS correctly: the reply must end at EOS
     events = events_of(
         engine, list(PROMPT), ScriptDrafter(script, len(PROMPT)), num_speculative_tokens=gamma, max_new_tokens=40
@@ -183,7 +184,7 @@ def test_cancel_mid_character_keeps_every_committed_byte():
     committed bytes decoded (a replacement character for the cut one), streamed and returned alike."""
     reply, prompt = "ab€cd".encode(), b"> "
     engine = SpeculativeEngine(
-        FakeLM(257, script_logits(257, list(reply), len(prompt), EOS_BYTE)), TOK, eos_token_ids=[EOS_BYTE]
+        TransformersRuntime(FakeLM(257, script_logits(257, list(reply), len(prompt), EOS_BYTE))), TOK, eos_token_ids=[EOS_BYTE]
     )
     cancel = threading.Event()
     events = []
@@ -199,13 +200,13 @@ def test_cancel_mid_character_keeps_every_committed_byte():
 def test_eos_as_the_last_budgeted_token_is_reported_as_eos():
     reply, prompt = b"abc", b"> "
     engine = SpeculativeEngine(
-        FakeLM(257, script_logits(257, [*reply, EOS_BYTE], len(prompt), EOS_BYTE)), TOK, eos_token_ids=[EOS_BYTE]
+        TransformersRuntime(FakeLM(257, script_logits(257, [*reply, EOS_BYTE], len(prompt), EOS_BYTE))), TOK, eos_token_ids=[EOS_BYTE]
     )
     done = events_of(engine, list(prompt), None, max_new_tokens=4)[-1]
     assert list(done.token_ids) == [*reply, EOS_BYTE] and done.stop_reason is StopReason.EOS
 
 
 def test_a_drafter_proposing_more_than_asked_is_refused():
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=1, scale=2.0)), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=1, scale=2.0))), None)
     with pytest.raises(RuntimeError, match="at most 3 were asked for"):
         events_of(engine, [1, 2], ContractDrafter(lambda n: [0] * (n + 1)), num_speculative_tokens=3, max_new_tokens=10)

@@ -24,6 +24,7 @@ from specchat.core.engine import SpeculativeEngine
 from specchat.drafters import ModelDrafter
 from specchat.errors import TokenizerMismatchError
 from specchat.runtimes import loading
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -36,8 +37,8 @@ def test_drafter_never_proposes_padding_ids(temperature):
         out[num_ids:] = 50.0
         return out
 
-    drafter = RecordingDrafter(FakeLM(9, fn), target_vocab_size=V, num_tokenizer_ids=num_ids, name="pad")
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=1, scale=2.0)), None)
+    drafter = RecordingDrafter(TransformersRuntime(FakeLM(9, fn)), target_vocab_size=V, num_tokenizer_ids=num_ids, name="pad")
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=1, scale=2.0))), None)
     for seed in range(5):
         drafter.log.clear()
         events_of(
@@ -50,7 +51,7 @@ def test_drafter_never_proposes_padding_ids(temperature):
 def test_greedy_identity_with_drafter_vocab_smaller_and_larger():
     fn_t = hashed_logits(V, seed=6, scale=4.0)
     ref = naive_greedy_fn(fn_t, [1, 2], 30)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     for rows in (3, 6, 11):
         drafter = model_drafter(FakeLM(rows, hashed_logits(rows, seed=7, scale=4.0)), V, num_tokenizer_ids=min(rows, V))
         for gamma in (1, 4):
@@ -68,10 +69,10 @@ def test_target_committing_an_id_the_drafter_cannot_embed():
     script = [65, 66, 67, 280, 68, 69, 70, 71, 72, 73]
     prompt = [1, 2, 3]
     fn = script_logits(300, script, len(prompt), 74)
-    engine = SpeculativeEngine(FakeLM(300, fn), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(300, fn)), None)
     ref = events_of(engine, prompt, None, max_new_tokens=10)[-1].token_ids
     assert list(ref) == script
-    drafter = ModelDrafter(tiny_model(vocab_size=270, seed=50), target_vocab_size=300, num_tokenizer_ids=257, name="s")
+    drafter = ModelDrafter(TransformersRuntime(tiny_model(vocab_size=270, seed=50)), target_vocab_size=300, num_tokenizer_ids=257, name="s")
     done = events_of(engine, prompt, drafter, num_speculative_tokens=3, max_new_tokens=10)[-1]
     assert done.token_ids == ref
 
@@ -127,9 +128,9 @@ def test_a_drafter_smaller_than_the_tokenizer_never_proposes_ids_it_lacks():
     """Drafter embedding 200 rows, tokenizer 257 ids: ids 200…256 get q = 0 (padded with −inf),
     so sampling never proposes them and the next draft step can embed every draft."""
     drafter = RecordingDrafter(
-        tiny_model(vocab_size=200, seed=3), target_vocab_size=257, num_tokenizer_ids=257, name="small"
+        TransformersRuntime(tiny_model(vocab_size=200, seed=3)), target_vocab_size=257, num_tokenizer_ids=257, name="small"
     )
-    engine = SpeculativeEngine(tiny_model(vocab_size=257, seed=0), None)
+    engine = SpeculativeEngine(TransformersRuntime(tiny_model(vocab_size=257, seed=0)), None)
     for seed in range(5):
         drafter.log.clear()
         events_of(
@@ -141,6 +142,6 @@ def test_a_drafter_smaller_than_the_tokenizer_never_proposes_ids_it_lacks():
 
 
 def test_a_drafter_proposing_an_id_at_the_vocab_size_is_refused():
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=1, scale=2.0)), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=1, scale=2.0))), None)
     with pytest.raises(RuntimeError, match="outside the target's vocabulary"):
         events_of(engine, [1, 2], ContractDrafter(lambda n: [V] * n), num_speculative_tokens=3, max_new_tokens=10)

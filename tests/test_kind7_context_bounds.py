@@ -23,17 +23,18 @@ from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import StopReason
 from specchat.drafters import ModelDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def test_context_window_bounds(target):
-    eng = SpeculativeEngine(target, None, eos_token_ids=[], context_length=len(TINY_PROMPT) + 3)
+    eng = SpeculativeEngine(TransformersRuntime(target), None, eos_token_ids=[], context_length=len(TINY_PROMPT) + 3)
     ref = naive_greedy(target, TINY_PROMPT, 3)
-    drafter = ModelDrafter(target, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="self")
+    drafter = ModelDrafter(TransformersRuntime(target), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="self")
     done = events_of(eng, TINY_PROMPT, drafter, num_speculative_tokens=8, max_new_tokens=40)[-1]
     assert list(done.token_ids) == ref and done.stop_reason is StopReason.CONTEXT_FULL
     with pytest.raises(ValueError, match="no room"):
         list(
-            SpeculativeEngine(target, None, context_length=len(TINY_PROMPT)).generate(
+            SpeculativeEngine(TransformersRuntime(target), None, context_length=len(TINY_PROMPT)).generate(
                 TINY_PROMPT, None, GenerationConfig()
             )
         )
@@ -49,7 +50,7 @@ def test_prompts_ending_0_to_gamma_plus_1_before_the_context_limit(gamma, temper
     for slack in range(gamma + 3):
         ctx = len(prompt) + slack
         target = FakeLM(V, fn_t, max_positions=ctx)
-        engine = SpeculativeEngine(target, None)
+        engine = SpeculativeEngine(TransformersRuntime(target), None)
         dmodel = FakeLM(V, fn_t, max_positions=ctx)  # the drafter = the target: long commits
         drafter = model_drafter(dmodel, V)
         cfg = dict(num_speculative_tokens=gamma, temperature=temperature, seed=1, max_new_tokens=50)
@@ -65,7 +66,7 @@ def test_prompts_ending_0_to_gamma_plus_1_before_the_context_limit(gamma, temper
 
 def test_one_token_prompt_and_empty_prompt():
     fn_t = hashed_logits(V, seed=8, scale=4.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=9, scale=4.0)), V)
     done = events_of(engine, [4], drafter, num_speculative_tokens=3, max_new_tokens=12)[-1]
     assert list(done.token_ids) == naive_greedy_fn(fn_t, [4], 12)

@@ -16,6 +16,7 @@ from specchat.analysis import audit
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.sampling import logits_to_probs
 from specchat.drafters import ModelDrafter, NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -24,10 +25,10 @@ def test_fp32_greedy_identity_tiny_transformers_vs_naive_loop(family):
     tgt = tiny_model(vocab_size=vocab, seed=30, family=family)
     prompt = list(b"for i in range(10):\n    print(i)\nfor i in range(10):\n")
     ref = naive_greedy(tgt, prompt, 40)
-    engine = SpeculativeEngine(tgt, TOK)
+    engine = SpeculativeEngine(TransformersRuntime(tgt), TOK)
     drafters = [
-        ModelDrafter(tiny_model(vocab_size=300, seed=31), target_vocab_size=vocab, num_tokenizer_ids=vocab, name="s"),
-        ModelDrafter(tgt, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="self"),
+        ModelDrafter(TransformersRuntime(tiny_model(vocab_size=300, seed=31)), target_vocab_size=vocab, num_tokenizer_ids=vocab, name="s"),
+        ModelDrafter(TransformersRuntime(tgt), target_vocab_size=vocab, num_tokenizer_ids=vocab, name="self"),
         NgramDrafter(),
     ]
     for drafter in drafters:
@@ -51,9 +52,9 @@ def test_bf16_greedy_divergence_only_at_near_ties(record_property):
     divergences = []
     for seed in range(40, 52):
         tgt = tiny_model(vocab_size=vocab, seed=seed, dtype=torch.bfloat16, init_std=0.02, hidden_size=64, num_layers=4)
-        engine = SpeculativeEngine(tgt, None)
+        engine = SpeculativeEngine(TransformersRuntime(tgt), None)
         base = list(events_of(engine, prompt, None, max_new_tokens=60)[-1].token_ids)
-        drafter = ModelDrafter(tgt, target_vocab_size=vocab, num_tokenizer_ids=vocab, name="self")
+        drafter = ModelDrafter(TransformersRuntime(tgt), target_vocab_size=vocab, num_tokenizer_ids=vocab, name="self")
         spec = list(events_of(engine, prompt, drafter, num_speculative_tokens=6, max_new_tokens=60)[-1].token_ids)
         i = next((k for k, (a, b) in enumerate(zip(base, spec)) if a != b), None)
         if i is None:

@@ -34,6 +34,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DrafterFailedEvent, RoundEvent, StopReason
 from specchat.drafters import ModelDrafter, NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 
 def test_cancel_stops_between_rounds_and_engine_is_reusable(engine, reference):
@@ -52,9 +53,9 @@ def test_cancel_stops_between_rounds_and_engine_is_reusable(engine, reference):
 def test_close_mid_stream_and_drop_release_caches_and_engine_stays_usable():
     fn_t = hashed_logits(V, seed=10, scale=3.0)
     target = FakeLM(V, fn_t)
-    engine = SpeculativeEngine(target, None)
+    engine = SpeculativeEngine(TransformersRuntime(target), None)
     drafter = RecordingDrafter(
-        FakeLM(V, hashed_logits(V, seed=9, scale=3.0)), target_vocab_size=V, num_tokenizer_ids=V, name="rec"
+        TransformersRuntime(FakeLM(V, hashed_logits(V, seed=9, scale=3.0))), target_vocab_size=V, num_tokenizer_ids=V, name="rec"
     )
     cfg = GenerationConfig(num_speculative_tokens=3, temperature=1.0, seed=5, max_new_tokens=30)
     ref = list(engine.generate([1, 2, 3], drafter, cfg))[-1].token_ids
@@ -62,14 +63,14 @@ def test_close_mid_stream_and_drop_release_caches_and_engine_stays_usable():
     g = engine.generate([1, 2, 3], drafter, cfg)
     for _ in range(5):
         next(g)
-    assert engine.target_cache is not None and drafter.cache is not None
+    assert engine.target.cache is not None and drafter.runtime.cache is not None
     g.close()
-    assert engine.target_cache is None and drafter.cache is None and drafter.ended == ended + 1
+    assert engine.target.cache is None and drafter.runtime.cache is None and drafter.ended == ended + 1
     g = engine.generate([1, 2, 3], drafter, cfg)
     next(g)
     del g  # dropped, not closed
     gc.collect()
-    assert engine.target_cache is None and drafter.cache is None
+    assert engine.target.cache is None and drafter.runtime.cache is None
     assert list(engine.generate([1, 2, 3], drafter, cfg))[-1].token_ids == ref
 
 
@@ -94,8 +95,8 @@ def test_drafter_exception_mid_generation_falls_back_to_the_target_alone():
     """The drafter raises in round 2: one DrafterFailedEvent, the rest is target-only, and the
     greedy reply is still exactly the target's (naive full-sequence greedy reference)."""
     fn_t = hashed_logits(V, seed=10, scale=3.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
-    drafter = ExplodingDrafter(FakeLM(V, fn_t), target_vocab_size=V, num_tokenizer_ids=V, name="boom")
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
+    drafter = ExplodingDrafter(TransformersRuntime(FakeLM(V, fn_t)), target_vocab_size=V, num_tokenizer_ids=V, name="boom")
     events = list(engine.generate([1, 2], drafter, GenerationConfig(num_speculative_tokens=2, max_new_tokens=30)))
     failures = [e for e in events if isinstance(e, DrafterFailedEvent)]
     assert len(failures) == 1 and failures[0].drafter_name == "boom" and failures[0].round_index == 2
@@ -106,7 +107,7 @@ def test_drafter_exception_mid_generation_falls_back_to_the_target_alone():
     assert drafter.calls == 3  # never asked again after it failed
     assert events.index(failures[0]) < events.index(rounds[2])  # announced before that round's tokens
     assert list(events[-1].token_ids) == naive_greedy_fn(fn_t, [1, 2], 30)
-    assert engine.target_cache is None and drafter.cache is None and drafter.ended >= 1
+    assert engine.released and drafter.runtime.cache is None and drafter.ended >= 1
     # the next generation uses the drafter again (a transient failure, e.g. memory, may pass)
     done = events_of(engine, [1, 2], drafter, num_speculative_tokens=2, max_new_tokens=30)[-1]
     assert list(done.token_ids) == naive_greedy_fn(fn_t, [1, 2], 30)
@@ -150,8 +151,9 @@ class _FailingIn(ModelDrafter):
 def test_drafter_failing_anywhere_falls_back_and_keeps_the_exact_greedy_reply(method, at, exc):
     fn_t = hashed_logits(V, seed=21, scale=3.0)
     fn_d = hashed_logits(V, seed=22, scale=3.0)  # a different model: rejections happen too
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
-    drafter = _FailingIn(FakeLM(V, fn_d), method=method, at=at, exc=exc, target_vocab_size=V, num_tokenizer_ids=V, name="d")
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
+    drafter = _FailingIn(TransformersRuntime(FakeLM(V, fn_d)), method=method, at=at, exc=exc, target_vocab_size=V,
+                    num_tokenizer_ids=V, name="d")
     events = list(engine.generate([3, 1, 4], drafter, GenerationConfig(num_speculative_tokens=3, max_new_tokens=25)))
     failures = [e for e in events if isinstance(e, DrafterFailedEvent)]
     assert len(failures) == 1 and failures[0].error == f"{type(exc).__name__}: {exc}"
@@ -160,7 +162,7 @@ def test_drafter_failing_anywhere_falls_back_and_keeps_the_exact_greedy_reply(me
         assert all(e.num_drafted == 0 for e in events if isinstance(e, RoundEvent))
     assert list(events[-1].token_ids) == naive_greedy_fn(fn_t, [3, 1, 4], 25)
     assert events[-1].stop_reason is StopReason.MAX_NEW_TOKENS
-    assert engine.target_cache is None and drafter.cache is None
+    assert engine.released and drafter.runtime.cache is None
 
 
 @pytest.mark.drafter_failure
@@ -169,12 +171,12 @@ def test_fallback_keeps_the_exact_sampled_distribution():
     target's exact sequence probabilities (chi-square), as if it had never been there."""
     fn_t = hashed_logits(4, seed=31, scale=1.5)
     fn_d = hashed_logits(4, seed=32, scale=1.5)
-    engine = SpeculativeEngine(FakeLM(4, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(4, fn_t)), None)
     exact = exact_sequences(fn_t, [0, 1], 4, temperature=1.0)
     counts: Counter = Counter()
     n = 3000
     for seed in range(n):
-        drafter = _FailingIn(FakeLM(4, fn_d), method="propose", at=2, exc=torch.OutOfMemoryError("oom"),
+        drafter = _FailingIn(TransformersRuntime(FakeLM(4, fn_d)), method="propose", at=2, exc=torch.OutOfMemoryError("oom"),
                              target_vocab_size=4, num_tokenizer_ids=4, name="d")
         cfg = GenerationConfig(num_speculative_tokens=2, temperature=1.0, seed=seed, max_new_tokens=4)
         events = list(engine.generate([0, 1], drafter, cfg))
@@ -195,8 +197,8 @@ def test_generator_stepped_from_several_threads_runs_without_autograd():
     grads: list[bool] = []
     for m in (tgt, drf):
         m.register_forward_hook(lambda mod, args, kwargs, out: grads.append(out.logits.requires_grad), with_kwargs=True)
-    engine = SpeculativeEngine(tgt, TOK)
-    drafter = ModelDrafter(drf, target_vocab_size=257, num_tokenizer_ids=257, name="d")
+    engine = SpeculativeEngine(TransformersRuntime(tgt), TOK)
+    drafter = ModelDrafter(TransformersRuntime(drf), target_vocab_size=257, num_tokenizer_ids=257, name="d")
     g = engine.generate(list(b"hello world"), drafter, GenerationConfig(num_speculative_tokens=2, max_new_tokens=8))
     box: list = []
 
@@ -215,7 +217,7 @@ def test_generator_stepped_from_several_threads_runs_without_autograd():
 
 
 def test_consumer_does_not_run_in_inference_mode_between_events():
-    engine = SpeculativeEngine(FakeLM(V, hashed_logits(V, seed=1, scale=1.0)), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, hashed_logits(V, seed=1, scale=1.0))), None)
     assert not torch.is_inference_mode_enabled()
     seen = []
     for _ in engine.generate([1, 2], None, GenerationConfig(max_new_tokens=3)):
@@ -229,7 +231,7 @@ def test_late_cleanup_of_an_abandoned_generator_does_not_break_the_next_one():
     Its cleanup must not clear the state of a newer generation already running on the engine.
     """
     fn_t = hashed_logits(V, seed=10, scale=3.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=9, scale=3.0)), V)
     cfg = GenerationConfig(num_speculative_tokens=2, max_new_tokens=20)
     ref = naive_greedy_fn(fn_t, [1, 2], 20)
@@ -265,8 +267,8 @@ def test_memory_stays_bounded_over_repeated_mixed_requests(target, other):
     """Speculative, target-only, cancelled, closed mid-stream and abandoned generations, 12
     cycles after 2 warm-up cycles: no tensor is left behind (count and bytes stay flat), the
     caches are released, and the engine still gives the reference reply."""
-    engine = SpeculativeEngine(target, TOK, eos_token_ids=[])
-    drafter = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="other")
+    engine = SpeculativeEngine(TransformersRuntime(target), TOK, eos_token_ids=[])
+    drafter = ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=TINY_VOCAB, name="other")
     reference = naive_greedy(target, TINY_PROMPT, 12)
     cfg = GenerationConfig(num_speculative_tokens=3, max_new_tokens=12)
 
@@ -292,7 +294,7 @@ def test_memory_stays_bounded_over_repeated_mixed_requests(target, other):
     for i in range(12):
         cycle(i)
     after = live_tensor_bytes()
-    assert engine.target_cache is None and drafter.cache is None
+    assert engine.target.cache is None and drafter.runtime.cache is None
     assert after[0] <= before[0] + 2 and after[1] <= before[1] + 4096, (before, after)
 
 
@@ -303,7 +305,7 @@ def test_decode_time_leaves_out_the_time_the_consumer_holds_the_stream(monkeypat
     target-only showed as slower than the baseline (0.65x, found by a fresh-user session)."""
     clock = [1000.0]
     fn_t = hashed_logits(V, seed=10, scale=3.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     monkeypatch.setattr(engine, "_now", lambda: clock[0])
     for drafter in (None, NgramDrafter()):
         events = []

@@ -9,15 +9,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 from lossless import TINY_PROMPT, TINY_VOCAB, naive_greedy
 
 from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent
-from specchat.core.kv import common_prefix, keep_prefix, take_prefix
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 GREEDY = GenerationConfig(num_speculative_tokens=4, max_new_tokens=24, seed=0)
 
@@ -27,14 +26,14 @@ def fresh_engine(target):
     """A new engine per test (the shared one keeps a cache between tests)."""
     from tiny_models import byte_tokenizer
 
-    return SpeculativeEngine(target, byte_tokenizer(), eos_token_ids=[])
+    return SpeculativeEngine(TransformersRuntime(target), byte_tokenizer(), eos_token_ids=[])
 
 
 def _drafter(kind, other):
     if kind == "ngram":
         return NgramDrafter()
     if kind == "model":
-        return ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
+        return ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
     return None
 
 
@@ -42,12 +41,6 @@ def _done(events) -> DoneEvent:
     done = list(events)[-1]
     assert isinstance(done, DoneEvent)
     return done
-
-
-def test_common_prefix():
-    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
-    assert common_prefix([1, 2], [1, 2, 3]) == 2
-    assert common_prefix([], [1]) == 0 and common_prefix([5], [6]) == 0
 
 
 @pytest.mark.parametrize("kind", ["none", "ngram", "model"])
@@ -58,20 +51,20 @@ def test_second_turn_prefills_only_its_new_tokens_and_equals_a_fresh_run(fresh_e
     drafter = _drafter(kind, other)
     first = _done(fresh_engine.generate(TINY_PROMPT, drafter, GREEDY))
     assert first.num_prefilled == len(TINY_PROMPT) - 1  # nothing kept yet
-    kept = fresh_engine.kept
-    assert kept is not None and fresh_engine.target_cache is None  # released, and kept apart
+    kept = fresh_engine.kept_ids
+    assert kept is not None and fresh_engine.released  # nothing held but the kept prefix
     history = TINY_PROMPT + list(first.token_ids)
-    assert list(kept.ids) == history[: len(kept.ids)] and len(kept.ids) == len(history) - 1
+    assert list(kept) == history[: len(kept)] and len(kept) == len(history) - 1
     prompt2 = history + list(b"\ndef sub(a, b):\n")
     second = _done(fresh_engine.generate(prompt2, drafter, GREEDY))
-    assert second.num_prefilled == len(prompt2) - 1 - len(kept.ids)
+    assert second.num_prefilled == len(prompt2) - 1 - len(kept)
     assert list(second.token_ids) == naive_greedy(target, prompt2, len(second.token_ids))
-    plain = SpeculativeEngine(target, fresh_engine.tokenizer, eos_token_ids=[], prefix_cache=False)
+    plain = SpeculativeEngine(TransformersRuntime(target), fresh_engine.tokenizer, eos_token_ids=[], prefix_cache=False)
     baseline = _done(plain.generate(prompt2, _drafter(kind, other), GREEDY))
-    assert baseline.num_prefilled == len(prompt2) - 1 and plain.kept is None
+    assert baseline.num_prefilled == len(prompt2) - 1 and plain.kept_ids is None and plain.target.cache is None
     assert second.token_ids == baseline.token_ids
     if kind == "model":
-        assert drafter.kept is not None and drafter.cache is None
+        assert drafter.kept_ids is not None and not drafter.active
 
 
 def test_a_different_or_trimmed_prompt_reuses_only_what_matches(fresh_engine, target, other):
@@ -109,10 +102,10 @@ def test_a_cancelled_generation_keeps_a_consistent_prefix(fresh_engine, target, 
                                    cancel)
     for _event in events:
         cancel.set()  # stops before the next round
-    kept = fresh_engine.kept
+    kept = fresh_engine.kept_ids
     assert kept is not None
-    assert list(kept.ids) == TINY_PROMPT[: len(kept.ids)] or list(kept.ids)[: len(TINY_PROMPT)] == TINY_PROMPT
-    prompt = list(kept.ids) + list(b"\nx = 1\n")
+    assert list(kept) == TINY_PROMPT[: len(kept)] or list(kept)[: len(TINY_PROMPT)] == TINY_PROMPT
+    prompt = list(kept) + list(b"\nx = 1\n")
     done = _done(fresh_engine.generate(prompt, drafter, GREEDY))
     assert list(done.token_ids) == naive_greedy(target, prompt, len(done.token_ids))
 
@@ -124,21 +117,7 @@ def test_an_abandoned_generation_keeps_nothing(fresh_engine, other):
     stream = fresh_engine.generate(TINY_PROMPT, drafter, GREEDY)
     next(stream)
     stream.close()
-    assert fresh_engine.kept is None and drafter.kept is None and drafter.cache is None
+    assert fresh_engine.kept_ids is None and fresh_engine.target.cache is None
+    assert drafter.kept_ids is None and drafter.runtime.cache is None
     assert _done(fresh_engine.generate(TINY_PROMPT, drafter, GREEDY)).num_prefilled == len(TINY_PROMPT) - 1
 
-
-def test_keep_and_take_by_hand():
-    """A cache of 6 positions for ids (1…7): kept are the first 6 = len(ids) − 1; a prompt
-    (1, 2, 3, 9, …) takes the first 3 and the cache is cut to 3."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    k = torch.zeros(1, 1, 6, 2)
-    cache.update(k, k, 0)
-    kept = keep_prefix(cache, [1, 2, 3, 4, 5, 6, 7])
-    assert kept.ids == (1, 2, 3, 4, 5, 6) and kept.cache.get_seq_length() == 6
-    taken, n = take_prefix(kept, [1, 2, 3, 9, 9])
-    assert n == 3 and taken.get_seq_length() == 3
-    assert take_prefix(None, [1]) == (None, 0)
-    assert keep_prefix(None, [1, 2]) is None

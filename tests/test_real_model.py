@@ -20,6 +20,7 @@ from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent
 from specchat.drafters import ModelDrafter, NgramDrafter
 from specchat.runtimes import loading
+from specchat.runtimes.transformers import TransformersRuntime
 from specchat.service import eos_token_ids
 
 pytestmark = pytest.mark.real_model
@@ -34,7 +35,7 @@ PROMPT = (
 def smol(smollm2_dir):
     tok = loading.load_tokenizer(smollm2_dir)
     model = loading.load_model(smollm2_dir, dtype=torch.float32)
-    engine = SpeculativeEngine(model, tok, eos_token_ids=eos_token_ids(model, tok))
+    engine = SpeculativeEngine(TransformersRuntime(model), tok, eos_token_ids=eos_token_ids(model, tok))
     return engine, tok, model
 
 
@@ -82,7 +83,7 @@ def test_greedy_identity_real_model(smol, smollm2_dir, prompt, drafter_kind, gam
         drafter = NgramDrafter()
     else:
         m = model if drafter_kind == "self" else _int4(smollm2_dir)
-        drafter = ModelDrafter(m, target_vocab_size=vocab, num_tokenizer_ids=len(tok), name=drafter_kind)
+        drafter = ModelDrafter(TransformersRuntime(m), target_vocab_size=vocab, num_tokenizer_ids=len(tok), name=drafter_kind)
     events = list(engine.generate(ids, drafter, GenerationConfig(num_speculative_tokens=gamma, max_new_tokens=32)))
     assert list(events[-1].token_ids) == _REFERENCE[prompt]
     rounds = [e for e in events if isinstance(e, RoundEvent)]

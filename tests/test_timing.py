@@ -30,6 +30,7 @@ from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import Draft
+from specchat.runtimes.transformers import TransformersRuntime
 
 TARGET_MS, PER_POSITION_MS, DRAFT_STEP_MS = 100.0, 10.0, 20.0
 
@@ -51,7 +52,7 @@ def clocked_engine(monkeypatch, drafter_fn=None):
     clock = [0.0]
     fn_t = hashed_logits(V, seed=11, scale=2.0)
     target = ClockedLM(V, fn_t, clock, lambda n: TARGET_MS + PER_POSITION_MS * (n - 1))
-    engine = SpeculativeEngine(target, None)
+    engine = SpeculativeEngine(TransformersRuntime(target), None)
     monkeypatch.setattr(engine, "_now", lambda: clock[0])
     drafter = None
     if drafter_fn is not None:
@@ -149,7 +150,7 @@ def test_rounds_that_drafted_nothing_anyway_stand_in_for_timing_rounds(monkeypat
 @pytest.mark.parametrize("kind", ["self", "other", "ngram"])
 def test_timing_rounds_keep_greedy_identity(kind):
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     prompt = [3, 1, 4, 1, 5, 3, 1, 4]
     for adaptive in (False, True):
         events = events_of(engine, prompt, make_drafter(kind), num_speculative_tokens=3, max_new_tokens=40,
@@ -161,7 +162,7 @@ def test_timing_rounds_keep_the_exact_distribution():
     """4-token replies at T = 1, top-k 3, γ = 1 (so that round 2, a timing round, is often
     reached): chi-square against exact enumeration over 3000 seeds."""
     fn_t = hashed_logits(V, seed=11, scale=2.0)
-    engine = SpeculativeEngine(FakeLM(V, fn_t), None)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
     exact = exact_sequences(fn_t, [3, 1], 4, temperature=1.0, top_k=3)
     counts = run_many(engine, [3, 1], drafter, 3000, num_speculative_tokens=1, temperature=1.0, top_k=3,
@@ -240,7 +241,7 @@ def test_a_noisy_target_step_gets_more_timing_rounds_when_they_cost_nothing(monk
     def timing_rounds(noisy: bool) -> list[int]:
         clock = [0.0]
         lm = NoisyClockedLM if noisy else ClockedLM
-        engine = SpeculativeEngine(lm(V, fn, clock, lambda n: TARGET_MS + PER_POSITION_MS * (n - 1)), None)
+        engine = SpeculativeEngine(TransformersRuntime(lm(V, fn, clock, lambda n: TARGET_MS + PER_POSITION_MS * (n - 1))), None)
         monkeypatch.setattr(engine, "_now", lambda: clock[0])
         slow = model_drafter(ClockedLM(V, fn, clock, lambda n: 300.0), V)  # 3 target steps per draft
         events = events_of(engine, [3, 1, 4, 1], slow, num_speculative_tokens=2, max_new_tokens=120, measure_speedup=True)

@@ -22,6 +22,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime
 
 CASES = [  # (drafter, temperature, top_p)
     ("model", 0.0, 1.0),
@@ -35,7 +36,7 @@ CASES = [  # (drafter, temperature, top_p)
 def _drafter(kind, other):
     if kind == "ngram":
         return NgramDrafter()
-    return ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
+    return ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +170,8 @@ def test_the_residual_excludes_mass_where_q_is_at_least_p(traces, case):
 
 def test_residual_by_hand():
     """p = (0.5, 0.3, 0.2), q = (0.2, 0.6, 0.2): max(0, p − q) = (0.3, 0, 0) → one token, mass 1."""
-    from specchat.analysis.trace import build_round_trace
     from specchat.core.events import TokenKind
+    from specchat.core.roundtrace import build_round_trace
     from specchat.core.sampling import VerifyResult
 
     target_probs = torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]])

@@ -91,7 +91,7 @@ def greedy_check(service, input_ids: list[int], drafter: str, max_new_tokens: in
     """Greedy with ``drafter`` vs target-only; (reference, speculative, first Divergence or None)."""
     reference = greedy_tokens(service, input_ids, "none", max_new_tokens)
     other = greedy_tokens(service, input_ids, drafter, max_new_tokens, num_speculative_tokens)
-    return reference, other, first_divergence(service.engine.target_model, input_ids, reference, other)
+    return reference, other, first_divergence(service.engine.target.model, input_ids, reference, other)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def sampled_check(
     """
     from tqdm.auto import tqdm
 
-    exact = exact_next_token_probs(service.engine.target_model, input_ids, config)
+    exact = exact_next_token_probs(service.engine.target.model, input_ids, config)
     counts = torch.zeros_like(exact)
     num_drafted = num_accepted = 0
     for i in tqdm(range(num_samples), desc="sampled check", unit="draw", disable=not progress, leave=False):
@@ -195,7 +195,7 @@ def choose_position(
     from specchat.core.events import TokenEvent, TokenKind
     from specchat.core.sampling import logits_to_probs
 
-    model = service.engine.target_model
+    model = service.engine.target.model
     device = next(model.parameters()).device
     ids = torch.tensor([input_ids + reference[:-1]], device=device)
     logits = model(ids, logits_to_keep=len(reference)).logits[0]

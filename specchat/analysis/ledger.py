@@ -19,9 +19,9 @@ the formulas' predictions beside the counts:
 * drafter passes and their share of the decode time, drafted tokens thrown away.
 
 ĉ, the drafter's arithmetic per token over the target's, comes from the two models' matmul
-parameter counts (:class:`ModelSizes`; attention over the context is left out of both, which
-is what "2 FLOPs per weight" ignores). Pure Python: no tensors, no UI (``model_sizes`` imports
-torch only when called).
+parameter counts (:class:`ModelSizes`, as each runtime counts them: ``ModelRuntime.model_size``; attention over the
+context is left out of both, which is what "2 FLOPs per weight" ignores). Pure Python: no
+tensors, no UI.
 """
 
 from __future__ import annotations
@@ -32,28 +32,12 @@ from typing import Any
 
 from specchat.core import theory
 from specchat.core.events import RoundEvent
+from specchat.core.runtime import ModelSize  # a runtime reports it (ModelRuntime.model_size)
 
-__all__ = ["ModelSize", "ModelSizes", "Ledger", "count_ledger", "model_size", "PREFILL_HEAVY"]
+__all__ = ["ModelSize", "ModelSizes", "Ledger", "count_ledger", "PREFILL_HEAVY"]
 
 PREFILL_HEAVY = 0.5
 """A reply whose prefill took more than this share of its time is called "mostly prefill"."""
-
-
-@dataclass(frozen=True)
-class ModelSize:
-    """The arithmetic and the bytes of one forward position of a model.
-
-    Attributes:
-        matmul_params: weights in matrix multiplications per position (every linear layer, the
-            LM head included; the input embedding is a lookup and is not counted). A position
-            costs about 2 FLOPs per weight. For a 4-bit model: the unpacked count (its
-            multiply-adds are the same, on dequantized weights).
-        weight_bytes: bytes of those weights as stored (4-bit packed weights and their scales
-            for an NF4 model): what one forward pass reads from memory, KV cache aside.
-    """
-
-    matmul_params: int
-    weight_bytes: int
 
 
 @dataclass(frozen=True)
@@ -98,38 +82,6 @@ class ModelSizes:
             return cls(size(value["target"]), None if drafter is None else size(drafter))
         except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
             return None
-
-
-def model_size(model: Any) -> ModelSize:
-    """Count a torch model's matmul weights and their stored bytes.
-
-    Every ``torch.nn.Linear`` (bitsandbytes' ``Linear4bit`` is one) counts its weight once, also
-    a weight shared by two modules (a tied LM head). A 4-bit weight counts its original shape
-    (``weight.quant_state.shape``) as parameters and its packed bytes plus the quantization
-    scales as bytes.
-    """
-    import torch
-
-    params = nbytes = 0
-    seen: set[int] = set()
-    for module in model.modules():
-        if not isinstance(module, torch.nn.Linear):
-            continue
-        for tensor in (module.weight, module.bias):
-            if tensor is None or id(tensor) in seen:
-                continue
-            seen.add(id(tensor))
-            state = getattr(tensor, "quant_state", None)
-            shape = getattr(state, "shape", None)
-            count = 1
-            for dim in (shape if shape is not None else tensor.shape):
-                count *= int(dim)
-            params += count
-            nbytes += tensor.numel() * tensor.element_size()
-            absmax = getattr(state, "absmax", None)
-            if absmax is not None:
-                nbytes += absmax.numel() * absmax.element_size()
-    return ModelSize(params, nbytes)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,10 @@ Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Dec
 ICML 2023, Algorithm 1, with KV caches for both models. Target-only decoding (no drafter) is
 the same loop with zero drafts per round, so speed comparisons are like for like.
 
+The engine runs the target through the runtime seam (:class:`specchat.core.runtime.ModelRuntime`:
+"feed these ids, give me float32 logits", "keep the first n positions") and never touches a
+model object or a KV cache class, so the same loop runs on any runtime.
+
 Cache invariant, between rounds: the target cache holds exactly ``len(ids) - 1`` positions
 (the last committed token is fed as the first input of the next verify pass), and the
 drafter's cache holds at most ``len(ids) - 1``.
@@ -21,67 +25,61 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from specchat.analysis.trace import build_round_trace
 from specchat.core.adaptive import AdaptiveGamma
 from specchat.core.config import GenerationConfig
-from specchat.core.costs import CostEstimator, timing_round_due
+from specchat.core.costs import timing_round_due
+from specchat.core.draft import Draft, Drafter
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.core.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
+from specchat.core.generation import Generation, token_event
+from specchat.core.roundtrace import build_round_trace
+from specchat.core.runtime import CacheRollbackError, ModelRuntime, synced_now
 from specchat.core.sampling import VerifyResult, logits_to_probs, verify_draft
-from specchat.core.text import StreamingDetokenizer
-from specchat.drafters.base import Draft, Drafter, embedding_rows, synced_now
-from specchat.runtimes.compiled import CompiledTarget
+from specchat.core.text import StreamingDetokenizer, Tokenizer
 
 
 class SpeculativeEngine:
     """Generate with a target model, optionally speculating with a drafter.
 
     Args:
-        target_model: causal LM in eval mode; its output distribution is preserved exactly.
-        tokenizer: used for text deltas and stop strings; None yields empty text.
+        target: the target model behind the runtime seam (its KV cache included); its output
+            distribution is preserved exactly. E.g. :class:`specchat.runtimes.transformers.TransformersRuntime`
+            (eager, or compiled: target-only generations run the same passes, so speed
+            comparisons stay like for like).
+        tokenizer: used for text deltas and stop strings (``decode``); None yields empty text.
         eos_token_ids: ids that end the reply when the target commits them.
-        context_length: positions the target may use (prompt + reply); defaults to
-            ``config.max_position_embeddings``.
-        prefix_cache: keep the target's KV cache (and a model drafter's) after each generation,
-            so that the next prompt prefills only what does not start like the last one (the
-            next turn of a chat prefills its new message, not the history). One cache per
-            model, at most ``context_length`` positions: memory bounded by one conversation.
-        compiled: run the target's passes through this :class:`~specchat.runtimes.compiled.CompiledTarget`
-            (compiled graphs over its static cache) whenever a generation fits in its cache;
-            one that does not runs eagerly on a dynamic cache. Target-only generations use it
-            too, so speed comparisons stay like for like.
+        context_length: positions the target may use (prompt + reply); defaults to the
+            runtime's ``context_length``.
+        prefix_cache: keep the target's KV cache (and a model drafter's) after each generation
+            that ended normally, so that the next prompt prefills only what does not start like
+            the last one (the next turn of a chat prefills its new message, not the history).
+            One cache per model, at most ``context_length`` positions: memory bounded by one
+            conversation.
 
     One engine serves one generation at a time (callers serialise; the app holds a lock).
     """
 
     def __init__(
         self,
-        target_model: PreTrainedModel,
-        tokenizer: PreTrainedTokenizerBase | None,
+        target: ModelRuntime,
+        tokenizer: Tokenizer | None,
         *,
         eos_token_ids: Iterable[int] = (),
         context_length: int | None = None,
         prefix_cache: bool = True,
-        compiled: CompiledTarget | None = None,
     ):
-        self.target_model = target_model
-        self.compiled = compiled
-        self._static = False  # this generation runs on the compiled target's static cache
+        self.target = target
         self.prefix_cache = prefix_cache
-        self.kept: KeptPrefix | None = None  # the last generation's cache, for the next prompt
+        self._reusable = False  # the target's cache holds a finished generation's prefix, fit for reuse
         self._finished: tuple[list[int], bool] | None = None  # (ids, drafter still in use) at the end
         self.tokenizer = tokenizer
         self.eos_token_ids = frozenset(int(i) for i in eos_token_ids)
-        self.context_length = int(context_length or target_model.config.max_position_embeddings)
-        self.device = next(target_model.parameters()).device
-        self.vocab_size = embedding_rows(target_model, output=True)
-        self.target_cache: DynamicCache | None = None
+        self.context_length = int(context_length or target.context_length)
+        self.device = target.device
+        self.vocab_size = int(target.vocab_size)
         self._current: object | None = None
         # adaptive γ: one controller per (drafter name, γ_max, greedy, round source), kept across
         # generations; the source is "" except for a drafter with a round_source method (hybrid)
@@ -89,9 +87,22 @@ class SpeculativeEngine:
         self._token_texts: dict[int, str] = {}  # id → text, for traces
 
     # -- public ---------------------------------------------------------------------------
+    @property
+    def kept_ids(self) -> tuple[int, ...] | None:
+        """The ids whose target states are kept for the next prompt (None when nothing is)."""
+        return self.target.cached_ids if self._reusable and self.target.num_cached else None
+
+    @property
+    def released(self) -> bool:
+        """Whether the target holds no state but the prefix kept for the next prompt: nothing of
+        a generation in progress, cancelled mid-stream or abandoned."""
+        kept = self.kept_ids
+        return self.target.num_cached == (len(kept) if kept is not None else 0)
+
     def forget_prefix(self) -> None:
         """Drop the kept cache (the next prompt is prefilled whole; frees its memory)."""
-        self.kept = None
+        self._reusable = False
+        self.target.release()
 
     def generate(
         self,
@@ -147,10 +158,11 @@ class SpeculativeEngine:
                 finished, self._finished = self._finished, None
                 if finished is not None and self.prefix_cache:  # a generation that ended normally
                     ids, drafter_ok = finished
-                    self.kept = keep_prefix(self.target_cache, ids)
+                    self._keep_prefix(ids)
                     if drafter_ok and hasattr(drafter, "keep_prefix"):
                         drafter.keep_prefix(ids)
-                self.target_cache = None
+                else:
+                    self.target.release()
                 if drafter is not None:
                     drafter.end()
 
@@ -167,7 +179,7 @@ class SpeculativeEngine:
             return
         seed = config.seed if config.seed is not None else random.randrange(2**63)
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        state = _Generation(
+        state = Generation(
             ids=list(prompt_ids), detok=StreamingDetokenizer(self.tokenizer, config.stop_strings), drafter=drafter,
             num_prompt_tokens=len(prompt_ids),
         )
@@ -176,18 +188,12 @@ class SpeculativeEngine:
         self._finished = None
         prefix = state.ids[:-1]  # every prompt token but the last (the first round feeds it)
         with torch.inference_mode():
-            compiled = self.compiled
-            self._static = compiled is not None and compiled.fits(len(prompt_ids) + config.max_new_tokens)
-            kept = self.kept if self.prefix_cache else None
-            if kept is not None and (compiled is not None and kept.cache is compiled.cache) != self._static:
-                kept = None  # kept on the other kind of cache than this generation runs on
-            cache, reused = take_prefix(kept, prefix)
-            self.kept = None  # handed over (or dropped): one kept cache at a time
-            if cache is None:
-                cache = compiled.reset() if self._static else DynamicCache(config=self.target_model.config)
-            self.target_cache = cache
+            reusable, self._reusable = self._reusable and self.prefix_cache, False  # in use until it ends normally
+            reused = self.target.start(
+                prefix, max_positions=len(prompt_ids) + config.max_new_tokens, reuse=reusable
+            )
             if len(prefix) > reused:
-                self._target_forward(prefix[reused:], logits_to_keep=1)
+                self.target.forward(prefix[reused:], num_logits=0)
             if state.drafter is not None:
                 self._call_drafter(state, state.drafter.begin, state.ids)
         prefill_ms = (self._now() - t0) * 1000
@@ -243,7 +249,7 @@ class SpeculativeEngine:
     # -- one round: Leviathan et al. 2023, Algorithm 1 --------------------------------------
     def _round(
         self,
-        state: _Generation,
+        state: Generation,
         config: GenerationConfig,
         generator: torch.Generator,
         num_speculative_tokens: int,
@@ -281,7 +287,7 @@ class SpeculativeEngine:
         return [*token_events, round_event]
 
     def _draft(
-        self, state: _Generation, config: GenerationConfig, generator: torch.Generator, num_speculative_tokens: int
+        self, state: Generation, config: GenerationConfig, generator: torch.Generator, num_speculative_tokens: int
     ) -> Draft:
         """Step 1: up to γ draft tokens and the q they were drawn from, capped so that the round
         (at most γ + 1 tokens) stays within max_new_tokens and the context window. An empty
@@ -297,28 +303,29 @@ class SpeculativeEngine:
         return Draft(torch.empty(0, dtype=torch.long, device=self.device), None, 0)
 
     def _verify(
-        self, state: _Generation, draft: Draft, config: GenerationConfig, generator: torch.Generator
+        self, state: Generation, draft: Draft, config: GenerationConfig, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, VerifyResult]:
         """Steps 2-4: the target scores the last committed token and the γ drafts in one
         forward pass, giving raw logits and ``target_probs`` ``[γ + 1, V]`` float32 (p after the
         warpers), and :func:`~specchat.core.sampling.verify_draft` accepts a prefix, then resamples
         or adds a bonus. Returns (logits, p, the result)."""
-        target_logits = self._target_forward([state.ids[-1], *draft.token_ids.tolist()], logits_to_keep=0)
+        token_ids = [state.ids[-1], *draft.token_ids.tolist()]
+        target_logits = self.target.forward(token_ids, num_logits=len(token_ids))
         target_probs = logits_to_probs(
             target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
         )
         return target_logits, target_probs, verify_draft(draft.token_ids, draft.draft_probs, target_probs, generator)
 
-    def _roll_back(self, state: _Generation, num_valid: int) -> None:
+    def _roll_back(self, state: Generation, num_valid: int) -> None:
         """Cut the target's cache, and the drafter's, to the first ``num_valid`` positions:
         the committed prefix plus the accepted drafts (the rejected ones are removed)."""
-        cut_cache(self.target_cache, num_valid)
+        self.target.truncate(num_valid)
         if state.drafter is not None:
             self._call_drafter(state, state.drafter.rollback, num_valid)
 
     def _commit(
         self,
-        state: _Generation,
+        state: Generation,
         config: GenerationConfig,
         draft: Draft,
         result: VerifyResult,
@@ -340,7 +347,7 @@ class SpeculativeEngine:
             text = state.detok.add(token, last=state.stop is not None)
             if state.detok.stopped:
                 state.stop = StopReason.STOP_STRING
-            events.append(_token_event(token, kind, text, pos, state.round_index, draft, target_probs))
+            events.append(token_event(token, kind, text, pos, state.round_index, draft, target_probs))
             if state.stop is not None:
                 break
         if len(events) < len(new_tokens):
@@ -348,7 +355,7 @@ class SpeculativeEngine:
             self._roll_back(state, len(state.ids) - 1)
         return events
 
-    def _stop_reason(self, state: _Generation, config: GenerationConfig, token: int) -> StopReason | None:
+    def _stop_reason(self, state: Generation, config: GenerationConfig, token: int) -> StopReason | None:
         """Why the reply ends after committing ``token``, or None (an EOS wins over the budget)."""
         if token in self.eos_token_ids:
             return StopReason.EOS
@@ -358,7 +365,7 @@ class SpeculativeEngine:
             return StopReason.CONTEXT_FULL
         return None
 
-    def _timing_due(self, state: _Generation, config: GenerationConfig) -> bool:
+    def _timing_due(self, state: Generation, config: GenerationConfig) -> bool:
         """Whether the next round is a timing round: target-only, to time t₁ in this run
         (:func:`specchat.core.costs.timing_round_due`: the schedule, and more while t₁ is imprecise
         and its cost stays small)."""
@@ -374,7 +381,7 @@ class SpeculativeEngine:
 
     def _round_event(
         self,
-        state: _Generation,
+        state: Generation,
         config: GenerationConfig,
         num_speculative_tokens: int,
         draft: Draft,
@@ -420,19 +427,19 @@ class SpeculativeEngine:
         return dataclasses.replace(event, timing_next=state.timing_next)
 
     # -- the consumer, the drafter's failures, contract checks ------------------------------
-    def _hand_over(self, state: _Generation, events: list[Event]) -> Iterator[Event]:
+    def _hand_over(self, state: Generation, events: list[Event]) -> Iterator[Event]:
         """Yield ``events``; the time the consumer holds them (rendering a page, say) is kept
         in ``state.paused_s`` and left out of the decode time, as it is not decoding."""
         start = self._now()
         yield from events
         state.paused_s += self._now() - start
 
-    def _decode_ms(self, state: _Generation) -> float:
+    def _decode_ms(self, state: Generation) -> float:
         """Milliseconds spent decoding so far: wall time since the prefill ended, less the time
         the consumer held the stream between rounds."""
         return (self._now() - state.decode_start - state.paused_s) * 1000
 
-    def _call_drafter(self, state: _Generation, method: Callable[..., Any], *args: Any) -> Any:
+    def _call_drafter(self, state: Generation, method: Callable[..., Any], *args: Any) -> Any:
         """``method(*args)``, a method of ``state.drafter``. If the drafter raises, it is dropped:
         ``state.drafter`` becomes None (the rest of the generation is target-only), a
         DrafterFailedEvent is kept in ``state.drafter_failure``, its caches are released, and
@@ -468,18 +475,17 @@ class SpeculativeEngine:
             )
 
     # -- helpers --------------------------------------------------------------------------
-    def _target_forward(self, token_ids: list[int], *, logits_to_keep: int) -> torch.Tensor:
-        """Feed ``token_ids`` after the cached prefix; ``[n, V]`` logits of the kept positions."""
-        if self._static:
-            return self.compiled.forward(token_ids, logits_to_keep=logits_to_keep)
-        input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
-        out = self.target_model(
-            input_ids=input_ids,
-            cache=self.target_cache,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-        )
-        return out.logits[0]
+    def _keep_prefix(self, ids: list[int]) -> None:
+        """Keep the target's cache for the next prompt, holding the states of ``ids[:L]``, L =
+        min(cached, len(ids) − 1): the invariant after every round (the last committed token is
+        never in the cache yet; rejected drafts and tokens past a stop were cut). A cache that
+        cannot be cut is released instead."""
+        try:
+            self.target.truncate(min(self.target.num_cached, len(ids) - 1))
+        except CacheRollbackError:
+            self.target.release()
+            return
+        self._reusable = True
 
     def _token_text(self, token_id: int) -> str:
         """One id's text (cached), for the trace's labels; "" without a tokenizer."""
@@ -495,59 +501,3 @@ class SpeculativeEngine:
 
     def _now(self) -> float:
         return synced_now(self.device)
-
-
-@dataclass
-class _Generation:
-    """Mutable state of one generation (kept per call, never on the engine)."""
-
-    ids: list[int]
-    detok: StreamingDetokenizer
-    token_ids: list[int] = field(default_factory=list)
-    kinds: list[TokenKind] = field(default_factory=list)
-    stop: StopReason | None = None
-    drafter: Drafter | None = None  # the drafter in use; None when target-only or after it failed
-    drafter_failure: DrafterFailedEvent | None = None
-    round_index: int = 0
-    num_target_only: int = 0  # rounds that drafted nothing: each one timed t₁
-    drafting_rounds: int = 0
-    drafting_tokens: int = 0  # tokens committed by the rounds that drafted
-    num_prompt_tokens: int = 0
-    costs: CostEstimator = field(default_factory=CostEstimator)  # this run's t₁, d, v(n) so far
-    timing_next: bool = False  # the next round is a timing round (decided once, announced in RoundEvent)
-    decode_start: float = 0.0
-    elapsed_ms: float = 0.0  # decode time at the end of the last round
-    paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding
-
-
-def _token_event(
-    token: int,
-    kind: TokenKind,
-    text: str,
-    pos: int,
-    round_index: int,
-    draft: Draft,
-    target_probs: torch.Tensor,
-) -> TokenEvent:
-    target_prob = float(target_probs[pos, token])
-    draft_prob = rejected = rejected_p = rejected_q = None
-    draft_ids, draft_probs = draft.token_ids, draft.draft_probs
-    if kind is TokenKind.ACCEPTED:
-        draft_prob = 1.0 if draft_probs is None else float(draft_probs[pos, token])
-    elif kind is TokenKind.RESAMPLED:
-        rejected = int(draft_ids[pos])
-        rejected_p = float(target_probs[pos, rejected])
-        rejected_q = 1.0 if draft_probs is None else float(draft_probs[pos, rejected])
-    return TokenEvent(
-        token_id=token,
-        kind=kind,
-        text=text,
-        target_prob=target_prob,
-        draft_prob=draft_prob,
-        rejected_token_id=rejected,
-        rejected_target_prob=rejected_p,
-        rejected_draft_prob=rejected_q,
-        round_index=round_index,
-        position=pos,
-        num_drafted=int(draft_ids.shape[0]),
-    )

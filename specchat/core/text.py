@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class Tokenizer(Protocol):
+    """What the engine and the detokenizer need of a tokenizer: ids → text. A transformers
+    tokenizer is one; another runtime wraps its own."""
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (U+FFFD where an id ends inside a UTF-8 character)."""
 
 
 class StreamingDetokenizer:
@@ -18,7 +27,7 @@ class StreamingDetokenizer:
         stop_strings: non-empty strings that end the reply.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase | None, stop_strings: tuple[str, ...] = ()):
+    def __init__(self, tokenizer: Tokenizer | None, stop_strings: tuple[str, ...] = ()):
         self.tokenizer = tokenizer
         self.stop_strings = tuple(s for s in stop_strings if s)
         self.ids: list[int] = []

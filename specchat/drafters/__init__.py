@@ -1,6 +1,6 @@
 """Drafters: cheap proposers of draft tokens for the target to verify.
 
-One protocol (:class:`~specchat.drafters.base.Drafter`), three implementations: a model drafter
+One protocol (:class:`~specchat.core.draft.Drafter`), three implementations: a model drafter
 (a sibling model or an int4 copy of the target), prompt n-gram lookup, and the hybrid of the two
 (lookup first, then the model); :mod:`specchat.drafters.kinds` is the one table of the drafter
 kinds the app, the CLI and the registry offer.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "Draft": "specchat.drafters.base",
-    "Drafter": "specchat.drafters.base",
+    "Draft": "specchat.core.draft",
+    "Drafter": "specchat.core.draft",
     "HybridDrafter": "specchat.drafters.hybrid",
     "ModelDrafter": "specchat.drafters.model",
     "NgramDrafter": "specchat.drafters.ngram",

@@ -21,7 +21,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
-from specchat.drafters.base import Draft, DraftTrace
+from specchat.core.draft import Draft, DraftTrace
 from specchat.drafters.model import ModelDrafter
 
 
@@ -104,18 +104,17 @@ class HybridDrafter:
         self._last: tuple[int, tuple[int, ...], tuple] | None = None  # the latest lookup, reused
 
     @property
-    def model(self):
-        """The model part's model (for its size: :func:`specchat.analysis.ledger.model_size`)."""
-        return self.model_drafter.model
+    def runtime(self):
+        """The model part's runtime (for its size: ``ModelRuntime.model_size``)."""
+        return self.model_drafter.runtime
 
     @property
-    def kept(self):
-        """The model part's kept conversation cache (see :meth:`ModelDrafter.keep_prefix`)."""
-        return self.model_drafter.kept
+    def kept_ids(self) -> tuple[int, ...] | None:
+        """The model part's kept conversation prefix (see :meth:`ModelDrafter.keep_prefix`)."""
+        return self.model_drafter.kept_ids
 
-    @kept.setter
-    def kept(self, value) -> None:  # ChatService.forget_prefix drops it
-        self.model_drafter.kept = value
+    def forget_prefix(self) -> None:  # ChatService.forget_prefix drops it
+        self.model_drafter.forget_prefix()
 
     def begin(self, prompt_ids: list[int]) -> None:
         # within a generation the committed ids only grow, so their length and tail name the context

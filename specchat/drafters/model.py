@@ -1,7 +1,8 @@
 """Model drafter: a small sibling model or an int4 copy of the target proposes tokens.
 
-It keeps its own KV cache. Invariant between calls: the cache holds a prefix of the committed
-sequence that is at most ``len(ids) - 1`` long; ``propose`` feeds whatever committed tokens it
+It runs its model through the runtime seam (:class:`specchat.core.runtime.ModelRuntime`, with a
+KV cache of its own) and never touches a model object. Invariant between calls: the cache
+holds a prefix of the committed sequence that is at most ``len(ids) - 1`` long; ``propose`` feeds whatever committed tokens it
 has not seen (one normally; two after full acceptance, since the last draft token is never fed
 to the drafter; the whole prompt on the first call) and then one token per further draft.
 """
@@ -9,12 +10,11 @@ to the drafter; the whole prompt on the first call) and then one token per furth
 from __future__ import annotations
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
 
 from specchat.core.config import GenerationConfig
-from specchat.core.kv import KeptPrefix, cut_cache, keep_prefix, take_prefix
+from specchat.core.draft import Draft, DraftTrace
+from specchat.core.runtime import CacheRollbackError, ModelRuntime, synced_now
 from specchat.core.sampling import logits_to_probs
-from specchat.drafters.base import Draft, DraftTrace, embedding_rows, synced_now
 
 # With adaptive γ and greedy decoding, drafting stops early once the drafter's own top
 # probability (softmax of its raw logits) falls below this: a greedy draft is accepted when the
@@ -29,9 +29,10 @@ class ModelDrafter:
     """Draft with a causal LM that shares the target's tokenizer.
 
     Args:
-        model: the drafter model (eval mode). Its embedding may have more or fewer rows than
-            the target's (Qwen2.5 pads 151,936 vs 152,064): logits are cut or padded with -inf
-            to ``target_vocab_size``.
+        runtime: the drafter model behind the runtime seam, with its own KV cache (e.g.
+            :class:`specchat.runtimes.transformers.TransformersRuntime`). Its vocabulary may
+            have more or fewer rows than the target's (Qwen2.5 pads 151,936 vs 152,064): logits
+            are cut or padded with -inf to ``target_vocab_size``.
         target_vocab_size: V of the target's logits; ``draft_probs`` rows have this length.
         num_tokenizer_ids: ``len(tokenizer)``; ids at or above it are padding rows and are
             never proposed.
@@ -41,45 +42,61 @@ class ModelDrafter:
 
     def __init__(
         self,
-        model: PreTrainedModel,
+        runtime: ModelRuntime,
         *,
         target_vocab_size: int,
         num_tokenizer_ids: int,
         name: str,
         device: torch.device | str = "cpu",
     ):
-        self.model = model
+        self.runtime = runtime
         self.name = name
         self.target_vocab_size = target_vocab_size
         self.num_tokenizer_ids = min(num_tokenizer_ids, target_vocab_size)
         self.device = torch.device(device)
-        self.model_device = next(model.parameters()).device
-        self.num_input_ids = embedding_rows(model, output=False)
-        self.cache: DynamicCache | None = None
-        self.kept: KeptPrefix | None = None  # the last generation's cache, for the next begin()
+        self.model_device = runtime.device
+        self.num_input_ids = int(runtime.num_input_ids)
+        self.active = False  # between begin() and end(): the runtime's cache is this generation's
+        self._kept = False  # the runtime's cache holds a finished generation's prefix, for the next begin()
 
     @property
     def cache_len(self) -> int:
-        return 0 if self.cache is None else self.cache.get_seq_length()
+        return self.runtime.num_cached
+
+    @property
+    def kept_ids(self) -> tuple[int, ...] | None:
+        """The ids whose states are kept for the next :meth:`begin` (None when nothing is)."""
+        return self.runtime.cached_ids if self._kept and self.runtime.num_cached else None
 
     def begin(self, prompt_ids: list[int]) -> None:
         """A cache prefilled with all prompt tokens but the last: the kept cache of the last
         generation (:meth:`keep_prefix`) as far as the prompt starts with the same ids, then
         the rest computed."""
         prefix = prompt_ids[:-1]
+        reuse, self._kept = self._kept, False  # in use until the generation ends normally
+        self.active = True
         if prefix and max(prefix) >= self.num_input_ids:  # an id the drafter cannot read: no prefill
-            self.kept, self.cache = None, DynamicCache(config=self.model.config)
+            self.runtime.start([], max_positions=self.runtime.context_length, reuse=False)
             return
-        cache, reused = take_prefix(self.kept, prefix)
-        self.kept = None
-        self.cache = cache if cache is not None else DynamicCache(config=self.model.config)
+        reused = self.runtime.start(prefix, max_positions=self.runtime.context_length, reuse=reuse)
         if len(prefix) > reused:
             self._forward(prefix[reused:], logits=False)
 
     def keep_prefix(self, ids: list[int]) -> None:
         """Keep the cache for the next :meth:`begin` (the engine calls this after a generation that
-        ended normally, before :meth:`end`): it holds the states of a prefix of ``ids``."""
-        self.kept = keep_prefix(self.cache, ids)
+        ended normally, before :meth:`end`): it holds the states of ``ids[:L]``, L = min(cached,
+        len(ids) − 1). A cache that cannot be cut is not kept."""
+        try:
+            self.runtime.truncate(min(self.runtime.num_cached, len(ids) - 1))
+        except CacheRollbackError:
+            return
+        self._kept = self.runtime.num_cached > 0
+
+    def forget_prefix(self) -> None:
+        """Drop the kept cache (the next :meth:`begin` prefills everything; frees its memory)."""
+        self._kept = False
+        if not self.active:
+            self.runtime.release()
 
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
@@ -92,7 +109,7 @@ class ModelDrafter:
         How many tokens are drafted never changes which are committed (verification decides),
         so the output distribution is unchanged.
         """
-        if self.cache is None:
+        if not self.active:
             raise RuntimeError("ModelDrafter.propose called before begin()")
         if self.cache_len >= len(ids):
             raise RuntimeError(f"drafter cache ({self.cache_len}) must be shorter than ids ({len(ids)})")
@@ -132,27 +149,29 @@ class ModelDrafter:
 
     def rollback(self, num_valid: int) -> None:
         """Cut the cache to at most ``num_valid`` tokens (the engine passes committed_len − 1)."""
-        if self.cache is not None and self.cache_len > num_valid:
-            cut_cache(self.cache, num_valid)
+        if self.active and self.cache_len > num_valid:
+            self.runtime.truncate(num_valid)
 
     def end(self) -> None:
-        self.cache = None
+        """End the generation: its cache is released unless :meth:`keep_prefix` kept it."""
+        self.active = False
+        if not self._kept:
+            self.runtime.release()
 
     def _forward(self, token_ids: list[int], *, logits: bool) -> torch.Tensor | None:
-        input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.model_device)
-        out = self.model(
-            input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=1
-        )
-        return out.logits[:, -1, :].to(self.device) if logits else None
+        """Feed ``token_ids``; ``[1, V_drafter]`` float32 logits of the last one (on the
+        target's device), or None for a prefill."""
+        out = self.runtime.forward(token_ids, num_logits=1 if logits else 0)
+        return out.to(self.device) if logits else None
 
     def _align(self, logits: torch.Tensor) -> torch.Tensor:
         """``[1, V_drafter]`` → ``[1, V_target]`` with padding/unused ids at -inf."""
         v = logits.shape[-1]
         if v >= self.target_vocab_size:
-            logits = logits[:, : self.target_vocab_size].float()
+            logits = logits[:, : self.target_vocab_size].clone()  # a copy: the padding ids are set below
         else:
             pad = logits.new_full((1, self.target_vocab_size - v), float("-inf"))
-            logits = torch.cat([logits.float(), pad], dim=-1)
+            logits = torch.cat([logits, pad], dim=-1)
         if self.num_tokenizer_ids < self.target_vocab_size:
             logits[:, self.num_tokenizer_ids :] = float("-inf")
         return logits

@@ -12,7 +12,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specchat.core.config import GenerationConfig
-from specchat.drafters.base import Draft, DraftTrace
+from specchat.core.draft import Draft, DraftTrace
 
 
 class NgramDrafter:

@@ -1,8 +1,10 @@
-"""The drafter protocol the engine talks to."""
+"""The drafter protocol the engine talks to, and what a drafter returns each round.
+
+Implementations live in :mod:`specchat.drafters` (a model, prompt n-gram lookup, the hybrid);
+the engine (:mod:`specchat.core.engine`) knows only this protocol."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,23 +54,6 @@ class DraftTrace:
     step_ms: tuple[float, ...] = ()
     copy_start: int | None = None
     match_len: int | None = None
-
-
-def synced_now(device: torch.device) -> float:
-    """``time.perf_counter()`` after the device's queued work has finished (CUDA runs
-    asynchronously; on CPU nothing to wait for): seconds, for timing model work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def embedding_rows(model, *, output: bool) -> int:
-    """Rows of a model's output (lm_head) or input embedding; ``config.vocab_size`` if the model
-    does not expose them. Family members may pad these differently (Qwen2.5: 151,936 / 152,064)."""
-    get = getattr(model, "get_output_embeddings" if output else "get_input_embeddings", None)
-    layer = get() if get is not None else None
-    weight = getattr(layer, "weight", None)
-    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
 
 
 class Drafter(Protocol):

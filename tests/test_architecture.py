@@ -1,0 +1,118 @@
+"""The package's shape (docs/ARCHITECTURE.md), checked from the source: each layer imports only
+from the layers below it, no import circle among specchat's modules, the core runs without
+transformers, gradio, plotly or argparse, and no module grows past ~500 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "specchat"
+
+# what each part of the package may import from specchat (its own part included)
+ALLOWED = {
+    "core": {"core"},
+    "drafters": {"core", "drafters"},
+    "errors": set(),
+    "progress": set(),
+    "runtimes": {"core", "drafters", "runtimes", "errors", "progress"},
+    "analysis": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
+    "service": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
+    "options": {"drafters", "runtimes", "errors"},
+    "ui": {"core", "drafters", "runtimes", "analysis", "service", "options", "errors", "progress", "ui"},
+    "commands": {"core", "drafters", "runtimes", "analysis", "service", "options", "errors", "progress", "ui", "commands"},
+    "__main__": {"commands"},
+    "__init__": set(),
+}
+CORE_FORBIDDEN = {"transformers", "gradio", "plotly", "argparse", "yaml", "pydantic", "bitsandbytes", "llama_cpp"}
+MAX_LINES = 520  # "no room over ~500 lines"
+MAX_TOP_LEVEL_MODULES = 8
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name → file, for every module of the package."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> tuple[set[str], set[str]]:
+    """(specchat modules it imports, other top-level packages it imports), anywhere in the file."""
+    ours, others = set(), set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target == "specchat" or target.startswith("specchat."):
+                while target not in known and "." in target:
+                    target = target.rpartition(".")[0]
+                if target in known and target != "specchat":
+                    ours.add(target)
+            elif target and target != "__future__":
+                others.add(target.split(".")[0])
+    return ours, others
+
+
+def part(module: str) -> str:
+    rest = module.split(".", 1)[1] if "." in module else "__init__"
+    return rest.split(".")[0]
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {name: imports(name, path, set(mods))[0] - {name} for name, path in mods.items()}
+
+
+def test_each_layer_imports_only_from_below():
+    bad = []
+    for name, deps in graph().items():
+        allowed = ALLOWED[part(name)]
+        bad += [f"{name} imports {dep}" for dep in sorted(deps) if part(dep) not in allowed]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_circle():
+    deps, state, cycles = graph(), {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(deps[node]):
+            if nxt.startswith(node + "."):  # a package importing its own module is no circle
+                continue
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join([*stack[stack.index(nxt):], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = "done"
+
+    for node in sorted(deps):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_core_needs_no_model_library_ui_or_file_format():
+    mods = modules()
+    for name, path in mods.items():
+        if part(name) == "core":
+            others = imports(name, path, set(mods))[1]
+            assert not others & CORE_FORBIDDEN, f"{name} imports {sorted(others & CORE_FORBIDDEN)}"
+
+
+def test_no_module_over_about_500_lines_and_few_at_the_top():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+    top = [p.name for p in PACKAGE.glob("*.py")]
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, top
