@@ -733,7 +733,7 @@ MUTANTS = [
     Mutant(
         "stats-of-another-reply",
         11,
-        "specchat/ui/session.py",
+        "specchat/ui/session_views.py",
         "return stats_html(reply.metrics, label=reply.label, running=reply.running)",
         "return stats_html(reply.metrics, label=self.replies[0].label, running=reply.running)",
         "the stats line is labeled with the first reply's settings, not the reply it describes",
@@ -879,7 +879,7 @@ MUTANTS = [
     Mutant(
         "proof-residual-path-not-scaled",
         13,
-        "specchat/ui/inspector.py",
+        "specchat/ui/proof.py",
         "    scale = 1.0 - proof.beta\n",
         "    scale = 1.0\n",
         "the proof view's residual path is p′ instead of (1 − β)·p′",

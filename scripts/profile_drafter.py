@@ -66,7 +66,7 @@ def main() -> int:
     drafter = service.prepare_drafter(args.drafter)
     ids = service.encode_chat([], prompt.message, args.max_new_tokens)[0]
     target_clock = ForwardClock(service.engine.target.model)
-    drafter_clock = ForwardClock(drafter.model) if hasattr(drafter, "model") else None
+    drafter_clock = ForwardClock(drafter.runtime.model) if hasattr(drafter, "runtime") else None
     ours = bench.BenchConfig(bench.SPECCHAT, args.drafter, None, args.max_gamma)
     theirs = bench.BenchConfig(bench.TRANSFORMERS, args.drafter)
     runners = {ours: bench.run_specchat, theirs: bench.run_transformers}

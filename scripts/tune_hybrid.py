@@ -55,7 +55,7 @@ def timed(fn, reps=5):
 # costs measured now: target pass over n new tokens after a 300-token cache; one drafter step
 from transformers import DynamicCache  # noqa: E402
 
-from specchat.core.kv import cut_cache  # noqa: E402
+from specchat.runtimes.transformers import cut_cache  # noqa: E402
 
 ids = torch.randint(100, 5000, (1, 300))
 with torch.inference_mode():
@@ -69,7 +69,7 @@ with torch.inference_mode():
         return timed(step)
 
     verify = {n: pass_ms(engine.target.model, n) for n in (1, 3, 5, 9)}
-    draft_ms = pass_ms(drafter.model, 1)
+    draft_ms = pass_ms(drafter.runtime.model, 1)
 slope = (verify[9] - verify[1]) / 8
 
 
@@ -89,7 +89,7 @@ for p in prompts:
             done = e
     full = list(prompt_ids) + list(done.token_ids)
     with torch.inference_mode():
-        logits = drafter.model(input_ids=torch.tensor([full])).logits[0]
+        logits = drafter.runtime.model(input_ids=torch.tensor([full])).logits[0]
     model_next = logits.argmax(-1).tolist()  # model_next[j] = drafter's greedy token after full[:j+1]
     cases.append((p, len(prompt_ids), full, model_next))
     print(f"{p.id}: {len(done.token_ids)} tokens", flush=True)

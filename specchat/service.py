@@ -195,6 +195,11 @@ class ChatService:
         return compiled
 
     @property
+    def compiled(self) -> CompiledTarget | None:
+        """The target's compiled passes once :meth:`compile_target` has built them, else None."""
+        return None if self.engine is None else getattr(self.engine.target, "compiled", None)
+
+    @property
     def context_length(self) -> int:
         return self._engine().context_length
 

@@ -598,9 +598,9 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
 def test_the_drafter_line_says_where_compile_stands():
     from types import SimpleNamespace
 
-    assert app.compile_note(SimpleNamespace(compile=False, engine=None)) == ""
-    compiling = app.compile_note(SimpleNamespace(compile=True, engine=SimpleNamespace(compiled=None)))
+    assert app.compile_note(SimpleNamespace(compile=False, compiled=None)) == ""
+    compiling = app.compile_note(SimpleNamespace(compile=True, compiled=None))
     assert "being compiled in the background" in compiling and "eagerly" in compiling
-    done = app.compile_note(SimpleNamespace(compile=True, engine=SimpleNamespace(compiled=object())))
+    done = app.compile_note(SimpleNamespace(compile=True, compiled=object()))
     assert "target compiled" in done
     assert app.parse_args(["--compile"]).compile and not app.parse_args([]).compile

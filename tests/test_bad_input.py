@@ -39,7 +39,7 @@ from specchat.core.config import GenerationConfig  # noqa: E402
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
 from specchat.core.text import StreamingDetokenizer  # noqa: E402
 from specchat.errors import ChecksumError, ModelSourceError, RegistryError, SpecchatError, TokenizerMismatchError  # noqa: E402
-from specchat.runtimes import loading  # noqa: E402
+from specchat.runtimes import gguf_cache, loading  # noqa: E402
 from specchat.runtimes.chat import build_chat_prompt  # noqa: E402
 from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry  # noqa: E402
 from specchat.service import ChatService, Notice  # noqa: E402
@@ -800,12 +800,12 @@ def test_wrong_installed_version_gives_the_reinstall_command(tmp_path, site):
 
 def test_cache_without_config_json_is_not_complete(tmp_path):
     entry = fake_entry(b"".join(PARTS))
-    final = loading.cache_dir_for(entry, tmp_path)
+    final = gguf_cache.cache_dir_for(entry, tmp_path)
     final.mkdir(parents=True)
-    (final / loading.CACHE_MARKER).write_text(json.dumps({"format": loading.CACHE_FORMAT, "gguf_sha256": entry.gguf.sha256}))
-    assert not loading.is_complete_cache(final, entry)
+    (final / gguf_cache.CACHE_MARKER).write_text(json.dumps({"format": gguf_cache.CACHE_FORMAT, "gguf_sha256": entry.gguf.sha256}))
+    assert not gguf_cache.is_complete_cache(final, entry)
     (final / "config.json").write_text("{}")
-    assert loading.is_complete_cache(final, entry)
+    assert gguf_cache.is_complete_cache(final, entry)
 
 
 def test_half_written_cache_is_never_used_but_converted_again(tmp_path, site, monkeypatch):
@@ -815,7 +815,7 @@ def test_half_written_cache_is_never_used_but_converted_again(tmp_path, site, mo
 
     locate, _ = site
     entry = fake_entry(b"".join(PARTS))
-    final = loading.cache_dir_for(entry, tmp_path)
+    final = gguf_cache.cache_dir_for(entry, tmp_path)
     final.mkdir(parents=True)
     (final / "config.json").write_text('{"model_type": "llama"}')
     (final / "model.safetensors").write_bytes(b"half-written")
@@ -826,11 +826,11 @@ def test_half_written_cache_is_never_used_but_converted_again(tmp_path, site, mo
         assembled.append(gguf_path.read_bytes())
         return model
 
-    monkeypatch.setattr(loading, "_load_gguf_model", fake_dequantize)
-    monkeypatch.setattr(loading, "_save_tokenizer", lambda gguf_path, directory, entry: byte_tokenizer().save_pretrained(directory))
+    monkeypatch.setattr(gguf_cache, "_load_gguf_model", fake_dequantize)
+    monkeypatch.setattr(gguf_cache, "_save_tokenizer", lambda gguf_path, directory, entry: byte_tokenizer().save_pretrained(directory))
     assert loading.ensure_local(entry, cache_dir=tmp_path, locate_part=locate, progress=False) == final
     assert assembled == [b"".join(PARTS)]  # it really went back to the installed parts
-    assert loading.is_complete_cache(final, entry)
+    assert gguf_cache.is_complete_cache(final, entry)
     assert not list(final.parent.glob("*.partial-*"))
     reloaded = loading.load_model(final, dtype=torch.bfloat16)
     for key, tensor in model.state_dict().items():
@@ -841,7 +841,7 @@ def test_half_written_cache_is_never_used_but_converted_again(tmp_path, site, mo
 @pytest.mark.parametrize("damage", ["truncated", "missing"])
 def test_damaged_cached_weights_name_the_file_and_the_fix(tmp_path, smollm2_dir, monkeypatch, damage):
     entry = load_registry().resolve("smollm2-135m-instruct")
-    cache = loading.cache_dir_for(entry, tmp_path)
+    cache = gguf_cache.cache_dir_for(entry, tmp_path)
     cache.mkdir(parents=True)
     for f in smollm2_dir.iterdir():  # the small files as converted, marker included
         if f.name != "model.safetensors":
@@ -849,8 +849,8 @@ def test_damaged_cached_weights_name_the_file_and_the_fix(tmp_path, smollm2_dir,
     if damage == "truncated":
         with open(smollm2_dir / "model.safetensors", "rb") as src:
             (cache / "model.safetensors").write_bytes(src.read(1 << 20))  # the first MiB of ~270 MB
-    assert loading.is_complete_cache(cache, entry)
-    monkeypatch.setenv(loading.CACHE_DIR_ENV, str(tmp_path))
+    assert gguf_cache.is_complete_cache(cache, entry)
+    monkeypatch.setenv(gguf_cache.CACHE_DIR_ENV, str(tmp_path))
     svc = ChatService(target="smollm2-135m-instruct", dtype="float32", device="cpu")
     with pytest.raises(Exception) as info:
         svc.load()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specchat.commands import bench
+from specchat.commands import bench, bench_report
 from specchat.commands.cli import build_parser, main
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 
@@ -144,7 +144,7 @@ def test_bench_runs_end_to_end_on_a_real_small_model(smollm2_dir, tmp_path, caps
 
 def test_bench_writes_to_bench_results_in_the_current_directory_by_default(smollm2_dir, tmp_path, monkeypatch, capsys):
     args = build_parser().parse_args(["bench"])
-    assert args.out == "bench-results" == bench.DEFAULT_OUT and not args.csv and not args.timing_cost
+    assert args.out == "bench-results" == bench_report.DEFAULT_OUT and not args.csv and not args.timing_cost
     for old in ("--json", "--chart"):  # the old flags whose defaults wrote into assets/
         with pytest.raises(SystemExit):
             build_parser().parse_args(["bench", old, "x"])
@@ -229,7 +229,7 @@ def test_timing_cost_is_the_median_over_prompts_of_with_over_without_minus_one()
         _run("transformers ngram", "a", 6.0, engine="transformers", gamma="auto"),
     ]
     bench._fill_relative(results)
-    summary = bench.summarize(results)
+    summary = bench_report.summarize(results)
     cost = summary["timing_cost"]
     assert list(cost) == ["ngram"]
     assert cost["ngram"]["percent"] == pytest.approx(-5.0)
@@ -240,15 +240,15 @@ def test_timing_cost_is_the_median_over_prompts_of_with_over_without_minus_one()
     # transformers' 20 tokens / (2.0 s − specchat's 0.1 s prefill), not 10 ÷ that
     assert summary["vs_transformers"]["ngram"]["overall"] == pytest.approx(9.0 / (20 / 1.9))
     assert summary["configs"][no]["measure_speedup"] is False
-    goals = [g for g, _, _ in bench.check_goals(summary)]
+    goals = [g for g, _, _ in bench_report.check_goals(summary)]
     assert goals.count("ngram: measured >= 0.9 of predicted S") == 1
-    assert no not in bench.chart_summary(summary)["configs"]
-    assert "specchat ngram adaptive" in bench.chart_summary(summary)["configs"]
-    table = bench.format_table(summary)
+    assert no not in bench_report.chart_summary(summary)["configs"]
+    assert "specchat ngram adaptive" in bench_report.chart_summary(summary)["configs"]
+    table = bench_report.format_table(summary)
     assert "timing rounds: decode tokens/s with ÷ without" in table
     row = next(line for line in table.splitlines() if line.startswith("ngram ") and "-5.0" in line)
     assert "-10.0" in row and "+7.5" in row and row.split()[-1] == "3"
-    assert bench.summarize(results[:3])["timing_cost"] == {}
+    assert bench_report.summarize(results[:3])["timing_cost"] == {}
 
 
 class _FakeService:
@@ -332,7 +332,7 @@ def test_best_against_best_spread_and_the_hybrid_goals_from_hand_made_runs():
     results += runs("transformers ngram", "ngram", "edit", [8.0, 8.0, 8.0], engine="transformers")
     results += runs("transformers sibling", "sibling", "edit", [6.0, 6.0, 6.0], engine="transformers")
     bench._fill_relative(results)
-    summary = bench.summarize(results)
+    summary = bench_report.summarize(results)
     best = summary["best_vs_best"]
     assert best["code"] == {"specchat": "specchat sibling adaptive", "specchat_tokens_per_s": 5.0,
                             "transformers": "transformers sibling", "transformers_tokens_per_s": 4.0, "ratio": 1.25}
@@ -342,7 +342,7 @@ def test_best_against_best_spread_and_the_hybrid_goals_from_hand_made_runs():
     assert hybrid["spread"]["decode_tokens_per_s"] == [3.0, 10.0, 12.0]
     assert hybrid["spread"]["speedup"] == [1.5, 5.0, 6.0]  # ÷ 2.0 tokens/s target-only
     summary["hybrid_part"] = "sibling"
-    goals = {text: (value, met) for text, value, met in bench.check_goals(summary)}
+    goals = {text: (value, met) for text, value, met in bench_report.check_goals(summary)}
     assert goals["best specchat >= 1.2x best transformers on code"] == (pytest.approx(1.25), True)
     assert goals["best specchat >= 1.2x best transformers on edit"] == (pytest.approx(1.5), True)
     assert goals["hybrid >= 1.2x ngram on edit"] == (pytest.approx(12 / 10), True)

@@ -38,6 +38,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
+from specchat.runtimes.transformers import TransformersRuntime
 from specchat.service import ChatService  # noqa: E402
 from specchat.ui import app  # noqa: E402
 
@@ -305,7 +306,7 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     drive_app.screenshot(d, str(OUT / "stopped.png"), width=1280)
     assert state["tokens"] == run["shown"]  # the partial reply stays on the page, whole
     assert "stopped" in d.execute_script(REPLY_TEXT)
-    assert service.engine.target_cache is None  # the engine released its state
+    assert service.engine.released  # the engine released its state
     # the next message works and the stopped reply stays in the conversation
     drive_app.send(d, "Say hi.")
     drive_app.wait_done(d, 120)
@@ -395,7 +396,7 @@ def test_closing_the_tab_mid_stream_stops_the_work_on_the_server(served, browser
     run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 60, "the server to stop")
     assert run["stop"] in (StopReason.CANCELLED, None), run  # None: the stream was closed by the server
     assert run["tokens"] < 1024 and run["end"] - closed_at < 30, run
-    assert service.engine.target_cache is None
+    assert service.engine.released
 
 
 def test_three_sessions_at_once_queue_and_stay_separate(served, browser):
@@ -640,7 +641,7 @@ def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, br
     from specchat.drafters.model import ModelDrafter
     from specchat.ui.session import Reply, ReplySettings
 
-    drafter = ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
+    drafter = ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
     config = GenerationConfig(num_speculative_tokens=4, temperature=0.9, max_new_tokens=40, seed=5, trace=True)
     live = Reply(1, "recorded", ReplySettings("other", 4, False, 0.9, 1.0, 40), config=config)
     for event in engine.generate(TINY_PROMPT, drafter, config):

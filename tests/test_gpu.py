@@ -86,7 +86,7 @@ def test_sampled_replies_follow_the_exact_target_distribution_on_cuda():
 def test_cuda_out_of_memory_in_the_drafter_falls_back_to_target_only(service, monkeypatch):
     expected = reply(service, PROMPTS[0], "none").token_ids
     service.prepare_drafter("int4")
-    drafter_model = service._drafters["int4"].model
+    drafter_model = service._drafters["int4"].runtime.model
     calls = {"n": 0}
     real_forward = drafter_model.forward
 

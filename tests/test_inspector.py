@@ -7,8 +7,11 @@ import re
 
 from specchat.analysis.trace import CommittedToken, DraftedToken, PositionTrace, RoundTrace
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.ui.inspector import RaceLane, ReplyRounds, inspector_html, race_verdict, timeline_html
+from specchat.ui.inspector import inspector_html
+from specchat.ui.race import RaceLane, race_verdict
+from specchat.ui.rounds import ReplyRounds
 from specchat.ui.session import ChatSession
+from specchat.ui.timeline import timeline_html
 
 A, R, B = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS
 TEXTS = {1: "def", 2: " f", 3: " g", 4: "(", 5: ")", 6: ":"}

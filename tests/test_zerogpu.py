@@ -155,14 +155,14 @@ def GPU(fn=None, duration=None):
 SCRIPT = '''
 import json, sys, threading
 import spaces
-from specchat.ui import app
+from specchat.ui import app, host
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 
-assert app.ON_ZEROGPU and app._ZEROGPU_SLOT is not None
+assert host.ON_ZEROGPU and host._ZEROGPU_SLOT is not None
 service = app.get_service(target="smollm2-135m-instruct", dtype="float32", device="cpu")
 service.load()
-stream = app._stream_fn(service)
+stream = host.stream_fn(service)
 out = {}
 
 def done_of(items):

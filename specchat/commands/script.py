@@ -1,6 +1,6 @@
 """A scripted multi-turn conversation, played the way the app plays a chat: each message is sent
 with the history so far through the chat template, and the conversation's KV cache is kept
-between turns (:mod:`specchat.core.kv`). ``python -m specchat chat --script`` and the bench's
+between turns (``ModelRuntime.start``, :mod:`specchat.core.runtime`). ``python -m specchat chat --script`` and the bench's
 multi-turn scenario both play scripts through :func:`play_script`."""
 
 from __future__ import annotations

@@ -1,0 +1,226 @@
+"""``specchat bench``: the command line of the speed benchmark. Reads the options (``--quick``
+fills in what the user did not spell out), loads the models, runs the configurations with
+:mod:`specchat.commands.bench`, prints the tables and goals of :mod:`specchat.commands.bench_report`
+and writes the results (JSON, optional CSV, the chart as HTML and PNG) to ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from specchat.commands.common import add_compile_argument, compile_target
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
+from specchat.drafters.kinds import SPECULATIVE_KIND_NAMES
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, auto_or, device, ranged
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    ben = subparsers.add_parser(
+        "bench", help="time the drafters against target-only and against transformers' assisted generation",
+        description="Greedy (or, with --temperature, sampled) decoding of a fixed prompt set (code, code edits, passage "
+                    "questions, open chat), "
+                    "every configuration interleaved in one process; medians per configuration and group.",
+    )
+    ben.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    ben.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
+    ben.add_argument("--drafters", nargs="+", choices=SPECULATIVE_KIND_NAMES,
+                     help="drafters to time (default: all the target offers); target-only is always timed")
+    ben.add_argument("--gammas", nargs="+", metavar="G",
+                     type=auto_or(ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"'adaptive' or 1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                                   word="adaptive"),
+                     default=["adaptive", 1, 2, 4, 8],
+                     help="γ settings per drafter: 'adaptive' and/or fixed values (default: adaptive 1 2 4 8)")
+    ben.add_argument("--max-gamma", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"), default=12,
+                     help="largest γ adaptive γ may choose (default 12)")
+    ben.add_argument("--sweep-per-group", type=ranged(int, 0, None, "an integer >= 0"), default=1,
+                     help="prompts per group that also run the fixed-γ settings (default 1; 0 = all)")
+    ben.add_argument("--no-transformers", dest="transformers", action="store_false",
+                     help="skip transformers' generate(assistant_model=…/prompt_lookup_num_tokens=…) counterparts")
+    ben.add_argument("--hf-assistant-tokens", nargs="*", type=ranged(int, 1, 64, "1..64"), default=[4, 8], metavar="K",
+                     help="transformers tuned: also run each model drafter's assistant with K tokens per round "
+                          "(schedule 'constant'), for each K (default 4 8; none: --hf-assistant-tokens)")
+    ben.add_argument("--prompts", help="prompt set YAML (default: the shipped specchat/bench_prompts.yaml)")
+    ben.add_argument("--groups", nargs="+", choices=["code", "edit", "passage", "chat"], help="only these groups")
+    ben.add_argument("--per-group", type=ranged(int, 1, None, "an integer >= 1"), help="first N prompts of each group")
+    ben.add_argument("--max-new-tokens", type=ranged(int, 2, MAX_NEW_TOKENS_LIMIT, f"2..{MAX_NEW_TOKENS_LIMIT}"), default=128)
+    ben.add_argument("--multi-turn", nargs="?", const="", default=None, metavar="SCRIPT",
+                     help="also play a multi-turn conversation (default: the shipped 6-turn coding chat; SCRIPT: a "
+                          "JSON list of messages) with target-only and each drafter, and report the time to first "
+                          "token per turn")
+    ben.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"),
+                     default=0.0, help="0 = greedy (default); above 0 every engine samples (top-k and top-p off), "
+                                       "repeat r with seed r")
+    ben.add_argument("--repeats", type=ranged(int, 1, 1000, "1..1000"), default=3,
+                     help="runs of every configuration on every prompt (default 3: the table gives min / median / max)")
+    ben.add_argument("--quick", action="store_true",
+                     help="a look in a few minutes: one prompt per group, 48 new tokens, 1 repeat, adaptive γ only "
+                          "(the other options still apply where given)")
+    ben.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
+    ben.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    ben.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
+    ben.add_argument("--out", default="bench-results", metavar="DIR",
+                     help="folder for the results: bench.json, bench.csv (with --csv), bench.html and bench.png "
+                          "(default: bench-results in the current directory; '--out assets' replaces the "
+                          "committed results)")
+    ben.add_argument("--csv", action="store_true", help="also write every run to DIR/bench.csv")
+    ben.add_argument("--timing-cost", action="store_true",
+                     help="also run each drafter without timing rounds (the target-only rounds that measure the "
+                          "speedup in the same run) and report what they cost: median over prompts of decode "
+                          "tokens/s with ÷ without − 1, in percent")
+    add_compile_argument(ben)
+    add_models_argument(ben)
+    return ben
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    """``specchat bench``; ``argv`` is the command line as given (what ``--quick`` must not override,
+    and the ``command`` recorded in the results); the exit status."""
+    from specchat.commands import bench, bench_report
+    from specchat.errors import RegistryError, SpecchatError
+    from specchat.service import ChatService
+
+    try:
+        prompts = bench.load_prompts(args.prompts)
+    except ValueError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.quick:  # a quick look; what the user spelled out still wins
+        given = {a.split("=", 1)[0] for a in argv}
+        for option, attr, value in (("--per-group", "per_group", 1), ("--max-new-tokens", "max_new_tokens", 48),
+                                    ("--repeats", "repeats", 1), ("--gammas", "gammas", ["adaptive"])):
+            if option not in given:
+                setattr(args, attr, value)
+    try:
+        chat_messages = bench.load_chat_script(args.multi_turn or None) if args.multi_turn is not None else []
+    except ValueError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if args.groups:
+        prompts = [p for p in prompts if p.group in args.groups]
+    if args.per_group:
+        prompts = _first_per_group(prompts, args.per_group)
+    if not prompts:
+        print(f"{PROG}: error: no prompts left after --groups/--per-group", file=sys.stderr)
+        return 2
+    try:
+        import torch
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
+    except RegistryError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        service.load()
+        available = [d for d in service.drafter_kinds() if d != "none"]
+        drafters = args.drafters or available
+        if args.drafter_model and not {"sibling", "sibling-int4"} & set(drafters):
+            print(f"{PROG}: error: --drafter-model names a sibling, but --drafters has neither "
+                  "sibling nor sibling-int4", file=sys.stderr)
+            return 2
+        missing = [d for d in drafters if d not in available]
+        if missing:
+            print(f"{PROG}: error: drafter(s) {', '.join(missing)} not available for "
+                  f"{service.target_name}; allowed: {', '.join(available)}", file=sys.stderr)
+            return 2
+        for drafter in drafters:
+            print(f"loading drafter {drafter} …", file=sys.stderr)
+            service.prepare_drafter(drafter)
+        if args.compile:  # before any timing: specchat's rows (target-only too) run compiled, transformers' eagerly
+            compile_target(service)
+        gammas = [None if g == "adaptive" else g for g in dict.fromkeys(args.gammas)]
+        main_gammas = [g for g in gammas if g is None] or gammas[:1]
+        sweep_gammas = [g for g in gammas if g not in main_gammas]
+        main = bench.build_configs(drafters, transformers=args.transformers, gammas=main_gammas, max_gamma=args.max_gamma,
+                                   timing_cost=args.timing_cost, hf_assistant_tokens=args.hf_assistant_tokens)
+        sweep = [c for c in bench.build_configs(drafters, transformers=False, gammas=sweep_gammas, max_gamma=args.max_gamma)
+                 if c.drafter != "none"]
+        sweep_prompts = prompts if args.sweep_per_group == 0 else _first_per_group(prompts, args.sweep_per_group)
+        out = Path(args.out)
+        try:  # before the long part: a folder that cannot be written fails now, not after the run
+            out.mkdir(parents=True, exist_ok=True)
+            if not os.access(out, os.W_OK):
+                raise PermissionError(f"[Errno 13] Permission denied: {str(out)!r}")
+        except OSError as exc:
+            print(f"{PROG}: error: --out {args.out}: cannot write there ({exc})", file=sys.stderr)
+            return 2
+        say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+        say(f"bench: {len(prompts)} prompts × {len(main)} configurations"
+            + (f" + {len(sweep_prompts)} prompts × {len(sweep)} fixed-γ settings" if sweep and sweep_prompts else "")
+            + f", {args.repeats} repeat(s), {args.max_new_tokens} new tokens, "
+            + ("greedy" if args.temperature == 0 else f"sampled at temperature {args.temperature:g} (seed = repeat)"))
+        # one interleaved run: the sweep prompts run every configuration, the others the main ones
+        results = bench.run_bench(service, sweep_prompts, main + sweep, max_new_tokens=args.max_new_tokens,
+                                  repeats=args.repeats, progress=say, temperature=args.temperature) if sweep and sweep_prompts else []
+        rest = [p for p in prompts if p not in sweep_prompts] if sweep and sweep_prompts else prompts
+        if rest:
+            results += bench.run_bench(service, rest, main, max_new_tokens=args.max_new_tokens,
+                                       repeats=args.repeats, progress=say, temperature=args.temperature)
+        multi_turn = []
+        if args.multi_turn is not None:
+            multi_turn = bench.run_multi_turn(service, chat_messages, drafters, max_new_tokens=args.max_new_tokens,
+                                              repeats=args.repeats, temperature=args.temperature, progress=say)
+    except (SpecchatError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    summary = bench_report.summarize(results)
+    if multi_turn:
+        summary["multi_turn"] = bench_report.summarize_multi_turn(multi_turn)
+        summary["multi_turn_runs"] = multi_turn
+    if "hybrid" in drafters:
+        summary["hybrid_part"] = service.hybrid_part()
+    meta = bench_report.machine_description(service) | {
+        "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "num_prompts": len(prompts),
+        "max_gamma": args.max_gamma, "temperature": args.temperature, "command": PROG + " " + " ".join(argv),
+        "compiled": ({"pass_lengths": list(service.compiled.buckets),
+                      "compile_s": {str(k): round(v, 1) for k, v in service.compiled.compile_s.items()}}
+                     if service.compiled is not None else None),
+    }
+    print(bench_report.format_table(summary))
+    print(f"\nmachine: {meta['processor']}, {meta['cpu_count']} CPUs, {meta['torch_threads']} torch threads, "
+          f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}")
+    goals = bench_report.check_goals(summary)
+    if goals:
+        print("\ngoals (issues 4 and 14):")
+        for text, value, met in goals:
+            mark = "not measured" if met is None else ("met" if met else "NOT met")
+            print(f"  {text:<48} {bench_report._fmt(value):>6}  {mark}")
+    names = bench_report.OUTPUT_NAMES
+    written = ["json"] + (["csv"] if args.csv else [])
+    bench_report.write_outputs(results, summary, meta, json_path=out / names["json"],
+                               csv_path=out / names["csv"] if args.csv else None)
+    print(f"\nresults in {out.resolve()}:")
+    print(f"wrote {out / names['json']}")
+    if args.csv:
+        print(f"wrote {out / names['csv']}")
+    from specchat.ui import charts
+
+    fig = charts.bench_figure(bench_report.chart_summary(summary), meta)
+    fig.write_html(str(out / names["html"]), include_plotlyjs="cdn")
+    written.append("html")
+    print(f"wrote {out / names['html']}")
+    try:
+        fig.write_image(str(out / names["png"]), scale=1)
+        written.append("png")
+        print(f"wrote {out / names['png']}")
+    except Exception as exc:  # kaleido needs a Chrome/Chromium; the HTML is still written
+        print(f"note: no PNG ({type(exc).__name__}: {exc}); install Chromium and kaleido for one", file=sys.stderr)
+    for key, name in names.items():  # same names every run: say which files this run did not write
+        if key not in written and (out / name).exists():
+            print(f"note: {out / name} is left from an earlier run (not written by this one)")
+    return 0
+
+
+def _first_per_group(prompts: list, n: int) -> list:
+    """The first ``n`` prompts of each group, in their original order."""
+    seen: dict[str, int] = {}
+    kept = []
+    for p in prompts:
+        seen[p.group] = seen.get(p.group, 0) + 1
+        if seen[p.group] <= n:
+            kept.append(p)
+    return kept
+

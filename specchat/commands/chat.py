@@ -1,0 +1,93 @@
+"""``specchat chat``: play a scripted multi-turn conversation as the app does (chat template,
+history trimmed to the context window, the conversation's KV cache kept between turns); each
+reply on stdout and a line per turn on stderr, or one JSON object per turn with ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specchat.commands.common import add_compile_argument, load_service
+from specchat.commands.generate import summary_line
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
+from specchat.core.events import TokenEvent
+from specchat.drafters.kinds import KIND_NAMES
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, device, ranged
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    cht = subparsers.add_parser(
+        "chat", help="play a scripted multi-turn conversation, as the app does (one JSON object per turn)",
+        description="Each message of the script is sent in turn with the conversation so far (chat template, "
+                    "history trimmed to the context window as in the app); the KV cache of the conversation is "
+                    "reused between turns, so a turn prefills only its new tokens (prefill_tokens).",
+    )
+    cht.add_argument("--script", required=True, metavar="FILE", help="a JSON list of user messages")
+    cht.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
+    cht.add_argument("--drafter", choices=KIND_NAMES, default="none")
+    cht.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
+    cht.add_argument("--num-speculative-tokens", "-k", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                     default=12, help="γ, the most per round with adaptive γ (default 12, as in the app)")
+    cht.add_argument("--fixed-gamma", action="store_true", help="draft exactly -k tokens per round (the app's "
+                     "default is adaptive γ)")
+    cht.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
+    cht.add_argument("--top-p", type=ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
+    cht.add_argument("--seed", type=ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0,
+                     help="turn i uses seed S + i")
+    cht.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=256)
+    cht.add_argument("--no-prefix-cache", action="store_true",
+                     help="prefill the whole conversation every turn (for comparison)")
+    cht.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    cht.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
+    cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
+    add_compile_argument(cht)
+    add_models_argument(cht)
+    return cht
+
+
+def run(args: argparse.Namespace) -> int:
+    from specchat.commands.script import load_script, play_script
+    from specchat.errors import SpecchatError
+
+    try:
+        messages = load_script(args.script)
+    except ValueError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+    def config_for_turn(turn: int) -> GenerationConfig:
+        return GenerationConfig(
+            num_speculative_tokens=args.num_speculative_tokens, adaptive_gamma=not args.fixed_gamma,
+            temperature=args.temperature, top_p=args.top_p, seed=args.seed + turn - 1,
+            max_new_tokens=args.max_new_tokens, measure_speedup=True,
+        )
+
+    def show(event: TokenEvent) -> None:
+        sys.stdout.write(event.text)
+        sys.stdout.flush()
+
+    try:
+        service, status = load_service(args)
+        if service is None:
+            return status
+        service.engine.prefix_cache = not args.no_prefix_cache
+        for t in play_script(service, messages, drafter=args.drafter, config_for_turn=config_for_turn,
+                             on_token=None if args.json else show):
+            record, done = t.record, t.done
+            if args.json:
+                print(json.dumps(record, ensure_ascii=False), flush=True)
+            else:
+                sys.stdout.write(done.final_text + "\n")
+                ttft = "n/a" if record["ttft_ms"] is None else f"{record['ttft_ms']:.0f} ms"
+                print(f"[turn {record['turn']}] time to first token {ttft}, prefilled {done.num_prefilled} of "
+                      f"{done.num_prompt_tokens} prompt tokens in {done.prefill_ms / 1000:.2f} s; "
+                      + summary_line(args.drafter, t.metrics, done), file=sys.stderr)
+                for text in t.notices:
+                    print(f"[turn {record['turn']}] note: {text}", file=sys.stderr)
+    except (SpecchatError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+

@@ -1,0 +1,72 @@
+"""Hugging Face Hub downloads, for a model that has a Hub id and no offline source: off by
+default (specchat makes no network connections), allowed with ``--allow-download`` or
+``$SPECCHAT_ALLOW_DOWNLOAD``; the download lives in specchat's cache under ``hub/<name>``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from specchat.errors import ModelSourceError
+from specchat.runtimes.gguf_cache import cache_root
+from specchat.runtimes.registry import ModelEntry
+
+ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
+"""Set to 1 (or pass ``--allow-download``) to let specchat fetch a model that has a Hub id and no
+offline source from the Hugging Face Hub. Off by default: specchat makes no network connections."""
+
+HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
+"""What a download fetches: config, weights in safetensors, tokenizer and chat template files."""
+
+
+def download_allowed() -> bool:
+    """True when the user allowed Hub downloads (``$SPECCHAT_ALLOW_DOWNLOAD`` is 1/true/yes)."""
+    return os.environ.get(ALLOW_DOWNLOAD_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def hub_dir_for(entry: ModelEntry, root: Path | None = None) -> Path:
+    """Where a Hub download of ``entry`` lives: ``<root>/hub/<name>``."""
+    return (root or cache_root()) / "hub" / entry.name
+
+
+def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None,
+                      snapshot_download: Callable[..., str] | None = None) -> Path:
+    """Fetch ``entry.hub_id`` from the Hugging Face Hub into :func:`hub_dir_for` (config,
+    safetensors weights, tokenizer; resumable; a complete earlier download is reused without
+    contacting the Hub; huggingface_hub draws its own progress bars). Only called when
+    :func:`download_allowed`. ``snapshot_download`` replaces ``huggingface_hub.snapshot_download``
+    (tests).
+
+    Raises ModelSourceError when the Hub cannot be reached (the message says why and how to
+    download by hand), or the download holds no config.json or no safetensors weights.
+    """
+    target = hub_dir_for(entry, cache_dir)
+    if (target / "config.json").is_file() and any(target.glob("*.safetensors")) and (target / ".complete").is_file():
+        return target
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes"):
+        raise ModelSourceError(
+            f"model {entry.name!r} would be downloaded from the Hub ({entry.hub_id}), but HF_HUB_OFFLINE is set; "
+            f"unset it to allow the download, or download it yourself and pass the directory as the model."
+        )
+    if snapshot_download is None:
+        from huggingface_hub import snapshot_download
+    target.mkdir(parents=True, exist_ok=True)
+    print(f"Downloading {entry.hub_id} from the Hugging Face Hub into {target} "
+          f"(allowed by --allow-download / ${ALLOW_DOWNLOAD_ENV}) …", file=sys.stderr, flush=True)
+    try:
+        snapshot_download(repo_id=entry.hub_id, local_dir=str(target), allow_patterns=list(HUB_PATTERNS))
+    except Exception as exc:  # no network, unknown repo, gated model, disk full: one clear message
+        raise ModelSourceError(
+            f"model {entry.name!r}: downloading {entry.hub_id} from the Hugging Face Hub failed "
+            f"({type(exc).__name__}: {exc}). Download it yourself with `huggingface-cli download {entry.hub_id} "
+            f"--local-dir DIR` and pass DIR as the model."
+        ) from None
+    if not (target / "config.json").is_file() or not any(target.glob("*.safetensors")):
+        raise ModelSourceError(
+            f"model {entry.name!r}: the download of {entry.hub_id} has no config.json or no safetensors weights "
+            f"(looked in {target})."
+        )
+    (target / ".complete").write_text(entry.hub_id + "\n", encoding="utf-8")
+    return target

@@ -1,0 +1,152 @@
+"""The process's one loaded ChatService, its loading banners, and how a reply streams on ZeroGPU.
+
+The models live in one module-level :class:`~specchat.service.ChatService` (loaded once, behind a
+lock, never in ``gr.State``); every browser session of the page shares it. On a ZeroGPU Space each
+reply runs in the ``spaces.GPU`` worker (:mod:`specchat.ui.zerogpu`). :class:`TraceOnlyService`
+stands in for it when the page only shows recorded traces.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from specchat.ui.render import status_html
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
+
+# ---- optional ZeroGPU (Hugging Face Spaces) -----------------------------------------------
+ON_SPACES = os.environ.get("SYSTEM") == "spaces"  # a Hugging Face Space: public by design, no loopback warning
+ON_ZEROGPU = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+try:
+    import spaces  # type: ignore[import-not-found]
+
+    gpu = spaces.GPU
+except ImportError:  # not on Spaces: a pass-through decorator, usable as @gpu or @gpu(duration=…)
+
+    def gpu(fn=None, **_kwargs):
+        return (lambda f: f) if fn is None else fn
+
+
+# ---- the one loaded service ---------------------------------------------------------------
+_SERVICE: ChatService | None = None
+_SERVICE_LOCK = threading.Lock()
+
+
+def get_service(
+    *, target: str | None = None, dtype: str = "auto", device: str | None = None, compile: bool = False,
+) -> ChatService:
+    """The module-level ChatService, created on first use (thread-safe). Loads nothing:
+    ``service.start(drafter)`` loads the models in the background."""
+    global _SERVICE
+    with _SERVICE_LOCK:
+        if _SERVICE is None:
+            from specchat.service import ChatService
+
+            _SERVICE = ChatService(target=target, dtype=dtype, device=device, compile=compile)
+        return _SERVICE
+
+
+def loading_html(service: Any) -> str | None:
+    """A progress banner while the service loads in the background; None once it is ready."""
+    error = getattr(service, "startup_error", None)
+    if error is not None:
+        return status_html(f"Loading the models failed: {error}", error=True)
+    return loading_banner("Loading models") if getattr(service, "loading", False) else None
+
+
+def compile_note(service: Any) -> str:
+    """For the drafter's status line: where ``--compile`` stands ("" without it)."""
+    if not getattr(service, "compile", False):
+        return ""
+    if getattr(service, "compiled", None) is not None:
+        return " · target compiled (static cache, --compile)"
+    return (" · the target's passes are being compiled in the background (a few minutes): "
+            "replies run eagerly until then, faster after")
+
+
+def loading_banner(default_stage: str) -> str:
+    """HTML progress banner from the progress board (the same bars the terminal draws)."""
+    from specchat.progress import BOARD
+
+    snap = BOARD.snapshot()
+    pct = "" if snap.fraction is None else f"{snap.fraction * 100:.0f}%"
+    width = 0 if snap.fraction is None else snap.fraction * 100
+    bar = html.escape(snap.bar or "")
+    return (
+        f'<div class="spec-loading"><div>{html.escape(snap.stage or default_stage)}…</div>'
+        f'<div class="spec-loading-bar"><div style="width:{width:.0f}%"></div></div>'
+        f'<div class="spec-loading-detail">{bar} {pct}</div></div>'
+    )
+
+
+def wait_until_ready(service: Any, poll_s: float = 0.5, cancel: threading.Event | None = None) -> Iterator[str]:
+    """Yield the loading banner every ``poll_s`` seconds until the service is ready (or cancel)."""
+    while (banner := loading_html(service)) is not None:
+        yield banner
+        if service.startup_error is not None or (cancel is not None and cancel.is_set()):
+            return
+        time.sleep(poll_s)
+
+
+# Stop on ZeroGPU: a shared slot made here, before ZeroGPU forks its worker (specchat.ui.zerogpu).
+_ZEROGPU_SLOT = None
+if ON_ZEROGPU:
+    from specchat.ui.zerogpu import CancelSlot
+
+    _ZEROGPU_SLOT = CancelSlot()
+
+
+@gpu(duration=120)
+def _stream_on_zerogpu(history, message, drafter, config, generation):
+    """ZeroGPU runs this in a forked worker: plain data in (the settings as specchat.ui.zerogpu.to_plain
+    gives them), plain data out; the module-level service generates, and stops when the slot says so."""
+    from specchat.ui.zerogpu import worker_stream
+
+    yield from worker_stream(_SERVICE, _ZEROGPU_SLOT, history, message, drafter, config, generation)
+
+
+def stream_fn(service: Any):
+    """How a session streams a reply: through ZeroGPU's worker on Spaces, else the service itself."""
+    if ON_ZEROGPU and service is _SERVICE:
+        from specchat.ui.zerogpu import app_stream
+
+        return lambda history, message, drafter, config, cancel: app_stream(
+            _stream_on_zerogpu, _ZEROGPU_SLOT, history, message, drafter, config, cancel)
+    return None
+
+
+class TraceOnlyService:
+    """The ChatService interface with no model: ``python app.py --trace FILE`` shows recorded
+    traces (every view works) and refuses to generate."""
+
+    loading = False
+    startup_error = None
+    banner = status_html(
+        "Showing recorded traces: no model is loaded. Every view works; sending and racing need the app "
+        "started without --trace."
+    )
+
+    def __init__(self, target_name: str):
+        self.target_name = target_name
+        self.ready = threading.Event()
+        self.ready.set()
+        self.drafter_errors: dict[str, str] = {}
+
+    def drafter_kinds(self) -> list[str]:
+        return ["none"]
+
+    def prepare_drafter(self, kind: str) -> None:
+        return None
+
+    def stream_chat(self, *args: Any, **kwargs: Any):
+        from specchat.errors import SpecchatError
+
+        raise SpecchatError(
+            "no model is loaded: this page shows recorded traces. Start `python app.py` without --trace to chat."
+        )

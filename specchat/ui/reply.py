@@ -1,0 +1,245 @@
+"""One reply of the chat: the settings it was made with, its events, statistics and renderings.
+
+A reply is data before it is HTML: :class:`Reply` keeps every event of its stream (live, or
+read back from a trace file) and renders each view from them: its chat bubble, its row of the
+conversation table, its ledger, its trace file. An :class:`Exchange` is one user message and
+what came of it; a :class:`Run` is the cancel switch of whatever streams (a reply or a race).
+No gradio import.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from specchat.analysis.ledger import Ledger, ModelSizes, count_ledger
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
+from specchat.core.metrics import SpeculationMetrics
+from specchat.drafters import kinds as drafter_kinds
+from specchat.ui.ledger_view import ledger_html
+from specchat.ui.render import ReplyRenderer, reply_html, status_html
+from specchat.ui.rounds import ReplyRounds
+
+
+class Phase(str, enum.Enum):
+    """Where a reply is."""
+
+    WAITING = "waiting"  # the models are still loading
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"  # Stop (or a closed tab) ended it; the partial reply is kept
+    FAILED = "failed"  # an error ended it; the exchange is shown but not kept in the history
+
+
+@dataclass(frozen=True)
+class ReplySettings:
+    """The settings a reply is made with, captured when it starts (so a control changed while
+    it streams never relabels it).
+
+    Raises:
+        ValueError: from :meth:`config`, for an out-of-range setting (the message gives the range).
+    """
+
+    drafter: str
+    num_speculative_tokens: int
+    adaptive_gamma: bool
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+
+    def config(self, seed: int | None = None) -> GenerationConfig:
+        """The engine's settings; speedups are always measured in the reply (timing rounds),
+        every round is traced (the inspector, the timeline, the trace file), and the seed is
+        drawn here so that the trace file records it."""
+        return GenerationConfig(
+            num_speculative_tokens=int(self.num_speculative_tokens),
+            adaptive_gamma=bool(self.adaptive_gamma),
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            max_new_tokens=int(self.max_new_tokens),
+            seed=random.randrange(2**63) if seed is None else seed,
+            measure_speedup=True,
+            trace=True,
+        )
+
+    @classmethod
+    def from_trace(cls, header: dict) -> ReplySettings:
+        """The settings recorded in a trace file's header (missing ones get the defaults)."""
+        c = header.get("config") or {}
+        return cls(
+            drafter=str(header.get("drafter", "?")),
+            num_speculative_tokens=int(c.get("num_speculative_tokens", 4)),
+            adaptive_gamma=bool(c.get("adaptive_gamma", False)),
+            temperature=float(c.get("temperature", 0.0)),
+            top_p=float(c.get("top_p", 1.0)),
+            max_new_tokens=int(c.get("max_new_tokens", 256)),
+        )
+
+    def gamma_label(self, drafter: str) -> str:
+        """``γ adaptive ≤ 12``, ``γ = 4``, or ``γ —`` for target-only decoding."""
+        if drafter_kinds.DRAFTER_KINDS.get(drafter) is not None and drafter_kinds.get(drafter).source == "none":
+            return "γ —"
+        if self.adaptive_gamma:
+            return f"γ adaptive ≤ {self.num_speculative_tokens}"
+        return f"γ = {self.num_speculative_tokens}"
+
+    def sampling_label(self) -> str:
+        """``T 0 (greedy) · top-p 1``."""
+        temperature = "T 0 (greedy)" if self.temperature == 0 else f"T {self.temperature:g}"
+        return f"{temperature} · top-p {self.top_p:g}"
+
+
+@dataclass
+class Reply:
+    """One reply: the settings it was made with, its events, statistics and rendering.
+
+    Attributes:
+        number: 1-based, in this conversation.
+        message: the user's message it answers.
+        settings: captured when it started.
+        drafter: the drafter that made it; differs from ``settings.drafter`` when that one could
+            not be used (``fallback`` says why).
+        events: every engine event and notice, in order (kept for the views that replay a reply).
+    """
+
+    number: int
+    message: str
+    settings: ReplySettings
+    drafter: str = ""
+    fallback: str | None = None
+    metrics: SpeculationMetrics = field(default_factory=SpeculationMetrics)
+    renderer: ReplyRenderer = field(default_factory=ReplyRenderer)
+    events: list[Any] = field(default_factory=list)
+    phase: Phase = Phase.RUNNING
+    rounds: ReplyRounds = field(default_factory=ReplyRounds)
+    source: str | None = None  # the trace file it was read from (a replay)
+    config: GenerationConfig | None = None
+    trace_path: str | None = None  # its trace file, once written (a finished reply never changes)
+    sizes: ModelSizes | None = None  # the target's and the drafter's sizes (ĉ, bytes read)
+
+    def __post_init__(self) -> None:
+        self.drafter = self.drafter or self.settings.drafter
+        self.renderer.key = self.number
+
+    @property
+    def label(self) -> str:
+        """What made it: ``#3 · sibling-int4 · γ adaptive ≤ 12 · T 0 (greedy) · top-p 1``."""
+        drafter = self.drafter + (f" ({self.fallback})" if self.fallback else "")
+        label = f"#{self.number} · {drafter} · {self.settings.gamma_label(self.drafter)} · {self.settings.sampling_label()}"
+        return label + (f" · replayed from {self.source}" if self.source else "")
+
+    def add(self, item: Event | Any) -> tuple[str, str] | None:
+        """Fold in one item of the stream; return a toast ``(level, text)`` for the user, or None."""
+        self.events.append(item)
+        if isinstance(item, TokenEvent):
+            self.metrics.update(item)
+            self.renderer.add_token(item)
+            self.rounds.add(item)
+        elif isinstance(item, RoundEvent):
+            self.metrics.update(item)
+            self.renderer.add_round(item)
+            self.rounds.add(item)
+        elif isinstance(item, DoneEvent):
+            self.metrics.update(item)
+            self.renderer.finish(item)
+            self.rounds.add(item)
+            self.phase = Phase.STOPPED if item.stop_reason is StopReason.CANCELLED else Phase.DONE
+        else:  # a Notice or a DrafterFailedEvent: shown in the bubble and as a toast
+            text = str(getattr(item, "text", item))
+            self.renderer.add_notice(text)
+            if isinstance(item, DrafterFailedEvent):
+                self.fallback = f"failed in round {item.round_index}, then target only"
+                return "warning", text
+            if getattr(item, "fallback_drafter", None):
+                self.drafter, self.fallback = "none", f"{item.fallback_drafter} could not be loaded"
+            return ("warning" if getattr(item, "warning", False) else "info"), text
+        return None
+
+    def fail(self, message: str) -> None:
+        self.renderer.set_error(message)
+        self.phase = Phase.FAILED
+
+    @property
+    def running(self) -> bool:
+        return self.phase in (Phase.WAITING, Phase.RUNNING)
+
+    def html(self, *, show_rejected: bool = False) -> str:
+        """The reply's chat bubble: label, colored tokens and notices, and its own summary
+        (with ``show_rejected``, the drafts its rounds threw away, struck through)."""
+        if self.phase is Phase.WAITING:
+            body = status_html("waiting for the models to finish loading…")
+        else:
+            body = self.renderer.html(show_rejected=show_rejected)
+        return reply_html(self.label, body, self.metrics, running=self.running)
+
+    def ledger(self) -> Ledger:
+        """What this reply's decoding spent and saved (:func:`specchat.analysis.ledger.count_ledger`)."""
+        done = self.metrics.done
+        return count_ledger(self.metrics.rounds, sizes=self.sizes, alpha=self.metrics.acceptance_rate,
+                            prefill_ms=None if done is None else done.prefill_ms,
+                            num_prefilled=None if done is None else done.num_prefilled,
+                            num_prompt_tokens=None if done is None else done.num_prompt_tokens)
+
+    def ledger_html(self) -> str:
+        return ledger_html(self.ledger(), self.metrics, title=f"Reply #{self.number} · {self.label.split(' · ', 1)[1]}",
+                           drafter=self.drafter, running=self.running)
+
+    def trace_lines(self, target: str) -> list[dict]:
+        """The reply's trace file, as records (:func:`specchat.analysis.trace.trace_records`).
+
+        Raises:
+            ValueError: the reply has no finished, traced rounds.
+        """
+        from specchat.analysis.trace import trace_records
+
+        done = self.rounds.done
+        if done is None or not self.rounds.traced:
+            raise ValueError(f"reply #{self.number} has no trace to save (it has not finished, or was not traced)")
+        config = self.config or self.settings.config()
+        extra = {} if self.sizes is None else {"model_sizes": self.sizes.to_json()}
+        return list(trace_records(self.events, target=target, drafter=self.drafter, config=config,
+                                  prompt_ids=done.prompt_ids, message=self.message, **extra))
+
+    def row(self) -> dict[str, Any]:
+        """One row of the conversation table."""
+        m = self.metrics
+        return {
+            "reply": self.number,
+            "drafter": self.drafter + (" *" if self.fallback else ""),
+            "gamma": self.settings.gamma_label(self.drafter).removeprefix("γ ").strip(),
+            "sampling": self.settings.sampling_label(),
+            "tokens": m.num_committed,
+            "alpha": m.acceptance_rate,
+            "tokens_per_round": m.mean_tokens_per_round,
+            "speedup": m.measured_speedup,
+            "speedup_predicted": m.predicted_speedup,
+            "state": self.phase.value,
+        }
+
+
+@dataclass
+class Exchange:
+    """One user message and what came of it: a reply, or a note (not sent)."""
+
+    message: str
+    reply: Reply | None = None
+    note: str | None = None
+
+
+class Run:
+    """The running reply's (or race's) cancel event, and whether its updates are still wanted."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self.discard = False  # set by Clear: the chat was emptied, send no more updates
+
+
+def is_blank_message(message: str | None) -> bool:
+    """Empty, whitespace or only invisible characters (:func:`specchat.runtimes.chat.is_blank`)."""
+    from specchat.runtimes.chat import is_blank  # here: `app.py --help` must not import transformers
+
+    return is_blank(message or "")

@@ -1,0 +1,223 @@
+"""What the page shows of a chat session, rendered from its conversation. No gradio import.
+
+:class:`SessionViews` is the part of :class:`specchat.ui.session.ChatSession` that draws: the
+chat's messages, the stats line, the conversation table, the four charts of the chosen scope,
+the ledger and the α-against-c figure, the token inspector and the round timeline of the
+selected (else the latest) reply, and its trace file for the download button; and the clicks
+that change what is drawn (a token or round selected, rejected drafts shown, the charts'
+scope). Every handler returns a :class:`View`: what to change on the page, ``None`` = leave it.
+"""
+
+from __future__ import annotations
+
+import html
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specchat.analysis.ledger import ModelSizes
+from specchat.core.metrics import SpeculationMetrics
+from specchat.ui import charts
+from specchat.ui.inspector import inspector_html
+from specchat.ui.ledger_view import drafter_points
+from specchat.ui.render import exchange_note_html, render_user, stats_html, table_html
+from specchat.ui.reply import Exchange, Reply
+from specchat.ui.rounds import ReplyRounds
+from specchat.ui.timeline import timeline_html
+
+CHART_SCOPES = ("this reply", "whole conversation")
+
+
+@dataclass
+class View:
+    """What to change on the page; None leaves a part as it is.
+
+    Attributes:
+        chat: the Chatbot's messages (``[{"role", "content"}]``, content is HTML).
+        stats: the stats line (HTML) of the latest reply.
+        table: the conversation table (HTML).
+        figures: the four chart figures.
+        textbox: text to put back in the message box (a message that was not sent).
+        toasts: ``(level, text)`` pairs to show, level "info" or "warning".
+        inspector / timeline / race: the token inspector, the round timeline and the race (HTML).
+        trace_file: a path, the selected reply's trace file (for the download button).
+        ledger / worth: the focused reply's ledger (HTML) and the α-against-c figure.
+    """
+
+    chat: list[dict] | None = None
+    stats: str | None = None
+    table: str | None = None
+    figures: tuple | None = None
+    textbox: str | None = None
+    toasts: tuple[tuple[str, str], ...] = ()
+    inspector: str | None = None
+    timeline: str | None = None
+    race: str | None = None
+    trace_file: str | None = None  # the selected reply's trace file, for the download button
+    ledger: str | None = None  # the focused reply's ledger (HTML)
+    worth: Any = None  # the α-against-c figure of the conversation's drafters
+
+
+class SessionViews:
+    """What a :class:`~specchat.ui.session.ChatSession` shows, and the clicks that change it (a
+    base class of ChatSession, which sets the attributes below)."""
+
+    service: Any
+    exchanges: list[Exchange]
+    chart_scope: str
+    show_rejected: bool
+    selected: tuple[int, int | None] | None  # (reply number, token index) in the inspector
+    selected_round: int | None
+    _trace_dir: str | None
+
+    # -- what the page shows ----------------------------------------------------------------
+    @property
+    def replies(self) -> list[Reply]:
+        return [e.reply for e in self.exchanges if e.reply is not None]
+
+    @property
+    def latest(self) -> Reply | None:
+        replies = self.replies
+        return replies[-1] if replies else None
+
+    def chat(self) -> list[dict]:
+        """The Chatbot's messages, rendered from the exchanges."""
+        out: list[dict] = []
+        for e in self.exchanges:
+            out.append({"role": "user", "content": render_user(e.message) + (exchange_note_html(e.note) if e.note else "")})
+            if e.reply is not None:
+                out.append({"role": "assistant", "content": e.reply.html(show_rejected=self.show_rejected)})
+        return out
+
+    def stats(self) -> str:
+        reply = self.latest
+        if reply is None:
+            return stats_html(None)
+        return stats_html(reply.metrics, label=reply.label, running=reply.running)
+
+    def table(self) -> str:
+        return table_html([r.row() for r in self.replies])
+
+    def figures(self) -> tuple:
+        """The four figures of the chosen scope: the latest reply, or the whole conversation."""
+        if self.chart_scope == CHART_SCOPES[1]:
+            return charts.conversation_figures([(r.number, r.drafter, r.metrics) for r in self.replies])
+        reply = self.latest
+        return charts.all_figures(reply.metrics if reply is not None else SpeculationMetrics())
+
+    def view(self, *, figures: bool = True) -> View:
+        """Everything, as it is now."""
+        ledger, worth = self.analysis() if figures else (None, None)
+        return View(chat=self.chat(), stats=self.stats(), table=self.table(),
+                    figures=self.figures() if figures else None, inspector=self.inspector(),
+                    timeline=self.timeline(), trace_file=self.trace_file(), ledger=ledger, worth=worth)
+
+    def analysis(self) -> tuple[str, Any]:
+        """The focused reply's ledger (HTML) and the α-against-c figure of every drafter used in
+        the conversation (the focused reply's drawn larger)."""
+        reply = self._focus()
+        if reply is None:
+            ledger = ('<div class="spec-ledger spec-muted">Send a message: the ledger shows what its decoding '
+                      "spent (drafter passes, arithmetic) and saved (target passes, weight reads).</div>")
+        else:
+            if reply.sizes is None and reply.source is None:
+                reply.sizes = self._model_sizes(reply.drafter)
+            try:
+                ledger = reply.ledger_html()
+            except (ValueError, ArithmeticError) as exc:  # a trace file's numbers out of range
+                ledger = (f'<div class="spec-ledger spec-muted">Reply #{reply.number}: no ledger, its recorded '
+                          f"numbers are out of range ({html.escape(str(exc))}).</div>")
+        points = drafter_points((r.drafter, r.metrics) for r in self.replies)
+        return ledger, charts.worth_figure(points, None if reply is None else reply.drafter)
+
+    def _model_sizes(self, drafter: str) -> ModelSizes | None:
+        sizes = getattr(self.service, "model_sizes", None)
+        try:
+            return sizes(drafter) if callable(sizes) else None
+        except Exception:  # sizes are an extra: never let them break a reply
+            return None
+
+    # -- inside the rounds: inspector, timeline, rejected drafts, trace files --------------------
+    def reply(self, number: int) -> Reply | None:
+        return next((r for r in self.replies if r.number == number), None)
+
+    def _focus(self) -> Reply | None:
+        """The reply the inspector and the timeline show: the selected one, else the latest."""
+        if self.selected is not None:
+            reply = self.reply(self.selected[0])
+            if reply is not None:
+                return reply
+        return self.latest
+
+    def inspector(self) -> str:
+        reply = self._focus()
+        if reply is None or self.selected is None or self.selected[0] != reply.number:
+            return inspector_html(0, ReplyRounds(), None)
+        return inspector_html(reply.number, reply.rounds, self.selected[1], temperature=reply.settings.temperature)
+
+    def timeline(self) -> str:
+        reply = self._focus()
+        if reply is None:
+            return timeline_html(0, ReplyRounds())
+        selected = self.selected_round if self.selected is not None and self.selected[0] == reply.number else None
+        return timeline_html(reply.number, reply.rounds, selected_round=selected)
+
+    def select(self, ref: str) -> View:
+        """A click on the page: ``"R:I"`` (token I of reply R) or ``"round:R:K"`` (round K of
+        reply R, shown from its first token). Unknown references leave the inspector empty.
+
+        Raises:
+            ValueError: a reference that is not of either form.
+        """
+        parts = (ref or "").strip().split(":")
+        try:
+            if len(parts) == 3 and parts[0] == "round":
+                number, k = int(parts[1]), int(parts[2])
+                reply = self.reply(number)
+                index = None if reply is None else reply.rounds.first_token.get(k)
+                self.selected, self.selected_round = (number, index), k
+            elif len(parts) == 2:
+                number, index = int(parts[0]), int(parts[1])
+                reply = self.reply(number)
+                tok = reply.rounds.tokens[index] if reply is not None and 0 <= index < len(reply.rounds.tokens) else None
+                self.selected = (number, index)
+                self.selected_round = None if tok is None else tok.round_index
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"not a token or round reference: {ref!r}") from None
+        ledger, worth = self.analysis()
+        return View(inspector=self.inspector(), timeline=self.timeline(), trace_file=self.trace_file(),
+                    ledger=ledger, worth=worth)
+
+    def set_show_rejected(self, show: bool) -> View:
+        """Show (or hide) the drafts each round threw away, inline in the replies."""
+        self.show_rejected = bool(show)
+        return View(chat=self.chat())
+
+    def trace_file(self) -> str | None:
+        """Write the focused reply's trace file (JSON lines) and return its path; None when there
+        is nothing to save yet."""
+        from specchat.analysis.trace import write_trace
+
+        reply = self._focus()
+        if reply is None or reply.running or not reply.rounds.traced or reply.rounds.done is None:
+            return None
+        if reply.trace_path is None:  # written once: every click and redraw asks for it
+            if self._trace_dir is None:
+                self._trace_dir = tempfile.mkdtemp(prefix="specchat-traces-")
+            path = Path(self._trace_dir) / f"specchat-trace-reply{reply.number}.jsonl"
+            target = getattr(self.service, "target_name", "target")
+            reply.trace_path = str(write_trace(path, reply.trace_lines(target)))
+        return reply.trace_path
+    def set_chart_scope(self, scope: str) -> View:
+        """Show the charts of the latest reply or of the whole conversation.
+
+        Raises:
+            ValueError: an unknown scope.
+        """
+        if scope not in CHART_SCOPES:
+            raise ValueError(f"charts: {scope!r} is not one of {', '.join(CHART_SCOPES)}")
+        self.chart_scope = scope
+        return View(figures=self.figures())

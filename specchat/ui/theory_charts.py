@@ -1,0 +1,164 @@
+"""The charts of the theory, drawn with a reply's measured numbers. No gradio import.
+
+:func:`theory_figure`: the predicted speedup S(γ) for γ = 1..10 from the reply's α and costs,
+its best γ and the measured speedup (docs/ALGORITHM.md). :func:`worth_figure`: "is this drafter
+worth it?", α against c for each drafter used in the conversation, with the line α = c
+(Leviathan et al. 2023: some γ gives a speedup iff α > c).
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from specchat.core import theory
+from specchat.core.metrics import SpeculationMetrics
+from specchat.ui.chart_style import RESAMPLED, TEXT, axis, empty_figure, figure, hline, note
+from specchat.ui.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
+
+THEORY_MAX_GAMMA = 10
+
+
+def theory_curve(alpha: float, cost_ratio: float, max_gamma: int = THEORY_MAX_GAMMA) -> list[float]:
+    """Leviathan's S(γ) = E[N] / (γc + 1) for γ = 1..max_gamma (theory.predicted_speedup): the
+    textbook curve, which assumes verifying γ + 1 tokens costs one target step."""
+    return [theory.predicted_speedup(alpha, g, cost_ratio) for g in range(1, max_gamma + 1)]
+
+
+def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | None = None) -> go.Figure:
+    """S(γ) for γ = 1..10 from the reply's measured α and costs (ALGORITHM.md:
+    E[N](γ) · t₁ / (γ·d + v(γ + 1))), its best γ (the γ the adaptive controller's formula picks),
+    the γ drafted and the measured speedup there, and the textbook S(γ) for comparison.
+
+    Args:
+        num_speculative_tokens: the γ to mark as drafted; defaults to the mean γ drafted.
+    """
+    title = "Theory: predicted speedup S(γ)"
+    alpha, cost = metrics.acceptance_rate, metrics.cost_ratio
+    gamma = num_speculative_tokens
+    if gamma is None and metrics.mean_num_speculative_tokens is not None:
+        gamma = max(1, round(metrics.mean_num_speculative_tokens))
+    max_gamma = max(THEORY_MAX_GAMMA, gamma or 0)
+    measured_curve = metrics.predicted_speedup_curve(max_gamma)
+    if alpha is None or cost is None or not math.isfinite(cost) or measured_curve is None:
+        hint = ("S(γ) needs α and a timed target-only step: send a longer message with a drafter"
+                if alpha is not None else "S(γ) needs a measured α and c: send a message with a drafter")
+        return empty_figure(title, hint)
+    alpha, cost = min(max(alpha, 0.0), 1.0), max(cost, 0.0)
+    xs = list(range(1, max_gamma + 1))
+    curve = [round(v, 4) for v in measured_curve]
+    textbook = [round(v, 4) for v in theory_curve(alpha, cost, max_gamma)]
+    best = 1 + max(range(len(curve)), key=lambda i: (curve[i], -i))
+    data = [
+        dict(
+            type="scatter", x=xs, y=textbook, mode="lines", name="textbook (verify = 1 step)",
+            line=dict(color=PREDICTED_COLOR, width=1, dash="dot"),
+            hovertemplate="γ = %{x}: E[N]/(γc+1) = %{y:.2f}×<extra></extra>",
+        ),
+        dict(
+            type="scatter", x=xs, y=curve, mode="lines+markers", name="S(γ), measured costs",
+            line=dict(color=PREDICTED_COLOR, width=2), marker=dict(size=5),
+            hovertemplate="γ = %{x}: S = %{y:.2f}×<extra></extra>",
+        ),
+        dict(
+            type="scatter", x=[best], y=[curve[best - 1]], mode="markers", name=f"best γ={best} (adaptive's pick)",
+            marker=dict(symbol="star", size=15, color=PREDICTED_COLOR, line=dict(color="white", width=1)),
+            hovertemplate="best γ = %{x}: S = %{y:.2f}× (the adaptive controller maximises this)<extra></extra>",
+        ),
+    ]
+    measured = metrics.measured_speedup
+    if gamma:
+        data.append(dict(
+            type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"γ drafted ≈ {gamma}",
+            marker=dict(symbol="circle-open", size=16, color=MEASURED_COLOR, line=dict(width=2)),
+            hovertemplate="γ drafted (mean) = %{x}: predicted %{y:.2f}×<extra></extra>",
+        ))
+        if measured is not None:
+            data.append(dict(
+                type="scatter", x=[gamma], y=[round(measured, 3)], mode="markers", name="measured",
+                marker=dict(symbol="diamond", size=10, color=MEASURED_COLOR),
+                hovertemplate="measured at γ ≈ %{x}: %{y:.2f}×<extra></extra>",
+            ))
+    # the S = 1 label on the side of the line that the curves leave free at the right edge
+    # (both below: above it; both above: below it; one each side: the side of the one farther away)
+    far = curve[-1] if abs(curve[-1] - 1) >= abs(textbook[-1] - 1) else textbook[-1]
+    above = (curve[-1] < 1 and textbook[-1] < 1) or (far >= 1 and not (curve[-1] >= 1 and textbook[-1] >= 1))
+    notes = [note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right",
+                   yanchor="bottom" if above else "top")]
+    if curve[best - 1] < 1:
+        # the star still marks γ ≥ 1: adaptive γ keeps drafting (one token at least) to keep measuring α
+        why = "α ≤ c" if alpha <= cost else "at the measured costs"
+        notes.append(note(f"{why}: no γ gives a speedup", 0.5, 0.95, RESAMPLED, size=11))
+        notes.append(note("adaptive γ still drafts its best γ ≥ 1, to keep measuring α", 0.5, 0.87, TEXT, size=9))
+    elif gamma and abs(gamma - best) >= 2:
+        notes.append(note(
+            "adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
+            0.5, 0.02, TEXT, size=9, yanchor="bottom",
+        ))
+    top = max(curve + textbook + [1.0, measured or 0.0])
+    headroom = 1.5 if curve[best - 1] < 1 else 1.15  # room for the notes above the curves
+    return figure(
+        data, f"Theory: S(γ) at α = {alpha:.2f}, c = {cost:.2f}", show_legend=True,
+        xaxis=axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2),
+        yaxis=axis("speedup ×", range=[0, top * headroom]),
+        shapes=[hline(1, BASELINE_COLOR)], annotations=notes,
+    )
+
+
+def _free_spot(points: list, top: float) -> tuple[float, float]:
+    """Where the "α > c" note goes: the first of a few spots above the line that no drafter's
+    marker or label (drawn to its right, about 0.3 of the width) is near."""
+    for x, y in ((0.12 * top, 1.03), (0.02 * top, 0.62), (0.3 * top, 0.78), (0.02 * top, 0.3)):
+        if not any(abs(p.alpha - (y - 0.03)) < 0.1 and -0.3 * top < p.cost_ratio - x < 0.35 * top for p in points):
+            return x, y
+    return 0.12 * top, 1.03
+
+
+def worth_figure(points: list, current: str | None = None) -> go.Figure:
+    """"Is this drafter worth it?": α against c for each drafter used in the conversation, with
+    the line α = c. Above it some γ gives a speedup (Leviathan et al. 2023: S(γ) > 1 for some γ
+    iff α > c); on or below it none does.
+
+    Args:
+        points: :class:`specchat.ui.ledger_view.DrafterPoint` s (α pooled over the drafter's
+            replies, c measured in them).
+        current: the drafter of the reply in view (drawn larger).
+    """
+    title = "Is the drafter worth it? α against c"
+    shown = [p for p in points if p.cost_ratio is not None]
+    if not shown:
+        return empty_figure(title, "needs a reply with a drafter and a timed target-only step")
+    top = max(1.0, max(p.cost_ratio for p in shown) * 1.1)
+    data = [
+        dict(type="scatter", x=[0, top, top, 0], y=[0, top, 1.05 * top, 1.05 * top], fill="toself", mode="none",
+             fillcolor="rgba(47, 158, 68, 0.07)", hoverinfo="skip", showlegend=False),
+        dict(type="scatter", x=[0, top, top], y=[0, top, 0], fill="toself", mode="none",
+             fillcolor="rgba(232, 89, 12, 0.07)", hoverinfo="skip", showlegend=False),
+        dict(type="scatter", x=[0, top], y=[0, top], mode="lines", name="α = c",
+             line=dict(color=BASELINE_COLOR, width=1.5, dash="dash"), hoverinfo="skip", showlegend=False),
+    ]
+    for p in shown:
+        big = p.drafter == current
+        data.append(dict(
+            type="scatter", x=[round(p.cost_ratio, 4)], y=[round(p.alpha, 4)], mode="markers+text",
+            name=p.drafter, text=[f"{p.drafter}{' (this reply)' if big else ''}"],
+            textposition="middle left" if p.cost_ratio > 0.6 * top else "middle right",
+            textfont=dict(size=10, color=p.color),
+            marker=dict(size=15 if big else 10, color=p.color, line=dict(color="white", width=1)),
+            hovertemplate=(f"{p.drafter}: α = %{{y:.2f}}, c = %{{x:.3f}} ({p.num_replies} repl"
+                           f"{'y' if p.num_replies == 1 else 'ies'}, {p.num_drafted} drafted)<extra></extra>"),
+        ))
+    notes = [
+        note("α > c: some γ speeds up", *_free_spot(shown, top), KIND_COLORS["accepted"], xref="x", yref="y",
+              xanchor="left", yanchor="top"),
+        note("α ≤ c: no γ does", 0.97, 0.03, RESAMPLED, xanchor="right", yanchor="bottom"),
+    ]
+    if top > 1:
+        notes.append(note("c > 1: a drafter step costs more than a target step; nothing pays", 0.97, 0.12,
+                           RESAMPLED, xanchor="right", yanchor="bottom", size=9))
+    return figure(
+        data, title, xaxis=axis("c: drafter step / target step (measured)", range=[-0.04 * top, 1.02 * top]),
+        yaxis=axis("α: acceptance rate (measured)", range=[0, 1.05]),
+        annotations=notes,
+    )
