@@ -34,10 +34,10 @@ def test_no_source_file_enables_remote_code():
     sources = [ROOT / "app.py", *(ROOT / "specchat").rglob("*.py"), *(ROOT / "scripts").glob("*.py")]
     offenders = [str(p) for p in sources if re.search(r"trust_remote_code\s*[=:]\s*True", p.read_text())]
     assert offenders == []
-    # and every from_pretrained call in the loader says so explicitly
-    tree = ast.parse((ROOT / "specchat" / "loading.py").read_text())
+    # and every from_pretrained call of the loaders (models, tokenizers, the GGUF conversion) says so explicitly
+    loaders = [ROOT / "specchat" / "runtimes" / name for name in ("loading.py", "gguf_cache.py")]
     calls = [
-        n for n in ast.walk(tree)
+        n for path in loaders for n in ast.walk(ast.parse(path.read_text()))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "from_pretrained"
     ]
     assert len(calls) >= 5
@@ -47,7 +47,7 @@ def test_no_source_file_enables_remote_code():
             continue
         assert isinstance(flags.get("trust_remote_code"), ast.Constant), ast.unparse(call)
         assert flags["trust_remote_code"].value is False, ast.unparse(call)
-    assert '"trust_remote_code": False' in (ROOT / "specchat" / "loading.py").read_text()
+    assert any('"trust_remote_code": False' in path.read_text() for path in loaders)
 
 
 @pytest.mark.real_model

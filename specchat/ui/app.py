@@ -7,7 +7,8 @@
 
 Start-up only: the options, the checks that must come before minutes of loading (a taken port,
 a non-loopback address), the models loading in the background, and the page launched. The page
-is :mod:`specchat.ui.layout` (components and wiring), a browser session's behaviour is
+is :mod:`specchat.ui.layout` (components) and :mod:`specchat.ui.wiring` (the handlers wired to
+them, :func:`build_ui`), a browser session's behaviour is
 :class:`specchat.ui.session.ChatSession`, and the one loaded service with its loading banners
 and ZeroGPU streaming is :mod:`specchat.ui.host`; their public names are importable from here.
 """
@@ -22,8 +23,9 @@ from typing import Any
 
 from specchat.options import Parser, add_app_arguments, use_model_sources
 from specchat.ui.host import ON_SPACES, TraceOnlyService, compile_note, get_service, loading_html  # noqa: F401 (the app's names)
-from specchat.ui.layout import CLICK_JS, DRAFTER_CHOICES, build_ui  # noqa: F401 (the app's names)
+from specchat.ui.layout import CLICK_JS
 from specchat.ui.render import CSS
+from specchat.ui.wiring import DRAFTER_CHOICES, build_ui  # noqa: F401 (the app's names)
 
 
 # ---- command line ---------------------------------------------------------------------------

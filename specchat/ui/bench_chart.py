@@ -91,3 +91,4 @@ def bench_figure(summary: dict, meta: dict) -> go.Figure:
     fig.update_yaxes(title_text="speedup ×", rangemode="tozero", row=1, col=2)
     fixed_gammas = sorted({int(e["gamma"]) for e in configs.values() if e["gamma"].isdigit()})
     fig.update_xaxes(title_text="γ (draft tokens per round)", tickvals=fixed_gammas or None, row=1, col=2)
+    return fig

@@ -1,6 +1,6 @@
 """One browser session of the chat: its conversation, its replies, and what the page shows.
 
-The page's handlers (:mod:`specchat.ui.events`) hold no logic. Everything a session does lives
+The page's handlers (:mod:`specchat.ui.wiring`) hold no logic. Everything a session does lives
 in :class:`ChatSession`, in plain Python with no gradio import, so the tests drive it directly.
 This module holds the conversation's state and what changes it: sending (and waiting behind a
 reply that streams), Stop, Clear, streaming one reply, opening a trace file. What the page

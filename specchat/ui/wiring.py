@@ -1,0 +1,264 @@
+"""The page's wiring: what each click, send and page load does, wired to the sessions.
+
+:func:`build_ui` makes the whole app around a service: the layout (:mod:`specchat.ui.layout`)
+inside a ``gr.Blocks``, then :func:`wire_events`, whose handlers hold no logic: each finds the
+browser session's :class:`~specchat.ui.session.ChatSession` and turns the
+:class:`~specchat.ui.session_views.View` it returns into ``{component: value}`` updates.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gradio as gr
+
+from specchat.drafters import kinds as drafter_kinds
+from specchat.ui.host import compile_note, loading_banner, stream_fn, wait_until_ready
+from specchat.ui.layout import Page, build_page
+from specchat.ui.render import status_html
+from specchat.ui.session import ChatSession, ReplySettings, SessionStore, View
+
+DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
+DEFAULT_DRAFTER_ORDER = drafter_kinds.DEFAULT_ORDER  # the drafter at start: the first the target offers
+
+
+def _pick_drafter(kinds: list[str], preferred: str | None) -> str:
+    if preferred in kinds:
+        return preferred
+    for kind in DEFAULT_DRAFTER_ORDER:
+        if kind in kinds:
+            return kind
+    return kinds[0] if kinds else "none"
+
+
+def _toast(level: str, text: str) -> None:
+    (gr.Warning if level == "warning" else gr.Info)(text)
+
+
+def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: tuple[str, ...] = ()) -> gr.Blocks:
+    """The whole app around ``service`` (anything with the ChatService interface): the layout,
+    and events wired to the per-session logic of :class:`specchat.ui.session.ChatSession`.
+
+    Loads nothing itself: the service is loaded already, or loading in the background after
+    ``service.start()`` (the page then shows its progress). Pass ``CSS`` to ``launch(css=…)``.
+    The sessions are in ``demo.sessions`` (a :class:`~specchat.ui.session.SessionStore`).
+    """
+    kinds = list(service.drafter_kinds())
+    # "auto": the service picks the drafter by measurement while it loads (ChatService.pick_drafter);
+    # the menu shows the fixed order's first until then, and the pick once the models are ready
+    auto = default_drafter == "auto"
+    picked = getattr(service, "picked", None)
+    drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter)
+    sessions = SessionStore(lambda: ChatSession(service, stream=stream_fn(service)))
+    with gr.Blocks(title="specchat · speculative decoding") as demo:
+        page = build_page(service, kinds=kinds, drafter0=drafter0, auto=auto, picked=picked)
+        wire_events(demo, page, service, sessions, kinds=kinds, drafter0=drafter0, auto=auto, trace_files=trace_files)
+    demo.sessions = sessions
+    return demo
+
+
+def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStore, *, kinds: list[str], drafter0: str,
+                auto: bool, trace_files: tuple[str, ...] = ()) -> None:
+    """Attach the page's events (call inside ``demo``'s ``gr.Blocks``): sending (instant, then
+    the reply on the one model queue), Stop, Clear, the drafter menu, the charts' scope, clicks
+    on tokens and rounds, rejected drafts, trace files, the race, and each page's load and
+    unload. ``kinds``, ``drafter0`` and ``auto`` are :func:`build_ui`'s; ``trace_files`` open on
+    every new page (``app.py --trace``)."""
+
+    def session_of(request: gr.Request | None) -> ChatSession:
+        return sessions.get(getattr(request, "session_hash", None))
+
+    def updates(view: View) -> dict:
+        """A session's View as ``{component: value}`` (parts it leaves alone are left out)."""
+        for level, text in view.toasts:
+            _toast(level, text)
+        out: dict = {}
+        for component, value in ((page.chatbot, view.chat), (page.stats, view.stats), (page.table, view.table),
+                                 (page.textbox, view.textbox), (page.inspector, view.inspector),
+                                 (page.timeline, view.timeline), (page.race, view.race)):
+            if value is not None:
+                out[component] = value
+        if view.trace_file is not None:
+            number = view.trace_file.rsplit("reply", 1)[-1].removesuffix(".jsonl")
+            out[page.download] = gr.DownloadButton(f"Download trace (reply #{number})", value=view.trace_file)
+        if view.figures is not None:
+            out.update(zip(page.plots, view.figures))
+        if view.ledger is not None:
+            out[page.ledger] = view.ledger
+        if view.worth is not None:
+            out[page.plot_worth] = view.worth
+        return out or {page.stats: gr.skip()}  # Gradio reads an empty dict as one value
+
+    def take_message(message, request: gr.Request = None):
+        """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
+        can type the next message while this one waits or streams; the message goes on in
+        ``pending``. If a reply is streaming, say that this message waits for it."""
+        if session_of(request).note_sent(message) and message and message.strip():
+            gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
+        return "", message
+
+    def respond(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+                request: gr.Request = None):
+        """Sending, step 2: stream one reply (see ChatSession.respond)."""
+        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+        try:
+            for view in session_of(request).respond(message, settings):
+                yield updates(view)
+        except ValueError as exc:  # an out-of-range setting: only an API call can send one
+            raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
+
+    def stop_generation(request: gr.Request = None):
+        """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
+        said = session_of(request).stop()
+        if said:
+            gr.Info(said)
+
+    def clear(request: gr.Request = None):
+        return updates(session_of(request).clear())
+
+    def set_scope(choice, request: gr.Request = None):
+        return updates(session_of(request).set_chart_scope(choice))
+
+    def prepare_drafter(kind, active):
+        """Load the chosen drafter (the target stays loaded) in a thread, showing its progress;
+        on failure fall back to the active one. (No gr.Progress(track_tqdm=True): it patches
+        tqdm globally and breaks bars that were created before, e.g. by the start-up thread.)"""
+        errors: list[BaseException] = []
+
+        def work():
+            try:
+                service.prepare_drafter(kind)
+            except Exception as exc:  # shown below
+                errors.append(exc)
+
+        worker = threading.Thread(target=work, name=f"prepare-{kind}", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            if worker.is_alive():
+                yield {page.drafter_status: loading_banner(f"Preparing drafter '{kind}'")}
+        if errors:
+            gr.Warning(f"Could not prepare drafter '{kind}': {errors[0]}")
+            yield {page.drafter_status: status_html(f"drafter '{kind}' failed: {errors[0]}", error=True),
+                   page.drafter: active, page.active_drafter: active}
+            return
+        # the dropdown is left alone: it shows the user's latest pick, which a queued later
+        # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
+        yield {page.drafter_status: status_html(f"drafter '{kind}' ready{compile_note(service)}"), page.active_drafter: kind}
+
+    def show_loading():
+        """On page load: mirror the background loading progress until the models are ready;
+        if the start-up drafter failed to load, switch this page to target-only and say why."""
+        for banner in wait_until_ready(service):
+            yield {page.load_banner: banner}
+        if getattr(service, "startup_error", None) is not None:
+            return
+        picked = getattr(service, "picked", None) if auto else None
+        first = picked[0] if picked and picked[0] in kinds else drafter0
+        error = getattr(service, "drafter_errors", {}).get(first)
+        if error is not None:
+            text = f"drafter '{first}' could not be loaded ({error}): answering with the target only"
+            gr.Warning(text)
+            yield {page.load_banner: "", page.drafter_status: status_html(text, error=True),
+                   page.drafter: "none", page.active_drafter: "none"}
+            return
+        why = f" · picked by measurement: {picked[1]}" if picked else ""
+        why += compile_note(service)
+        yield {page.load_banner: getattr(service, "banner", ""), page.drafter_status: status_html(f"drafter '{first}' ready{why}"),
+               **({page.drafter: first, page.active_drafter: first} if picked else {})}
+
+    def select(ref, request: gr.Request = None):
+        try:
+            return updates(session_of(request).select((ref or "").split("|")[0]))
+        except ValueError:
+            return {page.inspector: gr.skip()}
+
+    def set_show_rejected(show, request: gr.Request = None):
+        return updates(session_of(request).set_show_rejected(show))
+
+    def open_trace(file, request: gr.Request = None):
+        from specchat.analysis.trace import TraceError
+
+        path = getattr(file, "name", file)
+        try:
+            return updates(session_of(request).open_trace(path))
+        except (TraceError, OSError, UnicodeDecodeError) as exc:
+            raise gr.Error(f"Could not open the trace: {exc}", title="Not a trace", print_exception=False) from exc
+
+    def run_race(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+                 request: gr.Request = None):
+        session = session_of(request)
+        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+        try:
+            for view in session.run_race(session.race_message(message), settings):
+                yield {k: v for k, v in updates(view).items() if k is page.race} or {page.race: gr.skip()}
+        except ValueError as exc:
+            raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
+
+    def replay_race(request: gr.Request = None):
+        yield {page.race: gr.skip()}  # nothing to replay (a refused or stopped race) leaves the panel as it is
+        for view in session_of(request).replay_race():
+            yield {page.race: view.race}
+
+    def open_startup_traces(request: gr.Request = None):
+        """``app.py --trace FILE``: each new page opens the files given."""
+        session = session_of(request)
+        view = None
+        if not session.exchanges:
+            for path in trace_files:
+                view = session.open_trace(path)
+        return updates(view) if view is not None else {page.inspector: gr.skip()}
+
+    def drop_session(request: gr.Request = None):
+        sessions.drop(getattr(request, "session_hash", None))
+
+    inside = [page.inspector, page.timeline, page.race, page.download, page.ledger, page.plot_worth]
+    everything = [page.textbox, page.chatbot, page.stats, page.table, *page.plots, *inside]
+    settings = [page.drafter, page.gamma, page.temperature, page.top_p, page.max_new_tokens, page.adaptive]  # a reply's
+    common = dict(
+        fn=respond, inputs=[page.pending, *settings],
+        outputs=everything, show_progress="hidden", concurrency_limit=1, concurrency_id="model",
+        trigger_mode="multiple",  # a message sent while another streams queues; "once" would drop it
+    )
+    take = dict(
+        fn=take_message, inputs=[page.textbox], outputs=[page.textbox, page.pending], concurrency_limit=None,
+        show_progress="hidden", api_visibility="private",
+    )
+    page.send.click(**take).then(api_name="chat", **common)
+    page.textbox.submit(**take).then(api_visibility="private", **common)
+    page.stop.click(stop_generation, None, None, concurrency_limit=None, api_visibility="private")
+    # .select fires once per user choice (Gradio 6.31's Dropdown fires .input twice) and
+    # not when prepare_drafter puts the previous value back after a failure
+    page.drafter.select(
+        prepare_drafter, inputs=[page.drafter, page.active_drafter],
+        outputs=[page.drafter_status, page.drafter, page.active_drafter],
+        concurrency_limit=1, concurrency_id="model", show_progress="hidden",
+        trigger_mode="always_last",  # picks made while one waits: the last one wins ("once" dropped them)
+        api_name="prepare_drafter",
+    )
+    page.scope.input(set_scope, inputs=[page.scope], outputs=list(page.plots), concurrency_limit=None,
+                     show_progress="hidden", api_name="charts")
+    demo.load(
+        show_loading, None, [page.load_banner, page.drafter_status, page.drafter, page.active_drafter],
+        show_progress="hidden", api_visibility="private",
+        concurrency_limit=None,  # every open tab polls; no model work happens here
+    )
+    cleared = [page.chatbot, page.stats, page.table, *page.plots, page.inspector, page.timeline, page.ledger, page.plot_worth]
+    page.clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
+    # the Chatbot's own trash button empties the display: empty the conversation with it
+    page.chatbot.clear(clear, None, cleared, concurrency_limit=None, api_visibility="private")
+    page.pick.change(select, inputs=[page.pick], outputs=[page.inspector, page.timeline, page.download, page.ledger, page.plot_worth],
+                     concurrency_limit=None, show_progress="hidden", api_visibility="private")
+    page.show_rejected.change(set_show_rejected, inputs=[page.show_rejected], outputs=[page.chatbot], concurrency_limit=None,
+                              show_progress="hidden", api_visibility="private")
+    page.upload.upload(open_trace, inputs=[page.upload], outputs=everything, concurrency_limit=None,
+                       show_progress="hidden", api_name="open_trace")
+    page.race_btn.click(
+        run_race, inputs=[page.textbox, *settings],
+        outputs=[page.race], show_progress="hidden", concurrency_limit=1, concurrency_id="model", api_name="race",
+    ).then(replay_race, None, [page.race], show_progress="hidden", concurrency_limit=None, api_visibility="private")
+    if trace_files:
+        demo.load(open_startup_traces, None, everything, show_progress="hidden", api_visibility="private",
+                  concurrency_limit=None)
+    demo.unload(drop_session)
