@@ -177,7 +177,6 @@ class ChatService:
                 TransformersRuntime(model, context_length=self.target_entry.context_length),
                 self.tokenizer,
                 eos_token_ids=eos_token_ids(model, self.tokenizer),
-                context_length=self.target_entry.context_length,
             )
 
     def compile_target(self, progress: Callable[[str], None] | None = None) -> CompiledTarget:

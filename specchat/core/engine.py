@@ -36,7 +36,7 @@ from specchat.core.draft import Draft, Drafter
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.generation import Generation, token_event
 from specchat.core.roundtrace import build_round_trace
-from specchat.core.runtime import CacheRollbackError, ModelRuntime, synced_now
+from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
 from specchat.core.sampling import VerifyResult, logits_to_probs, verify_draft
 from specchat.core.text import StreamingDetokenizer, Tokenizer
 
@@ -158,7 +158,9 @@ class SpeculativeEngine:
                 finished, self._finished = self._finished, None
                 if finished is not None and self.prefix_cache:  # a generation that ended normally
                     ids, drafter_ok = finished
-                    self._keep_prefix(ids)
+                    self._reusable = keep_for_reuse(self.target, ids)
+                    if not self._reusable:  # nothing to keep, or a cache that cannot be cut
+                        self.target.release()
                     if drafter_ok and hasattr(drafter, "keep_prefix"):
                         drafter.keep_prefix(ids)
                 else:
@@ -475,18 +477,6 @@ class SpeculativeEngine:
             )
 
     # -- helpers --------------------------------------------------------------------------
-    def _keep_prefix(self, ids: list[int]) -> None:
-        """Keep the target's cache for the next prompt, holding the states of ``ids[:L]``, L =
-        min(cached, len(ids) − 1): the invariant after every round (the last committed token is
-        never in the cache yet; rejected drafts and tokens past a stop were cut). A cache that
-        cannot be cut is released instead."""
-        try:
-            self.target.truncate(min(self.target.num_cached, len(ids) - 1))
-        except CacheRollbackError:
-            self.target.release()
-            return
-        self._reusable = True
-
     def _token_text(self, token_id: int) -> str:
         """One id's text (cached), for the trace's labels; "" without a tokenizer."""
         text = self._token_texts.get(token_id)

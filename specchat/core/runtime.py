@@ -55,6 +55,19 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def keep_for_reuse(runtime: ModelRuntime, ids: Sequence[int]) -> bool:
+    """After a generation that ended normally: cut ``runtime``'s cache to the states of
+    ``ids[:L]``, L = min(cached, len(ids) − 1), the invariant after every round (the last
+    committed token is never in a cache yet; rejected drafts and tokens past a stop were cut).
+    Returns whether a non-empty prefix is kept for the next prompt; False also when the cache
+    cannot be cut (it is then left as it is, for the caller to release)."""
+    try:
+        runtime.truncate(min(runtime.num_cached, len(ids) - 1))
+    except CacheRollbackError:
+        return False
+    return runtime.num_cached > 0
+
+
 def synced_now(device: torch.device) -> float:
     """``time.perf_counter()`` after the device's queued work has finished (CUDA runs
     asynchronously; on CPU nothing to wait for): seconds, for timing model work."""

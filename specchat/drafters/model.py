@@ -13,7 +13,7 @@ import torch
 
 from specchat.core.config import GenerationConfig
 from specchat.core.draft import Draft, DraftTrace
-from specchat.core.runtime import CacheRollbackError, ModelRuntime, synced_now
+from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
 from specchat.core.sampling import logits_to_probs
 
 # With adaptive γ and greedy decoding, drafting stops early once the drafter's own top
@@ -85,12 +85,8 @@ class ModelDrafter:
     def keep_prefix(self, ids: list[int]) -> None:
         """Keep the cache for the next :meth:`begin` (the engine calls this after a generation that
         ended normally, before :meth:`end`): it holds the states of ``ids[:L]``, L = min(cached,
-        len(ids) − 1). A cache that cannot be cut is not kept."""
-        try:
-            self.runtime.truncate(min(self.runtime.num_cached, len(ids) - 1))
-        except CacheRollbackError:
-            return
-        self._kept = self.runtime.num_cached > 0
+        len(ids) − 1). A cache that cannot be cut is not kept (:meth:`end` releases it)."""
+        self._kept = keep_for_reuse(self.runtime, ids)
 
     def forget_prefix(self) -> None:
         """Drop the kept cache (the next :meth:`begin` prefills everything; frees its memory)."""
