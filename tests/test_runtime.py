@@ -1,5 +1,6 @@
 """The runtime seam (specchat.core.runtime.ModelRuntime): the contract every runtime must keep,
-checked here on the transformers runtime against the model's own full-sequence forward pass
+checked on each runtime (transformers; llama.cpp on the same weights written as an F32 GGUF,
+when llama-cpp-python is installed) against the model's own full-sequence forward pass
 (no cache): logits of a cached pass equal the uncached logits of the same positions, a cut
 cache continues as if the cut tokens had never been fed, and a kept prefix is reused exactly as
 far as its token ids match.
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_gguf import write_gguf
 from tiny_models import tiny_model
 
 from specchat.core.runtime import CacheRollbackError, ModelRuntime, common_prefix
+from specchat.runtimes import llamacpp
 from specchat.runtimes.transformers import TransformersRuntime
 
 VOCAB = 61
@@ -20,7 +23,7 @@ VOCAB = 61
 
 @pytest.fixture(scope="module")
 def model():
-    return tiny_model(vocab_size=VOCAB, seed=7)
+    return tiny_model(vocab_size=VOCAB, seed=7, family="qwen2")  # a family llama.cpp runs without permuting Q/K
 
 
 def full_logits(model, ids: list[int]) -> torch.Tensor:
@@ -29,12 +32,21 @@ def full_logits(model, ids: list[int]) -> torch.Tensor:
         return model(input_ids=torch.tensor([ids]), use_cache=False).logits[0].float()
 
 
-RUNTIMES = {"transformers": lambda model: TransformersRuntime(model)}
+def llamacpp_runtime(model, directory):
+    if llamacpp.unavailable_reason():
+        pytest.skip(llamacpp.unavailable_reason())
+    return llamacpp.LlamaCppRuntime(write_gguf(model, directory / "tiny.gguf"), precise=True)
+
+
+RUNTIMES = {
+    "transformers": lambda model, directory: TransformersRuntime(model),
+    "llamacpp": llamacpp_runtime,
+}
 
 
 @pytest.fixture(params=sorted(RUNTIMES))
-def runtime(request, model) -> ModelRuntime:
-    return RUNTIMES[request.param](model)
+def runtime(request, model, tmp_path) -> ModelRuntime:
+    return RUNTIMES[request.param](model, tmp_path)
 
 
 def test_it_is_a_model_runtime_with_the_models_metadata(runtime, model):
@@ -43,8 +55,9 @@ def test_it_is_a_model_runtime_with_the_models_metadata(runtime, model):
     assert runtime.context_length == model.config.max_position_embeddings
     assert runtime.num_cached == 0 and runtime.cached_ids == ()
     size = runtime.model_size()
-    # 2 layers × (q, k, v, o, gate, up, down) + the LM head, no biases (hidden 32, kv 2 of 4 heads, mlp 64)
-    per_layer = 32 * 32 + 2 * (32 * 16) + 32 * 32 + 3 * (32 * 64)
+    # 2 layers × (q, k, v, o, gate, up, down) + the LM head (hidden 32, kv 2 of 4 heads, mlp 64), and
+    # Qwen2's q, k, v biases (32 + 16 + 16)
+    per_layer = 32 * 32 + 2 * (32 * 16) + 32 * 32 + 3 * (32 * 64) + 32 + 2 * 16
     assert size.matmul_params == 2 * per_layer + 32 * VOCAB and size.weight_bytes == 4 * size.matmul_params
 
 

@@ -1,0 +1,331 @@
+"""The llama.cpp runtime: a GGUF model run by llama.cpp (through ``llama-cpp-python``'s C API
+bindings) behind :class:`specchat.core.runtime.ModelRuntime`.
+
+What the seam needs maps onto llama.cpp's C API one to one, as in llama.cpp's own
+``common/speculative.cpp``:
+
+* a verify pass over k tokens = one ``llama_decode`` of a k-token batch with the output flag set
+  on the last ``num_logits`` positions; ``llama_get_logits`` then holds their rows in order;
+* a rollback after a rejection = ``llama_memory_seq_rm(mem, 0, n, -1)`` (drop positions ≥ n of
+  sequence 0); llama.cpp refuses (returns false) a partial removal it cannot do, e.g. on a
+  recurrent model, and we raise :class:`~specchat.core.runtime.CacheRollbackError` then;
+* the prefix cache = the ids the context holds, kept as far as they match the next prompt.
+
+The weights (:class:`LlamaCppModel`) are loaded once and shared: each runtime is one llama.cpp
+context (KV cache) on them, so a drafter on the target's own weights (the hybrid's model part)
+costs a context, not a second copy. The algorithm stays in :mod:`specchat.core`; llama.cpp's
+sampler is never used.
+
+``llama-cpp-python`` is optional (it builds llama.cpp from source): :func:`unavailable_reason`
+says why this runtime is not offered when it is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specchat.core.runtime import CacheRollbackError, ModelSize, common_prefix
+
+logger = logging.getLogger(__name__)
+
+LLAMA_CPP_REQUIREMENT = "llama-cpp-python==0.3.36"
+"""The one version specchat is tested with (a source build: ~7 min on 2 CPU cores)."""
+
+DEFAULT_CONTEXT_LENGTH = 8192
+"""Positions a context holds unless the model trained on fewer or the entry says otherwise:
+llama.cpp allocates the whole KV cache when a context is created (Qwen2.5-Coder-1.5B, f16:
+28 KiB per position, 224 MiB for 8192)."""
+
+DEFAULT_BATCH = 512  # positions per llama_decode call (prefill chunks); a verify pass is far shorter
+
+_init_lock = threading.Lock()
+_initialized = False
+_log_callback = None  # keep the ctypes callback alive while llama.cpp may call it
+
+
+def unavailable_reason() -> str | None:
+    """None when llama.cpp can run here, else why not (in words, with the command that fixes it)."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as exc:
+        return (f"llama-cpp-python is not installed ({exc}); install it with `pip install {LLAMA_CPP_REQUIREMENT}` "
+                "(it builds llama.cpp from source: cmake and a C++ compiler, about 7 minutes on 2 CPU cores)")
+    except OSError as exc:  # the shared library is there but does not load
+        return f"llama-cpp-python is installed but its llama.cpp library does not load: {exc}"
+    return None
+
+
+def _lib():
+    """The bindings, initialised once (backend, and llama.cpp's log reduced to errors)."""
+    global _initialized, _log_callback
+    import llama_cpp
+
+    with _init_lock:
+        if not _initialized:
+            llama_cpp.llama_backend_init()
+
+            @llama_cpp.llama_log_callback
+            def log(level, text, user_data):  # GGML_LOG_LEVEL_ERROR = 4
+                if level == 4 and text:
+                    logger.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+            _log_callback = log
+            llama_cpp.llama_log_set(log, ctypes.c_void_p(0))
+            _initialized = True
+    return llama_cpp
+
+
+def default_threads() -> int:
+    """Threads llama.cpp uses by default: every CPU this process may run on (as ``llama-bench -t``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def gguf_model_size(path: Path) -> ModelSize:
+    """Matmul weights of a GGUF file and their bytes as stored (the real quantization: Q4_K_M
+    ≈ 4.8 bits per weight). Every 2-D ``*.weight`` tensor (and the bias next to one) counts,
+    except the input embedding ``token_embd.weight`` (a lookup), which counts as the LM head
+    when the file has no ``output.weight`` (tied embeddings). Read from the GGUF header."""
+    from gguf import GGUFReader
+
+    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    matmul = {name for name, t in tensors.items() if name.endswith(".weight") and len(t.shape) >= 2}
+    matmul.discard("token_embd.weight")
+    if "output.weight" not in tensors and "token_embd.weight" in tensors:
+        matmul.add("token_embd.weight")
+    matmul |= {name[: -len("weight")] + "bias" for name in matmul} & set(tensors)
+    params = sum(int(tensors[name].n_elements) for name in matmul)
+    nbytes = sum(int(tensors[name].n_bytes) for name in matmul)
+    return ModelSize(params, nbytes)
+
+
+class LlamaCppModel:
+    """A GGUF model's weights loaded by llama.cpp, shared by every :class:`LlamaCppRuntime` on it.
+
+    Args:
+        path: the GGUF file.
+        n_gpu_layers: layers offloaded to a GPU (-1 = all) when llama.cpp was built with one;
+            0 on a CPU build.
+
+    Raises:
+        RuntimeError: llama-cpp-python is missing (:func:`unavailable_reason`) or llama.cpp
+            cannot load the file (not a GGUF, an architecture it does not know, damaged).
+    """
+
+    def __init__(self, path: str | Path, *, n_gpu_layers: int | None = None):
+        reason = unavailable_reason()
+        if reason:
+            raise RuntimeError(reason)
+        lib = _lib()
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise RuntimeError(f"{self.path}: no such GGUF file")
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = (-1 if lib.llama_supports_gpu_offload() else 0) if n_gpu_layers is None else n_gpu_layers
+        self.gpu = bool(params.n_gpu_layers) and bool(lib.llama_supports_gpu_offload())
+        self._lib = lib
+        self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self.ptr:
+            raise RuntimeError(f"llama.cpp could not load {self.path} (not a GGUF file, damaged, or an architecture "
+                               "this llama.cpp build does not support)")
+        self.vocab = lib.llama_model_get_vocab(self.ptr)
+        self.vocab_size = int(lib.llama_vocab_n_tokens(self.vocab))
+        self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.ptr))
+        self._size: ModelSize | None = None
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as text (e.g. ``general.architecture``), or None."""
+        buf = ctypes.create_string_buffer(4096)
+        n = self._lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def end_of_generation_ids(self) -> set[int]:
+        """Token ids llama.cpp treats as the end of a generation (EOS, EOT and the rest)."""
+        return {i for i in range(self.vocab_size) if self._lib.llama_vocab_is_eog(self.vocab, i)}
+
+    def model_size(self) -> ModelSize:
+        if self._size is None:
+            self._size = gguf_model_size(self.path)
+        return self._size
+
+    def close(self) -> None:
+        """Free the weights (every runtime on them must be released first)."""
+        if getattr(self, "ptr", None):
+            self._lib.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+class LlamaCppRuntime:
+    """A llama.cpp context (one KV cache) on a :class:`LlamaCppModel`, as a
+    :class:`~specchat.core.runtime.ModelRuntime`.
+
+    Args:
+        model: the loaded weights (or a GGUF path, loaded here).
+        context_length: positions the context holds (prompt + reply); default the smaller of
+            the model's training context and :data:`DEFAULT_CONTEXT_LENGTH`. llama.cpp
+            allocates the KV cache for all of them when the context is created.
+        threads: CPU threads for decoding and batches (default :func:`default_threads`).
+        precise: a float32 KV cache and no flash attention (llama.cpp's CPU flash attention
+            rounds Q·K through f16): the logits of an F32 GGUF then match a float32 reference
+            to ~1e-5 (the tests); the default (f16 cache, flash attention as llama.cpp picks)
+            is llama.cpp's own and the faster one.
+
+    :meth:`forward` returns float32 logits on the CPU (copied out of llama.cpp's buffer); a
+    generation that overruns the context raises ValueError before any work.
+    """
+
+    name = "llamacpp"
+
+    def __init__(
+        self,
+        model: LlamaCppModel | str | Path,
+        *,
+        context_length: int | None = None,
+        threads: int | None = None,
+        precise: bool = False,
+        batch_size: int = DEFAULT_BATCH,
+    ):
+        self.weights = model if isinstance(model, LlamaCppModel) else LlamaCppModel(model)
+        lib = self._lib = self.weights._lib
+        trained = self.weights.n_ctx_train or DEFAULT_CONTEXT_LENGTH
+        self.context_length = int(context_length or min(trained, DEFAULT_CONTEXT_LENGTH))
+        self.threads = int(threads or default_threads())
+        self.device = torch.device("cpu")
+        self.vocab_size = self.num_input_ids = self.weights.vocab_size
+        params = lib.llama_context_default_params()
+        params.n_ctx = self.context_length
+        params.n_batch = params.n_ubatch = self._batch_size = min(batch_size, self.context_length)
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = self.threads
+        params.no_perf = True
+        self.precise = precise
+        if precise:
+            params.type_k = params.type_v = lib.GGML_TYPE_F32
+            params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        self.ctx = lib.llama_init_from_model(self.weights.ptr, params)
+        if not self.ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {self.context_length} positions for "
+                               f"{self.weights.path.name} (out of memory?)")
+        self._memory = lib.llama_get_memory(self.ctx)
+        self._batch = lib.llama_batch_init(self._batch_size, 0, 1)
+        self._ids: list[int] = []
+        self._started = False
+
+    # -- the seam --------------------------------------------------------------------------
+    @property
+    def num_cached(self) -> int:
+        return len(self._ids)
+
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
+
+    def start(self, prefix_ids: Sequence[int], *, max_positions: int, reuse: bool = True) -> int:
+        n = common_prefix(self._ids, prefix_ids) if reuse and self._started else 0
+        if n < len(self._ids) and not self._remove_from(n):
+            n = 0
+            self._clear()
+        del self._ids[n:]
+        self._started = True
+        return n
+
+    def forward(self, token_ids: Sequence[int], *, num_logits: int) -> torch.Tensor | None:
+        if not self._started:
+            raise RuntimeError("LlamaCppRuntime.forward called before start()")
+        ids = [int(t) for t in token_ids]
+        k = len(ids)
+        if not ids:
+            raise ValueError("a forward pass needs at least one token")
+        if not 0 <= num_logits <= k:
+            raise ValueError(f"num_logits must be in 0..{k}, got {num_logits}")
+        start = len(self._ids)
+        if start + k > self.context_length:
+            raise ValueError(f"{start + k} positions do not fit this llama.cpp context of {self.context_length}")
+        bad = [t for t in ids if not 0 <= t < self.num_input_ids]
+        if bad:
+            raise ValueError(f"token id {bad[0]} is outside the model's vocabulary of {self.num_input_ids}")
+        lib, batch = self._lib, self._batch
+        rows: list[np.ndarray] = []
+        first_scored = k - num_logits
+        for offset in range(0, k, self._batch_size):
+            chunk = ids[offset: offset + self._batch_size]
+            scored = 0
+            for i, token in enumerate(chunk):
+                batch.token[i] = token
+                batch.pos[i] = start + offset + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                wanted = offset + i >= first_scored
+                batch.logits[i] = wanted
+                scored += wanted
+            batch.n_tokens = len(chunk)
+            status = lib.llama_decode(self.ctx, batch)
+            if status != 0:
+                self._remove_from(start)  # leave the cache as it was before this call
+                raise RuntimeError(f"llama_decode failed with status {status} ({len(chunk)} tokens at position "
+                                   f"{start + offset})")
+            if scored:
+                pointer = lib.llama_get_logits(self.ctx)
+                rows.append(np.ctypeslib.as_array(pointer, shape=(scored, self.vocab_size)).copy())
+        self._ids.extend(ids)
+        if not num_logits:
+            return None
+        return torch.from_numpy(rows[0] if len(rows) == 1 else np.concatenate(rows))
+
+    def truncate(self, num_positions: int) -> None:
+        current = len(self._ids)
+        if num_positions < 0 or num_positions > current:
+            raise CacheRollbackError(f"cannot cut a cache of {current} positions to {num_positions}")
+        if num_positions == current:
+            return
+        if not self._remove_from(num_positions):
+            raise CacheRollbackError(f"llama.cpp cannot remove positions {num_positions}… of this model's cache "
+                                     "(a recurrent or sliding-window memory); speculative decoding needs a cache that "
+                                     "can roll back rejected drafts")
+        del self._ids[num_positions:]
+
+    def release(self) -> None:
+        """Drop every cached position (the KV buffer stays allocated: llama.cpp sizes it once,
+        for :attr:`context_length` positions, when the context is created)."""
+        if getattr(self, "ctx", None):
+            self._clear()
+        self._ids, self._started = [], False
+
+    def model_size(self) -> ModelSize:
+        return self.weights.model_size()
+
+    # -- beyond the seam -------------------------------------------------------------------
+    def fork(self) -> LlamaCppRuntime:
+        """A new runtime (its own empty context) on the same weights and settings."""
+        return LlamaCppRuntime(self.weights, context_length=self.context_length, threads=self.threads,
+                               precise=self.precise, batch_size=self._batch_size)
+
+    def close(self) -> None:
+        """Free the context (the weights stay loaded)."""
+        if getattr(self, "ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self.ctx)
+            self.ctx = None
+        self._ids, self._started = [], False
+
+    def __del__(self):  # noqa: D105
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def _remove_from(self, position: int) -> bool:
+        return bool(self._lib.llama_memory_seq_rm(self._memory, 0, position, -1))
+
+    def _clear(self) -> None:
+        self._lib.llama_memory_clear(self._memory, True)
