@@ -18,6 +18,10 @@ PROG = "specchat" if Path(sys.argv[0]).name == "specchat" else "python -m specch
 MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
 ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
+RUNTIME_CHOICES = ("auto", "transformers", "llamacpp")  # specchat.runtimes.select.RUNTIME_NAMES (a test checks)
+RUNTIME_HELP = ("what runs the target and the model drafters: llamacpp (the GGUF as it is, on llama.cpp through "
+                "llama-cpp-python), transformers (PyTorch; a GGUF is converted to bf16 once), or auto (default: "
+                "llama.cpp for a model with a GGUF when llama-cpp-python is installed and the device is the CPU)")
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line and exits with status 2."""
@@ -85,14 +89,21 @@ def use_model_sources(args: argparse.Namespace) -> str | None:
     return use_models_file(args.models)
 
 
+def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
+    """``--runtime auto|transformers|llamacpp`` for the app and every model command."""
+    parser.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto", help=RUNTIME_HELP)
+
+
 def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     """The app's options, for ``python app.py`` and ``specchat app`` alike. Importing this
     module does not import gradio or torch, so ``--help`` is quick."""
     on_spaces = os.environ.get("SYSTEM") == "spaces"
     parser.add_argument(
         "--target", default=None,
-        help="target model: a name from models.yaml or a local path (default: the project's default target)",
+        help="target model: a name from models.yaml, a local Hugging Face-format directory, or a .gguf file "
+             "(runs on llama.cpp) (default: the project's default target)",
     )
+    add_runtime_argument(parser)
     parser.add_argument(
         "--drafter", choices=KIND_NAMES, default=None,
         help="drafter selected at start (default: picked by measurement: the first start times each model "
@@ -121,8 +132,8 @@ def add_app_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--threads", type=ranged(int, 1, 1024, "an integer >= 1"), default=None,
-        help="torch CPU threads (default: torch's, one per core); on a machine busy with other "
-             "work, fewer threads than cores can be much faster",
+        help="CPU threads for torch and llama.cpp (default: torch's, one per core; llama.cpp: every CPU); on a "
+             "machine busy with other work, fewer threads than cores can be much faster",
     )
     parser.add_argument(
         "--compile", action="store_true",

@@ -24,7 +24,7 @@ from specchat.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from specchat.drafters import kinds as drafter_kinds
 from specchat.errors import SpecchatError
 from specchat.progress import BOARD
-from specchat.runtimes import loading
+from specchat.runtimes import loading, select
 from specchat.runtimes.chat import Message, build_chat_prompt
 from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
 from specchat.runtimes.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
@@ -58,10 +58,14 @@ class ChatService:
         dtype: "auto" | "float32" | "bfloat16" | "float16" (see ``loading.resolve_dtype``).
         device: "cpu", "cuda", …; None picks CUDA when available.
         registry: a loaded registry; None loads models.yaml.
-        drafter_model: overrides the sibling drafter (a registry name or local directory).
+        drafter_model: overrides the sibling drafter (a registry name, local directory or GGUF file).
+        runtime: what runs the target and the model drafters: "transformers", "llamacpp" (a
+            GGUF as it is, on llama.cpp) or "auto" (:func:`specchat.runtimes.select.choose_runtime`).
+        threads: llama.cpp's CPU threads (default: every CPU this process may use).
 
     Raises:
         RegistryError: unknown target name or bad models.yaml.
+        ValueError: a runtime this target cannot run on (the message says why).
     """
 
     def __init__(
@@ -73,6 +77,8 @@ class ChatService:
         registry: Registry | None = None,
         drafter_model: str | None = None,
         compile: bool = False,
+        runtime: str = "transformers",
+        threads: int | None = None,
     ):
         self.compile = compile  # compile the target's passes (start() does it after Ready)
         self.registry = registry or load_registry()
@@ -80,6 +86,11 @@ class ChatService:
         self.target_name = self.target_entry.name
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = loading.resolve_dtype(dtype, self.device)
+        self.runtime_choice = select.choose_runtime(self.target_entry, runtime, self.device)
+        self.runtime = self.runtime_choice.name  # "transformers" | "llamacpp"
+        self.threads = threads
+        if self.runtime == "llamacpp":
+            self.device = torch.device("cpu")  # where llama.cpp hands its logits over
         self.drafter_model = drafter_model
         self.target_path: Path | None = None
         self.engine: SpeculativeEngine | None = None
@@ -165,6 +176,15 @@ class ChatService:
         with self._load_lock:
             if self.engine is not None:
                 return
+            if self.runtime == "llamacpp":
+                BOARD.stage(f"Loading target {self.target_name} on llama.cpp (its GGUF as it is, no conversion)")
+                try:
+                    runtime, self.tokenizer, eos = select.load_llamacpp(self.target_entry, threads=self.threads)
+                except loading.ModelSourceError as exc:
+                    raise loading.damaged_cache_error(self.target_entry, self.target_path or Path(), exc) from exc
+                self.target_path = runtime.weights.path
+                self.engine = SpeculativeEngine(runtime, self.tokenizer, eos_token_ids=eos | eos_token_ids(None, self.tokenizer))
+                return
             BOARD.stage(f"Preparing target {self.target_name} (the first start converts it once)")
             self.target_path = loading.ensure_local(self.target_entry)
             BOARD.stage(f"Loading target {self.target_name}")
@@ -186,6 +206,8 @@ class ChatService:
         Safe while another generation runs eagerly (the graphs are built on a cache of their
         own). Returns the compiled target (``compile_s``: seconds per pass length)."""
         runtime = self._engine().target
+        if self.runtime != "transformers":
+            raise SpecchatError(f"--compile compiles transformers' passes; the target runs on {self.runtime}")
         if runtime.compiled is not None:
             return runtime.compiled
         compiled = CompiledTarget(runtime.model, max_cache_len=min(runtime.context_length, DEFAULT_MAX_CACHE_LEN))
@@ -203,8 +225,15 @@ class ChatService:
         return self._engine().context_length
 
     def drafter_kinds(self) -> list[str]:
-        """Drafter kinds available for this target, in display order."""
-        return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling))
+        """Drafter kinds available for this target, in display order (on llama.cpp: no NF4 kinds,
+        :attr:`unavailable_drafters` says why)."""
+        return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling),
+                                       int4=self.runtime == "transformers")
+
+    @property
+    def unavailable_drafters(self) -> dict[str, str]:
+        """Drafter kinds of the table this target does not offer on its runtime, and why."""
+        return select.unavailable_drafters(self.runtime, self.target_name, self.drafter_kinds())
 
     def prepare_drafter(self, kind: str) -> Drafter | None:
         """Load (once) and return the drafter of this kind; None for target-only. A loading
@@ -257,7 +286,9 @@ class ChatService:
             return self._drafters[name]
         kind = drafter_kinds.get(name)
         self._engine()  # the target comes first: a drafter is sized to its vocabulary
-        if kind.source == "lookup":
+        if self.runtime == "llamacpp" and kind.source in ("sibling", "hybrid"):
+            drafter = self._llamacpp_drafter(name, kind)
+        elif kind.source == "lookup":
             drafter: Drafter = NgramDrafter(self.device)
         elif kind.source == "target":
             BOARD.stage(f"Quantizing {self.target_name} to int4 for the {name} drafter (about a minute on 2 CPU cores)")
@@ -288,6 +319,22 @@ class ChatService:
             raise ValueError(f"drafter kind {name!r} has no way to be built (source {kind.source!r})")
         self._drafters[name] = drafter
         return drafter
+
+    def _llamacpp_drafter(self, name: str, kind) -> Drafter:
+        """The sibling (its GGUF in a llama.cpp context of its own) or the hybrid on it."""
+        if kind.source == "hybrid":
+            part = self.hybrid_part()
+            BOARD.stage(f"Preparing the hybrid drafter: lookup, then '{part}'")
+            model_part = self._prepare_drafter(part)
+            return HybridDrafter(self._model_drafter_on(model_part.runtime.fork(), part), name=name)
+        entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
+        BOARD.stage(f"Loading sibling drafter {entry.name} on llama.cpp")
+        if not entry.has_gguf:
+            raise loading.ModelSourceError(f"drafter {entry.name!r} has no GGUF file, so llama.cpp cannot run it")
+        runtime, drafter_tokenizer, _ = select.load_llamacpp(entry, threads=self.threads)
+        loading.check_same_tokenizer(self.tokenizer, drafter_tokenizer, target_name=self.target_name,
+                                     drafter_name=entry.name)
+        return self._model_drafter_on(runtime, name)
 
     def model_drafter_kinds(self) -> list[str]:
         """This target's drafter kinds that run a model of their own (int4, sibling, sibling-int4)."""
@@ -354,8 +401,11 @@ class ChatService:
         return ModelSizes(self._sizes["target"], self._sizes.get(drafter) if runtime is not None else None)
 
     def _model_drafter(self, model, name: str) -> ModelDrafter:
+        return self._model_drafter_on(TransformersRuntime(model), name)
+
+    def _model_drafter_on(self, runtime, name: str) -> ModelDrafter:
         return ModelDrafter(
-            TransformersRuntime(model), target_vocab_size=self._engine().vocab_size, num_tokenizer_ids=len(self.tokenizer),
+            runtime, target_vocab_size=self._engine().vocab_size, num_tokenizer_ids=len(self.tokenizer),
             name=name, device=self.device,
         )
 
@@ -450,9 +500,10 @@ class ChatService:
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
-    """EOS ids of the model: generation config, tokenizer, and end-of-turn chat markers."""
+    """EOS ids of the model: generation config (a transformers model; None for none), tokenizer,
+    and end-of-turn chat markers."""
     ids: set[int] = set()
-    eos = getattr(model.generation_config, "eos_token_id", None)
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is not None:
         ids.update([eos] if isinstance(eos, int) else eos)
     if tokenizer.eos_token_id is not None:

@@ -11,7 +11,7 @@ import sys
 from specchat.commands.common import load_service
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.drafters.kinds import SPECULATIVE_KIND_NAMES
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, auto_or, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, auto_or, device, ranged
 
 _gamma = ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}")
 AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
@@ -44,6 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="a greedy divergence passes only where the target's top-2 logit gap is at most this "
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
     aud.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    add_runtime_argument(aud)
+    aud.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
+                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
     aud.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     add_models_argument(aud)
     return aud

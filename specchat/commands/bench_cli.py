@@ -13,7 +13,7 @@ from pathlib import Path
 from specchat.commands.common import add_compile_argument, compile_target
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
 from specchat.drafters.kinds import SPECULATIVE_KIND_NAMES
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, auto_or, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, auto_or, device, ranged
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -57,8 +57,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ben.add_argument("--quick", action="store_true",
                      help="a look in a few minutes: one prompt per group, 48 new tokens, 1 repeat, adaptive γ only "
                           "(the other options still apply where given)")
-    ben.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"), help="torch CPU threads (default: torch's)")
+    ben.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
+                     help="CPU threads for torch and llama.cpp (default: torch's; llama.cpp: every CPU)")
     ben.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    add_runtime_argument(ben)
     ben.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     ben.add_argument("--out", default="bench-results", metavar="DIR",
                      help="folder for the results: bench.json, bench.csv (with --csv), bench.html and bench.png "
@@ -109,8 +111,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
         if args.threads:
             torch.set_num_threads(args.threads)
-        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
-    except RegistryError as exc:
+        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model,
+                              runtime=args.runtime, threads=args.threads)
+    except (RegistryError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     try:

@@ -13,7 +13,7 @@ from specchat.commands.generate import summary_line
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import TokenEvent
 from specchat.drafters.kinds import KIND_NAMES
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -39,6 +39,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cht.add_argument("--no-prefix-cache", action="store_true",
                      help="prefill the whole conversation every turn (for comparison)")
     cht.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    add_runtime_argument(cht)
+    cht.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
+                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
     cht.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
     add_compile_argument(cht)

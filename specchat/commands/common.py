@@ -1,6 +1,6 @@
 """What the model subcommands (generate, chat, calibrate, audit, bench) share: the ChatService
 loaded from their arguments (``--target``, ``--drafter``, ``--dtype``, ``--device``,
-``--drafter-model``) and the ``--compile`` option. Heavy imports (torch, transformers through
+``--drafter-model``, ``--runtime``) and the ``--compile`` option. Heavy imports (torch, transformers through
 the service) stay inside the functions: ``specchat --help`` imports neither torch nor gradio."""
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ def load_service(args: argparse.Namespace):
     from specchat.service import ChatService
 
     try:
-        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model)
-    except RegistryError as exc:  # an unknown --target: a bad argument, before any loading
+        service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model,
+                              runtime=args.runtime, threads=getattr(args, "threads", None))
+    except (RegistryError, ValueError) as exc:  # an unknown --target or a runtime it cannot run on, before any loading
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return None, 2
     if args.drafter not in service.drafter_kinds():

@@ -15,7 +15,8 @@ from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKEN
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters.kinds import KIND_NAMES
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
+from specchat.runtimes.select import describe_service
 
 _ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
 
@@ -40,6 +41,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=128)
     gen.add_argument("--stop", nargs="+", default=[], metavar="TEXT", help="stop strings")
     gen.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
+    add_runtime_argument(gen)
+    gen.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
+                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
     gen.add_argument("--num-samples", type=ranged(int, 1, 100000, "an integer >= 1"), default=1,
                      help="independent samples, seeds S, S+1, …")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
@@ -110,13 +114,15 @@ def run(args: argparse.Namespace) -> int:
             ledger = count_ledger(metrics.rounds, sizes=sizes, alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
                                   num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
             if args.json:
-                print(json.dumps({**_sample_json(done, metrics, args, config.seed), "ledger": ledger.summary()},
-                                 ensure_ascii=False))
+                print(json.dumps({**_sample_json(done, metrics, args, config.seed), "ledger": ledger.summary(),
+                                  "runtime": service.runtime}, ensure_ascii=False))
             else:
                 sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
                 sys.stdout.flush()
                 print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
                 print(ledger.line(), file=sys.stderr)
+                if i == 0:
+                    print(f"runtime: {describe_service(service, args.drafter)}", file=sys.stderr)
             if args.trace:
                 from specchat.analysis.trace import trace_records, write_trace
 

@@ -104,10 +104,15 @@ CPU, and its quantization takes about 10 s; the int4 copy of the target is re-qu
 every start (about a minute), so it loads only when picked."""
 
 
-def kinds_for(has_sibling: bool) -> list[str]:
+def kinds_for(has_sibling: bool, *, int4: bool = True) -> list[str]:
     """The kinds a target can use, in display order: all but the sibling kinds when it has no
-    sibling."""
-    return [k for k in KIND_NAMES if has_sibling or not DRAFTER_KINDS[k].needs_sibling]
+    sibling, and but the NF4 kinds without ``int4`` (the llama.cpp runtime); the hybrid only
+    when a model drafter remains for it to fall back on."""
+    kinds = [k for k in KIND_NAMES
+             if (has_sibling or not DRAFTER_KINDS[k].needs_sibling) and (int4 or not DRAFTER_KINDS[k].int4)]
+    if not any(DRAFTER_KINDS[k].own_model for k in kinds):
+        kinds = [k for k in kinds if DRAFTER_KINDS[k].source != "hybrid"]
+    return kinds
 
 
 def get(name: str) -> DrafterKind:

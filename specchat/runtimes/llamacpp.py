@@ -63,6 +63,11 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def gpu_offload() -> bool:
+    """True when the installed llama.cpp was built with a GPU backend (CUDA, Metal, …)."""
+    return unavailable_reason() is None and bool(_lib().llama_supports_gpu_offload())
+
+
 def _lib():
     """The bindings, initialised once (backend, and llama.cpp's log reduced to errors)."""
     global _initialized, _log_callback
@@ -148,6 +153,14 @@ class LlamaCppModel:
         buf = ctypes.create_string_buffer(4096)
         n = self._lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def file_type(self) -> str | None:
+        """llama.cpp's one-line description's quantization part, e.g. ``Q4_K - Medium``."""
+        buf = ctypes.create_string_buffer(256)
+        if self._lib.llama_model_desc(self.ptr, buf, len(buf)) < 0:
+            return None
+        words = buf.value.decode("utf-8", "replace").split(" ", 2)  # "<arch> <size> <file type>"
+        return words[2] if len(words) == 3 else None
 
     def end_of_generation_ids(self) -> set[int]:
         """Token ids llama.cpp treats as the end of a generation (EOS, EOT and the rest)."""

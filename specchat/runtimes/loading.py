@@ -35,6 +35,8 @@ from specchat.runtimes.gguf_cache import (
     _save_model_files,  # noqa: F401 (re-exported: tests write small checkpoints with it)
     cache_dir_for,
     cache_root,  # noqa: F401 (re-exported: specchat.analysis.calibrate reads it from here)
+    gguf_file_for,  # noqa: F401 (the llama.cpp runtime's GGUF file, as it is)
+    gguf_tokenizer_dir,  # noqa: F401
     is_complete_cache,
     locate_installed_part,
 )
@@ -234,7 +236,8 @@ def load_tokenizer(path: Path):  # -> transformers.PreTrainedTokenizerBase
     """
     from transformers import AutoTokenizer
 
-    _require_model_dir(path)
+    if not (Path(path) / "tokenizer_config.json").is_file():  # a tokenizer alone (a GGUF's, for llama.cpp)
+        _require_model_dir(path)
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except (OSError, ValueError) as exc:

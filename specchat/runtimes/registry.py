@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -133,6 +133,9 @@ class ModelEntry(BaseModel):
     hub_id: str | None = Field(default=None, description="Hugging Face Hub id, e.g. Qwen/Qwen2.5-Coder-1.5B-Instruct")
     gguf: GgufSource | None = None
     local_dir: Path | None = Field(default=None, description="Hugging Face-format directory with config.json")
+    gguf_file: Path | None = Field(default=None, description="a GGUF file of the user's own (runs on llama.cpp)")
+    runtime: Literal["auto", "transformers", "llamacpp"] = Field(
+        default="auto", description="what runs this model: transformers, llama.cpp (a GGUF entry), or auto")
     context_length: int | None = Field(default=None, gt=0, description="overrides config.max_position_embeddings")
     drafters: dict[str, str] = Field(default_factory=dict, description="drafter kind -> value (sibling: entry name)")
 
@@ -159,9 +162,16 @@ class ModelEntry(BaseModel):
 
     @model_validator(mode="after")
     def _check_has_source(self) -> ModelEntry:
-        if self.gguf is None and self.local_dir is None and self.hub_id is None:
-            raise ValueError("needs a source: one of gguf, local_dir or hub_id")
+        if self.gguf is None and self.local_dir is None and self.hub_id is None and self.gguf_file is None:
+            raise ValueError("needs a source: one of gguf, gguf_file, local_dir or hub_id")
+        if self.runtime == "llamacpp" and not self.has_gguf:
+            raise ValueError("runtime: llamacpp needs a GGUF (a gguf source or a gguf_file)")
         return self
+
+    @property
+    def has_gguf(self) -> bool:
+        """True when the entry has a GGUF file to give llama.cpp (an offline source or the user's file)."""
+        return self.gguf is not None or self.gguf_file is not None
 
     @property
     def sibling(self) -> str | None:
@@ -199,7 +209,8 @@ class Registry(BaseModel):
         """A registry entry by name, or an ad-hoc entry for a local Hugging Face-format directory.
 
         A directory (``~`` expanded) that holds ``config.json`` gives an entry named after the
-        directory, with ``local_dir`` set and no configured drafters.
+        directory, with ``local_dir`` set and no configured drafters; a ``.gguf`` file gives an
+        entry named after the file, with ``gguf_file`` set, run on llama.cpp.
         Raises RegistryError if it is neither a known name nor such a directory; the message
         lists the known names.
         """
@@ -207,6 +218,11 @@ class Registry(BaseModel):
         if key in self.models:
             return self.models[key]
         directory = Path(key).expanduser()
+        if directory.suffix.lower() == ".gguf":
+            if not directory.is_file():
+                raise RegistryError(f"{directory}: no such GGUF file")
+            name = re.sub(r"[^A-Za-z0-9._-]", "-", directory.stem).lstrip("._-") or "local-gguf"
+            return ModelEntry(name=name, gguf_file=directory.resolve(), runtime="llamacpp")
         if directory.is_dir():
             if not (directory / "config.json").is_file():
                 raise RegistryError(
@@ -218,7 +234,8 @@ class Registry(BaseModel):
         raise RegistryError(
             f"unknown model {key!r}: not an entry of {' or '.join(map(str, self._sources)) or 'the registry'} and not "
             f"a directory. "
-            f"Known names: {', '.join(self.models)}. Or pass a local Hugging Face-format directory (with config.json)."
+            f"Known names: {', '.join(self.models)}. Or pass a local Hugging Face-format directory (with config.json) "
+            f"or a .gguf file (it runs on llama.cpp)."
         )
 
 

@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     try:
-        service = get_service(target=args.target, dtype=args.dtype, device=args.device, compile=args.compile)
+        service = get_service(target=args.target, dtype=args.dtype, device=args.device, compile=args.compile,
+                              runtime=args.runtime, threads=args.threads)
         kinds = list(service.drafter_kinds())
         if args.drafter is not None and args.drafter not in kinds:
             raise ValueError(

@@ -40,6 +40,7 @@ _SERVICE_LOCK = threading.Lock()
 
 def get_service(
     *, target: str | None = None, dtype: str = "auto", device: str | None = None, compile: bool = False,
+    runtime: str = "transformers", threads: int | None = None,
 ) -> ChatService:
     """The module-level ChatService, created on first use (thread-safe). Loads nothing:
     ``service.start(drafter)`` loads the models in the background."""
@@ -48,7 +49,8 @@ def get_service(
         if _SERVICE is None:
             from specchat.service import ChatService
 
-            _SERVICE = ChatService(target=target, dtype=dtype, device=device, compile=compile)
+            _SERVICE = ChatService(target=target, dtype=dtype, device=device, compile=compile, runtime=runtime,
+                                   threads=threads)
         return _SERVICE
 
 
@@ -60,10 +62,20 @@ def loading_html(service: Any) -> str | None:
     return loading_banner("Loading models") if getattr(service, "loading", False) else None
 
 
-def compile_note(service: Any) -> str:
-    """For the drafter's status line: where ``--compile`` stands ("" without it)."""
+def compile_note(service: Any, drafter: str | None = None) -> str:
+    """For the drafter's status line: what runs the target and the drafter (transformers or
+    llama.cpp, the weights' bits, llama.cpp's threads) and where ``--compile`` stands."""
+    runtime = ""
+    if getattr(service, "runtime_choice", None) is not None:
+        from specchat.runtimes.select import describe_service
+
+        runtime = " · " + describe_service(service, drafter)
     if not getattr(service, "compile", False):
-        return ""
+        return runtime.rstrip(" ·")
+    return runtime.rstrip(" ·") + _compile_state(service)
+
+
+def _compile_state(service: Any) -> str:
     if getattr(service, "compiled", None) is not None:
         return " · target compiled (static cache, --compile)"
     return (" · the target's passes are being compiled in the background (a few minutes): "

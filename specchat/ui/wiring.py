@@ -145,7 +145,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             return
         # the dropdown is left alone: it shows the user's latest pick, which a queued later
         # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
-        yield {page.drafter_status: status_html(f"drafter '{kind}' ready{compile_note(service)}"), page.active_drafter: kind}
+        yield {page.drafter_status: status_html(f"drafter '{kind}' ready{compile_note(service, kind)}"), page.active_drafter: kind}
 
     def show_loading():
         """On page load: mirror the background loading progress until the models are ready;
@@ -164,7 +164,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
                    page.drafter: "none", page.active_drafter: "none"}
             return
         why = f" · picked by measurement: {picked[1]}" if picked else ""
-        why += compile_note(service)
+        why += compile_note(service, first)
         yield {page.load_banner: getattr(service, "banner", ""), page.drafter_status: status_html(f"drafter '{first}' ready{why}"),
                **({page.drafter: first, page.active_drafter: first} if picked else {})}
 

@@ -1,0 +1,130 @@
+"""Which runtime runs a model (``--runtime transformers|llamacpp|auto``), and loading a GGUF
+on llama.cpp with its tokenizer: the service's way to the llama.cpp runtime.
+
+``auto`` is a rule today, not a measurement: llama.cpp for a model that has a GGUF when
+llama-cpp-python is installed and the model runs on the CPU (there llama.cpp's 4-bit kernels
+decode the default target 2–4× faster than transformers' bf16), else transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specchat.runtimes import llamacpp, loading
+from specchat.runtimes.registry import ModelEntry
+
+RUNTIME_NAMES: tuple[str, ...] = ("auto", "transformers", "llamacpp")
+LABELS = {"transformers": "transformers (PyTorch)", "llamacpp": "llama.cpp"}
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """The runtime a model runs on and why (``reason``: one line for the page and the CLI)."""
+
+    name: str
+    reason: str
+
+
+def choose_runtime(entry: ModelEntry, requested: str, device: torch.device) -> RuntimeChoice:
+    """Resolve ``requested`` (``auto`` | ``transformers`` | ``llamacpp``; an entry's own
+    ``runtime`` in models.yaml applies when ``auto`` is requested) for ``entry`` on ``device``.
+
+    Raises:
+        ValueError: an unknown name, or llama.cpp asked for a model with no GGUF, or llama.cpp
+            asked for while llama-cpp-python is missing (the message says how to install it),
+            or transformers asked for a user's ``.gguf`` file.
+    """
+    if requested not in RUNTIME_NAMES:
+        raise ValueError(f"unknown runtime {requested!r} (known: {', '.join(RUNTIME_NAMES)})")
+    wanted = entry.runtime if requested == "auto" else requested
+    missing = llamacpp.unavailable_reason()
+    if wanted == "llamacpp":
+        if not entry.has_gguf:
+            raise ValueError(f"model {entry.name!r} has no GGUF file, so llama.cpp cannot run it; use --runtime transformers")
+        if missing:
+            raise ValueError(f"--runtime llamacpp: {missing}")
+        return RuntimeChoice("llamacpp", "asked for" if requested == "llamacpp" else "models.yaml says runtime: llamacpp")
+    if wanted == "transformers":
+        if entry.gguf_file is not None and entry.gguf is None:
+            raise ValueError(f"{entry.gguf_file} is a GGUF file: it runs on llama.cpp (--runtime llamacpp); "
+                             "for transformers pass a Hugging Face-format directory")
+        why = "asked for" if requested == "transformers" else "models.yaml says runtime: transformers"
+        return RuntimeChoice("transformers", why + (f"; llama.cpp is not offered: {missing}" if missing else ""))
+    if not entry.has_gguf:
+        return RuntimeChoice("transformers", "auto: the model has no GGUF file for llama.cpp")
+    if missing:
+        return RuntimeChoice("transformers", f"auto: llama.cpp is not offered ({missing})")
+    if device.type != "cpu" and not llamacpp.gpu_offload():
+        return RuntimeChoice("transformers", f"auto: the model runs on {device.type} and this llama.cpp build is CPU-only")
+    return RuntimeChoice("llamacpp", "auto: a GGUF model and llama-cpp-python installed")
+
+
+def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bool = True,
+                  weights: llamacpp.LlamaCppModel | None = None):
+    """Load ``entry``'s GGUF on llama.cpp as it is (no conversion) and its tokenizer (converted
+    from the GGUF's metadata once, with the chat template; seconds).
+
+    Returns:
+        ``(runtime, tokenizer, eos_token_ids)``: a :class:`~specchat.runtimes.llamacpp.LlamaCppRuntime`
+        with its own context, the Hugging Face tokenizer, and llama.cpp's end-of-generation ids.
+
+    Raises:
+        ModelSourceError, ChecksumError: the GGUF is missing or damaged.
+        RuntimeError: llama.cpp cannot load it.
+    """
+    path = loading.gguf_file_for(entry, progress=progress)
+    tokenizer = loading.load_tokenizer(loading.gguf_tokenizer_dir(entry, Path(path)))
+    weights = weights or llamacpp.LlamaCppModel(path)
+    runtime = llamacpp.LlamaCppRuntime(weights, context_length=entry.context_length, threads=threads)
+    return runtime, tokenizer, weights.end_of_generation_ids()
+
+
+def unavailable_drafters(runtime: str, target_name: str, offered: list[str]) -> dict[str, str]:
+    """The drafter kinds of the table a target does not offer on ``runtime``, and why (one line each)."""
+    from specchat.drafters import kinds as drafter_kinds
+
+    why = {}
+    for name in drafter_kinds.KIND_NAMES:
+        kind = drafter_kinds.get(name)
+        if name in offered:
+            continue
+        if kind.int4 and runtime == "llamacpp":
+            why[name] = ("bitsandbytes' NF4 runs on transformers; on llama.cpp the target is 4-bit already, and a "
+                         "lower-bit GGUF copy of it is not built yet (use --runtime transformers for int4)")
+        elif kind.needs_sibling:
+            why[name] = f"{target_name} has no sibling model (a smaller one with its tokenizer)"
+        else:
+            why[name] = "it needs a model drafter, and none is offered here"
+    return why
+
+
+def describe(runtime) -> str:
+    """What runs a model, in a few words: ``llama.cpp (Q4_K_M GGUF, 4.9 bits/weight, 2 threads)``
+    or ``transformers (PyTorch, bfloat16)``."""
+    size = runtime.model_size()
+    bits = 8 * size.weight_bytes / max(1, size.matmul_params)
+    if getattr(runtime, "name", "") == "llamacpp":
+        kind = runtime.weights.file_type() or "GGUF"
+        return f"llama.cpp ({kind}, {bits:.1f} bits/weight, {runtime.threads} threads)"
+    dtype = str(next(runtime.model.parameters()).dtype).removeprefix("torch.")
+    return f"transformers ({dtype}, {bits:.1f} bits/weight)"
+
+
+def describe_service(service, drafter: str | None = None) -> str:
+    """One line for the page and the CLI: what runs the target and ``drafter``'s model, and why
+    llama.cpp is not offered when it is not ("" before the target is loaded)."""
+    engine = getattr(service, "engine", None)
+    if engine is None:
+        return ""
+    parts = [f"target on {describe(engine.target)}"]
+    model = getattr(service, "_drafters", {}).get(drafter) if drafter else None
+    runtime = getattr(getattr(model, "model_drafter", model), "runtime", None)
+    if runtime is not None:
+        parts.append(f"drafter on {describe(runtime)}")
+    choice = getattr(service, "runtime_choice", None)
+    if choice is not None and "not offered" in choice.reason:
+        parts.append(choice.reason.split("; ", 1)[-1].removeprefix("auto: "))
+    return " · ".join(parts)
