@@ -644,7 +644,8 @@ def registry_message(tmp_path, text: str) -> tuple[Path, str]:
          "models.big.drafters: unknown drafter kind 'eagle' (known: none, ngram, int4, sibling, sibling-int4, hybrid)"),
         ("      sibling: small", "      sibling:", "models.big.drafters: sibling: must name another entry of this file"),
         ("    hub_id: org/Small", "    hub_id: org/Small\n    colour: red",
-         "models.small.colour: unknown key (allowed: description, hub_id, gguf, local_dir, context_length, drafters)"),
+         "models.small.colour: unknown key (allowed: description, hub_id, gguf, local_dir, gguf_file, runtime, "
+         "context_length, drafters)"),
     ],
     ids=["wrong-type", "out-of-range", "missing-gguf-key", "missing-top-level-key", "entry-not-a-mapping",
          "unknown-drafter-kind", "empty-sibling", "unknown-key"],

@@ -43,7 +43,6 @@ files: :mod:`specchat.commands.bench_report`; the command line: :mod:`specchat.c
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +51,17 @@ from pathlib import Path
 
 import yaml
 
+from specchat.commands.bench_peers import (  # noqa: F401 (re-exported: the runners of the peers)
+    LLAMACPP,
+    PROMPT_LOOKUP_NUM_TOKENS,
+    SPECCHAT,
+    TRANSFORMERS,
+    _PeakMemory,
+    llamacpp_configs,
+    run_llamacpp,
+    run_transformers,
+    transformers_kwargs,
+)
 from specchat.core import theory
 from specchat.core.config import GenerationConfig
 from specchat.core.events import TokenEvent
@@ -59,11 +69,7 @@ from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 
 GROUPS = ("code", "edit", "passage", "chat")
-SPECCHAT, TRANSFORMERS = "specchat", "transformers"
 NO_TIMING_SUFFIX = " (no timing rounds)"
-# The n-gram drafter's transformers counterpart: prompt lookup decoding with its documented
-# example setting (transformers' docs and MODELS.md use 10).
-PROMPT_LOOKUP_NUM_TOKENS = 10
 
 
 # ---- prompts ------------------------------------------------------------------------------
@@ -148,6 +154,8 @@ class BenchConfig:
         if self.engine == TRANSFORMERS:
             tuned = "" if self.num_speculative_tokens is None else f" k={self.num_speculative_tokens}"
             return f"transformers {self.drafter}{tuned}"
+        if self.engine == LLAMACPP:
+            return "llama.cpp plain decode" if self.drafter == "none" else f"llama.cpp prompt lookup k={PROMPT_LOOKUP_NUM_TOKENS}"
         if self.drafter == "none":
             return "specchat none"
         gamma = "adaptive" if self.num_speculative_tokens is None else f"γ={self.num_speculative_tokens}"
@@ -197,44 +205,6 @@ class RunResult:
     identical: bool | None = None
 
 
-class _PeakMemory:
-    """Peak memory during a block: CUDA allocated (GPU) or process RSS sampled every 10 ms."""
-
-    def __init__(self, device):
-        self.device = device
-        self.peak_mb = 0.0
-        self._stop = threading.Event()
-
-    def __enter__(self):
-        import torch
-
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
-            return self
-        import psutil
-
-        process = psutil.Process()
-        self.peak_mb = process.memory_info().rss / 2**20
-
-        def sample():
-            while not self._stop.wait(0.01):
-                self.peak_mb = max(self.peak_mb, process.memory_info().rss / 2**20)
-
-        self._thread = threading.Thread(target=sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        if self.device.type == "cuda":
-            self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
-        else:
-            self._stop.set()
-            self._thread.join()
-        return False
-
-
 def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int,
                  temperature: float = 0.0, seed: int = 0) -> dict:
     """One generation with specchat's engine (greedy, or sampled at ``temperature`` with
@@ -274,88 +244,6 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         target_step_ms=metrics.target_step_ms,
         speedup_same_run=metrics.measured_speedup,
         speedup_predicted_same_run=metrics.predicted_speedup,
-    )
-
-
-class _ChunkClock:
-    """A transformers streamer that only records when each chunk of new tokens arrives."""
-
-    def __init__(self):
-        self.t0 = time.perf_counter()
-        self.times: list[float] = []
-        self.sizes: list[int] = []
-        self._prompt_seen = False
-
-    def put(self, value) -> None:
-        if not self._prompt_seen:  # generate() first puts the prompt
-            self._prompt_seen = True
-            return
-        self.times.append(time.perf_counter() - self.t0)
-        self.sizes.append(int(value.numel()))
-
-    def end(self) -> None:
-        pass
-
-
-def transformers_kwargs(service, drafter: str) -> dict:
-    """The ``generate`` arguments of transformers' counterpart of a specchat drafter.
-
-    none → plain greedy; sibling / int4 / sibling-int4 → ``assistant_model=`` the same loaded
-    drafter model (transformers' defaults: 20 assistant tokens with its confidence threshold);
-    ngram → ``prompt_lookup_num_tokens=10``.
-    """
-    if drafter == "none":
-        return {}
-    if drafter == "ngram":
-        return {"prompt_lookup_num_tokens": PROMPT_LOOKUP_NUM_TOKENS}
-    return {"assistant_model": service.prepare_drafter(drafter).runtime.model}
-
-
-def run_transformers(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int,
-                     temperature: float = 0.0, seed: int = 0) -> dict:
-    """One ``target_model.generate(...)`` call on the same loaded models (greedy, or sampled at
-    ``temperature`` with torch's seed set to ``seed``)."""
-    import torch
-    from transformers import GenerationConfig as HFGenerationConfig
-
-    engine = service.engine
-    eos = sorted(engine.eos_token_ids)
-    # an explicit config: greedy, no repetition penalty or sampling defaults from the model files
-    kwargs = transformers_kwargs(service, config.drafter)
-    sampled = temperature > 0
-    gen_config = HFGenerationConfig(
-        do_sample=sampled, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=eos[0],
-        prompt_lookup_num_tokens=kwargs.pop("prompt_lookup_num_tokens", None),
-        **({"temperature": temperature, "top_k": 0, "top_p": 1.0} if sampled else {}),
-    )
-    if sampled:
-        torch.manual_seed(seed)
-    if config.num_speculative_tokens is not None and "assistant_model" in kwargs:
-        # tuned: a fixed number of assistant tokens per round (transformers' default is 20 with
-        # its "heuristic" schedule, carried over between calls, and a confidence threshold of 0.4)
-        gen_config.num_assistant_tokens = config.num_speculative_tokens
-        gen_config.num_assistant_tokens_schedule = "constant"
-    input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=engine.device)
-    with _PeakMemory(service.device) as memory:
-        clock = _ChunkClock()
-        with torch.inference_mode():
-            out = engine.target.model.generate(
-                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=gen_config,
-                streamer=clock, **kwargs,
-            )
-        total_s = time.perf_counter() - clock.t0
-    tokens = out[0, len(prompt_ids):].tolist()
-    # generate() stops after an EOS but may pad nothing; cut at the first EOS like specchat
-    for i, token in enumerate(tokens):
-        if token in engine.eos_token_ids:
-            tokens = tokens[: i + 1]
-            break
-    return dict(
-        num_tokens=len(tokens), token_ids=tokens, ttft_s=clock.times[0] if clock.times else total_s,
-        total_s=total_s, e2e_tokens_per_s=len(tokens) / total_s,
-        prefill_s=None, decode_tokens_per_s=None,  # set from the paired specchat run (_fill_relative)
-        num_rounds=len(clock.sizes), tokens_per_round=len(tokens) / max(len(clock.sizes), 1),
-        peak_mem_mb=memory.peak_mb,
     )
 
 
@@ -440,11 +328,12 @@ def run_multi_turn(
 # ---- the whole benchmark ------------------------------------------------------------------
 def build_configs(
     drafters: Iterable[str], *, transformers: bool, gammas: Iterable[int | None], max_gamma: int,
-    timing_cost: bool = False, hf_assistant_tokens: Iterable[int] = (),
+    timing_cost: bool = False, hf_assistant_tokens: Iterable[int] = (), llamacpp: bool = False,
 ) -> list[BenchConfig]:
     """specchat none + each drafter at each γ (None = adaptive) + transformers' counterparts
     (with ``hf_assistant_tokens``, each model drafter's assistant also with that many tokens per
-    round, schedule "constant": transformers tuned).
+    round, schedule "constant": transformers tuned) + with ``llamacpp``, llama.cpp's own plain
+    decode and prompt lookup (:func:`specchat.commands.bench_peers.llamacpp_configs`).
 
     With ``timing_cost`` each drafter and γ also runs without timing rounds
     (``measure_speedup=False``), right after its configuration with them."""
@@ -461,6 +350,8 @@ def build_configs(
         configs += [BenchConfig(TRANSFORMERS, d) for d in drafters if d != "hybrid"]
         configs += [BenchConfig(TRANSFORMERS, d, k) for d in drafters for k in hf_assistant_tokens
                     if drafter_kinds.get(d).own_model]
+    if llamacpp:
+        configs += [BenchConfig(LLAMACPP, d) for d in llamacpp_configs(drafters)]
     return configs
 
 
@@ -481,7 +372,7 @@ def run_bench(
     of a process are slower). The order of the configurations rotates from prompt to prompt.
     """
     encoded = {p.id: service.encode_chat([], p.message, max_new_tokens)[0] for p in prompts}
-    runners = {SPECCHAT: run_specchat, TRANSFORMERS: run_transformers}
+    runners = {SPECCHAT: run_specchat, TRANSFORMERS: run_transformers, LLAMACPP: run_llamacpp}
     say = progress or (lambda _: None)
     for config in configs:
         say(f"warm-up: {config.name}")
@@ -496,7 +387,7 @@ def run_bench(
                                              temperature=temperature, seed=repeat)
                 gamma = "-" if config.drafter == "none" else (
                     ("auto" if config.num_speculative_tokens is None else f"k={config.num_speculative_tokens}")
-                    if config.engine == TRANSFORMERS
+                    if config.engine != SPECCHAT
                     else "adaptive" if config.num_speculative_tokens is None else str(config.num_speculative_tokens)
                 )
                 results.append(RunResult(

@@ -36,8 +36,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="largest γ adaptive γ may choose (default 12)")
     ben.add_argument("--sweep-per-group", type=ranged(int, 0, None, "an integer >= 0"), default=1,
                      help="prompts per group that also run the fixed-γ settings (default 1; 0 = all)")
-    ben.add_argument("--no-transformers", dest="transformers", action="store_false",
-                     help="skip transformers' generate(assistant_model=…/prompt_lookup_num_tokens=…) counterparts")
+    ben.add_argument("--no-transformers", "--no-peers", dest="transformers", action="store_false",
+                     help="skip the peers: transformers' generate(assistant_model=…/prompt_lookup_num_tokens=…) "
+                          "counterparts, or on --runtime llamacpp llama.cpp's own plain decode and prompt lookup")
     ben.add_argument("--hf-assistant-tokens", nargs="*", type=ranged(int, 1, 64, "1..64"), default=[4, 8], metavar="K",
                      help="transformers tuned: also run each model drafter's assistant with K tokens per round "
                           "(schedule 'constant'), for each K (default 4 8; none: --hf-assistant-tokens)")
@@ -137,8 +138,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         gammas = [None if g == "adaptive" else g for g in dict.fromkeys(args.gammas)]
         main_gammas = [g for g in gammas if g is None] or gammas[:1]
         sweep_gammas = [g for g in gammas if g not in main_gammas]
-        main = bench.build_configs(drafters, transformers=args.transformers, gammas=main_gammas, max_gamma=args.max_gamma,
-                                   timing_cost=args.timing_cost, hf_assistant_tokens=args.hf_assistant_tokens)
+        on_llama = service.runtime == "llamacpp"  # the peer is llama.cpp itself; transformers' rows need torch models
+        main = bench.build_configs(drafters, transformers=args.transformers and not on_llama, gammas=main_gammas,
+                                   max_gamma=args.max_gamma, timing_cost=args.timing_cost,
+                                   hf_assistant_tokens=args.hf_assistant_tokens if not on_llama else (),
+                                   llamacpp=on_llama and args.transformers)
         sweep = [c for c in bench.build_configs(drafters, transformers=False, gammas=sweep_gammas, max_gamma=args.max_gamma)
                  if c.drafter != "none"]
         sweep_prompts = prompts if args.sweep_per_group == 0 else _first_per_group(prompts, args.sweep_per_group)
@@ -185,9 +189,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     print(bench_report.format_table(summary))
     print(f"\nmachine: {meta['processor']}, {meta['cpu_count']} CPUs, {meta['torch_threads']} torch threads, "
           f"{meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}")
+    print(f"runtime: {meta['runtime']}")
     goals = bench_report.check_goals(summary)
     if goals:
-        print("\ngoals (issues 4 and 14):")
+        print("\ngoals (issues 4, 14 and 24):")
         for text, value, met in goals:
             mark = "not measured" if met is None else ("met" if met else "NOT met")
             print(f"  {text:<48} {bench_report._fmt(value):>6}  {mark}")

@@ -23,7 +23,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specchat.analysis.calibrate import cpu_name
-from specchat.commands.bench import GROUPS, NO_TIMING_SUFFIX, SPECCHAT, TRANSFORMERS, RunResult
+from specchat.commands.bench import GROUPS, LLAMACPP, NO_TIMING_SUFFIX, SPECCHAT, TRANSFORMERS, RunResult
+from specchat.runtimes.select import describe_service
 
 # Where ``python -m specchat bench`` writes (relative to the current directory) unless --out says
 # otherwise; the committed results in assets/ are written only with an explicit ``--out assets``.
@@ -105,7 +106,35 @@ def summarize(results: list[RunResult]) -> dict:
         for d, pairs in ratios.items()
     }
     return {"configs": configs, "vs_transformers": vs, "best_vs_best": best_vs_best(configs),
-            "timing_cost": timing_cost(results)}
+            "vs_llamacpp": vs_llamacpp(configs), "timing_cost": timing_cost(results)}
+
+
+def vs_llamacpp(configs: dict) -> dict:
+    """Per group (and over all prompts): specchat's fastest drafter configuration on the
+    llama.cpp runtime against llama.cpp's own plain decode and its own speculation (prompt
+    lookup), by median decode tokens/s over the same prompts and repeats; {} without llama.cpp rows.
+
+    Returns ``{group or "all": {"specchat": name, "specchat_tokens_per_s": x, "plain_tokens_per_s": y,
+    "over_plain": x / y, "speculative": name, "speculative_tokens_per_s": z, "over_speculative": x / z}}``."""
+    out = {}
+    for group in ("all", *GROUPS):
+        def rate(entry, group=group):
+            block = entry["overall"] if group == "all" else entry["groups"].get(group, {})
+            return block.get("decode_tokens_per_s")
+
+        def best(engine, speculative=True):
+            rows = [(rate(e), n) for n, e in configs.items() if e["engine"] == engine and rate(e)
+                    and (e["drafter"] != "none") == speculative and e.get("measure_speedup") is not False]
+            return max(rows) if rows else None
+
+        ours, plain, theirs = best(SPECCHAT), best(LLAMACPP, speculative=False), best(LLAMACPP)
+        if ours and plain:
+            out[group] = {"specchat": ours[1], "specchat_tokens_per_s": ours[0], "plain_tokens_per_s": plain[0],
+                          "over_plain": ours[0] / plain[0]}
+            if theirs:
+                out[group] |= {"speculative": theirs[1], "speculative_tokens_per_s": theirs[0],
+                               "over_speculative": ours[0] / theirs[0]}
+    return out
 
 
 def _spread(values: Iterable[float | None]) -> list[float] | None:
@@ -225,6 +254,14 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
     for group, entry in summary.get("best_vs_best", {}).items():
         if group != "all":
             goal(f"best specchat >= 1.2x best transformers on {group}", entry["ratio"], lambda v: v >= 1.2)
+    # issue 24: on the llama.cpp runtime, ahead of llama.cpp's plain decode and of its own speculation
+    for group, entry in summary.get("vs_llamacpp", {}).items():
+        if group == "all":
+            continue
+        need = 1.5 if group in ("edit", "passage") else 1.0
+        goal(f"best specchat >= {need}x llama.cpp plain on {group}", entry["over_plain"], lambda v, n=need: v >= n)
+        goal(f"best specchat >= 1.2x llama.cpp speculative on {group}", entry.get("over_speculative"),
+             lambda v: v >= 1.2)
     part = summary.get("hybrid_part")
 
     def ratio(group: str, other: str) -> float | None:
@@ -295,6 +332,14 @@ def format_table(summary: dict) -> str:
         for group, e in summary["best_vs_best"].items():
             lines.append(f"{group:<8} {e['specchat']:<{w}} {e['specchat_tokens_per_s']:>6.2f}  "
                          f"{e['transformers']:<{w}} {e['transformers_tokens_per_s']:>6.2f} {e['ratio']:>6.2f}")
+    if summary.get("vs_llamacpp"):
+        lines += ["", "best specchat drafter on llama.cpp ÷ llama.cpp itself (same GGUF, same threads), median decode tokens/s",
+                  f"{'group':<8} {'specchat best':<{w}} {'tok/s':>6} {'plain':>6} {'ratio':>6}  "
+                  f"{'llama.cpp speculative':<{w}} {'tok/s':>6} {'ratio':>6}"]
+        for group, e in summary["vs_llamacpp"].items():
+            lines.append(f"{group:<8} {e['specchat']:<{w}} {e['specchat_tokens_per_s']:>6.2f} {e['plain_tokens_per_s']:>6.2f} "
+                         f"{e['over_plain']:>6.2f}  {e.get('speculative', '-'):<{w}} "
+                         f"{_fmt(e.get('speculative_tokens_per_s')):>6} {_fmt(e.get('over_speculative')):>6}")
     if summary.get("multi_turn"):
         lines += ["", "multi-turn: time to first token per turn, s (prompt tokens prefilled / in the prompt), median"]
         for drafter, e in summary["multi_turn"].items():
@@ -326,7 +371,12 @@ def machine_description(service) -> dict:
         "transformers": transformers.__version__,
         "target": service.target_name,
         "dtype": str(service.dtype).replace("torch.", ""),
+        "runtime": describe_service(service) if getattr(service, "engine", None) is not None else None,
     }
+    if getattr(service, "runtime", None) == "llamacpp":
+        import llama_cpp
+
+        info["llama_cpp_python"] = llama_cpp.__version__
     if service.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(service.device)
     return info

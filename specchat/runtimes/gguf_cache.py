@@ -141,51 +141,6 @@ def _locate_parts(entry: ModelEntry, locate_part: PartLocator) -> list[Path] | N
 # --------------------------------------------------------------------------- GGUF files as they are (llama.cpp)
 
 
-def gguf_file_for(entry: ModelEntry, *, locate_part: PartLocator | None = None, progress: bool = True) -> Path:
-    """The GGUF file of ``entry`` for llama.cpp, with no conversion: the user's ``gguf_file``; the
-    installed file itself for a one-part offline source; for a source split across packages,
-    the parts concatenated once into ``cache_root()/gguf/<name>-<sha256[:12]>.gguf`` (atomically;
-    the 1.5B default target: 1.1 GB, a few seconds). The size and sha256 are checked against
-    the registry once per file (a ``.verified`` marker records size and mtime).
-
-    Raises:
-        ModelSourceError: no GGUF (the entry has none, or its packages are not installed).
-        ChecksumError: the bytes differ from the registry's size or sha256.
-    """
-    if entry.gguf_file is not None:
-        path = Path(entry.gguf_file).expanduser()
-        if not path.is_file():
-            raise ModelSourceError(f"model {entry.name!r}: its GGUF file {path} does not exist")
-        return path
-    if entry.gguf is None:
-        raise ModelSourceError(f"model {entry.name!r} has no GGUF file (no gguf source, no gguf_file) for llama.cpp")
-    part_paths = _locate_parts(entry, locate_part or locate_installed_part)
-    if part_paths is None:
-        from specchat.runtimes.loading import _no_source_message
-
-        raise ModelSourceError(_no_source_message(entry))
-    folder = cache_root() / "gguf"
-    folder.mkdir(parents=True, exist_ok=True)
-    key = f"{entry.name}-{entry.gguf.sha256[:12]}"
-    path = part_paths[0] if len(part_paths) == 1 else folder / f"{key}.gguf"
-    stamp = folder / f"{key}.verified"
-    if path.is_file():
-        seen = f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
-        if stamp.is_file() and stamp.read_text(encoding="utf-8") == seen:
-            return path
-    if len(part_paths) == 1:
-        _check_bytes(entry, part_paths, progress=progress)
-    else:
-        partial = folder / f"{key}.gguf.partial-{os.getpid()}"
-        try:
-            _assemble(entry, part_paths, partial, progress=progress)
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
-    stamp.write_text(f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}", encoding="utf-8")
-    return path
-
-
 def _check_bytes(entry: ModelEntry, part_paths: Sequence[Path], *, progress: bool) -> None:
     """Hash the parts as :func:`_assemble` does, writing nothing."""
     _assemble(entry, part_paths, Path(os.devnull), progress=progress)

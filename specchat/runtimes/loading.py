@@ -22,12 +22,14 @@ NF4 for the int4 drafter) and its tokenizer, the way out of a damaged cache
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from specchat.errors import ModelSourceError, TokenizerMismatchError
+from specchat.runtimes import gguf_cache
 from specchat.runtimes.gguf_cache import (
     PartLocator,
     _convert_gguf,
@@ -35,7 +37,6 @@ from specchat.runtimes.gguf_cache import (
     _save_model_files,  # noqa: F401 (re-exported: tests write small checkpoints with it)
     cache_dir_for,
     cache_root,  # noqa: F401 (re-exported: specchat.analysis.calibrate reads it from here)
-    gguf_file_for,  # noqa: F401 (the llama.cpp runtime's GGUF file, as it is)
     gguf_tokenizer_dir,  # noqa: F401
     is_complete_cache,
     locate_installed_part,
@@ -90,6 +91,49 @@ def ensure_local(
     if part_paths is None:
         raise ModelSourceError(_no_source_message(entry))
     return _convert_gguf(entry, part_paths, final, progress=progress)
+
+
+def gguf_file_for(entry: ModelEntry, *, locate_part: PartLocator | None = None, progress: bool = True) -> Path:
+    """The GGUF file of ``entry`` for llama.cpp, with no conversion: the user's ``gguf_file``; the
+    installed file itself for a one-part offline source; for a source split across packages,
+    the parts concatenated once into ``cache_root()/gguf/<name>-<sha256[:12]>.gguf`` (atomically;
+    the 1.5B default target: 1.1 GB, a few seconds). The size and sha256 are checked against
+    the registry once per file (a ``.verified`` marker records size and mtime).
+
+    Raises:
+        ModelSourceError: no GGUF (the entry has none, or its packages are not installed).
+        ChecksumError: the bytes differ from the registry's size or sha256.
+    """
+    if entry.gguf_file is not None:
+        path = Path(entry.gguf_file).expanduser()
+        if not path.is_file():
+            raise ModelSourceError(f"model {entry.name!r}: its GGUF file {path} does not exist")
+        return path
+    if entry.gguf is None:
+        raise ModelSourceError(f"model {entry.name!r} has no GGUF file (no gguf source, no gguf_file) for llama.cpp")
+    part_paths = _locate_parts(entry, locate_part or locate_installed_part)
+    if part_paths is None:
+        raise ModelSourceError(_no_source_message(entry))
+    folder = gguf_cache.cache_root() / "gguf"
+    folder.mkdir(parents=True, exist_ok=True)
+    key = f"{entry.name}-{entry.gguf.sha256[:12]}"
+    path = part_paths[0] if len(part_paths) == 1 else folder / f"{key}.gguf"
+    stamp = folder / f"{key}.verified"
+    if path.is_file():
+        seen = f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
+        if stamp.is_file() and stamp.read_text(encoding="utf-8") == seen:
+            return path
+    if len(part_paths) == 1:
+        gguf_cache._check_bytes(entry, part_paths, progress=progress)
+    else:
+        partial = folder / f"{key}.gguf.partial-{os.getpid()}"
+        try:
+            gguf_cache._assemble(entry, part_paths, partial, progress=progress)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+    stamp.write_text(f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}", encoding="utf-8")
+    return path
 
 
 def _listed_in_requirements_models(requirements: Sequence[str]) -> bool:
