@@ -614,6 +614,40 @@ def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(
     drive_app.screenshot(d, str(OUT / "narrow_820.png"), width=820)
 
 
+def test_the_page_works_the_same_on_the_llamacpp_runtime(browser):
+    """SmolLM2's GGUF as it is on llama.cpp (no conversion), its own weights as the sibling in a
+    second context, the hybrid drafter: the status line says what runs each model, the reply is
+    colored, the charts and the ledger are drawn and a token opens the inspector."""
+    from specchat.runtimes import llamacpp
+
+    if llamacpp.unavailable_reason():
+        pytest.skip(llamacpp.unavailable_reason())
+    service = RecordingService(target="smollm2-135m-instruct", runtime="llamacpp", drafter_model="smollm2-135m-instruct",
+                               threads=1)
+    service.start("hybrid").join()
+    assert service.startup_error is None, service.startup_error
+    demo, url = _serve(service)
+    try:
+        d = browser(url)
+        drive_app.pick_drafter(d, "hybrid", 120)
+        status = d.execute_script(drive_app.PAGE_STATE)["status"]
+        assert "target on llama.cpp (Q4_1" in status and "drafter on llama.cpp" in status, status
+        drive_app.send(d, PALINDROME)
+        state = drive_app.wait_done(d, 300)
+        drive_app.screenshot(d, str(OUT / "llamacpp_runtime.png"), width=1280)
+        run = service.run_for(PALINDROME)
+        assert {"tok-accepted", "tok-bonus"} <= set(state["kinds"]), state["kinds"]
+        assert sum(state["kinds"].values()) == run["shown"] and _tokens_text(d) == run["text"]
+        plots = d.execute_script(
+            "return [...document.querySelectorAll('.spec-plot .js-plotly-plot')].map(p => (p.data || []).length);")
+        assert len(plots) == 5 and all(n >= 1 for n in plots), plots
+        ledger = d.execute_script("return document.querySelector('#spec-ledger').innerText")
+        assert "target forward passes" in ledger
+        assert "p(" in _inspect(d, "#spec-chat .tok-accepted")
+    finally:
+        demo.close()
+
+
 def _greedy(max_new_tokens: int):
     from specchat.core.config import GenerationConfig
 
