@@ -120,7 +120,7 @@ class Calibration:
 
 def calibration_key(service) -> dict:
     """What a calibration is valid for: the machine (CPU model, cores, torch threads, device,
-    dtype, torch / transformers / bitsandbytes versions) and the model pair (a hash of the
+    dtype, runtime and llama.cpp threads, torch / transformers / bitsandbytes versions) and the model pair (a hash of the
     target's and the sibling's models.yaml entries, which name their weights' checksums)."""
     import torch
     import transformers
@@ -145,6 +145,8 @@ def calibration_key(service) -> dict:
         "device": str(service.device),
         "gpu": torch.cuda.get_device_name(service.device) if service.device.type == "cuda" else None,
         "dtype": str(service.dtype).replace("torch.", ""),
+        "runtime": getattr(service, "runtime", "transformers"),
+        "threads": getattr(service, "threads", None),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "bitsandbytes": bnb,
