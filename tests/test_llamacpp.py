@@ -207,3 +207,20 @@ def test_errors(engine, weights, tmp_path):
     bad.write_bytes(b"not a gguf file")
     with pytest.raises(RuntimeError, match="could not load"):
         llamacpp.LlamaCppModel(bad)
+
+
+def test_the_service_and_audit_run_on_llamacpp(gguf_path):
+    """ChatService(runtime="llamacpp") on the registry's SmolLM2 (its GGUF as it is), and the
+    audit's two checks through it (specchat audit --runtime llamacpp)."""
+    from specchat.analysis import audit
+    from specchat.service import ChatService
+
+    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
+    service.load()
+    assert service.runtime == "llamacpp" and service.drafter_kinds() == ["none", "ngram"]
+    assert service.target_path == gguf_path
+    ids, _ = service.encode_chat([], "Write a haiku about the sea.", 16)
+    reference, other, divergence = audit.greedy_check(service, ids, "ngram", 16)
+    assert reference == other and divergence is None and len(reference) > 0
+    check = audit.sampled_check(service, ids, "ngram", 60, GenerationConfig(temperature=1.0, seed=0))
+    assert check.num_drafted == 60 and check.outside_support == 0 and check.p_value > 1e-3

@@ -14,6 +14,7 @@ import torch
 
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent
+from specchat.core.runtime import ModelRuntime
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,26 @@ def greedy_tokens(service, input_ids: list[int], drafter: str, max_new_tokens: i
 
 
 @torch.inference_mode()
+def target_logits(target, ids: list[int], num_logits: int) -> torch.Tensor:
+    """``[num_logits, V]`` float32 logits of the last positions of ``ids`` from one pass with
+    nothing cached: ``target`` is a runtime (:class:`~specchat.core.runtime.ModelRuntime`: its
+    cache is started empty and released after, so any kept prefix is dropped) or a transformers
+    model (tests' fakes)."""
+    if isinstance(target, ModelRuntime):
+        target.start(ids, max_positions=len(ids), reuse=False)
+        try:
+            return target.forward(ids, num_logits=num_logits).float()
+        finally:
+            target.release()
+    device = next(target.parameters()).device
+    return target(torch.tensor([ids], device=device), logits_to_keep=num_logits).logits[0, -num_logits:].float()
+
+
 def first_divergence(model, input_ids: list[int], reference: list[int], other: list[int]) -> Divergence | None:
     """Compare two generated id lists; at the first difference, measure the target's top-2 gap.
 
     Args:
-        model: the target model.
+        model: the target's runtime, or a transformers model (:func:`target_logits`).
         input_ids: the prompt both outputs continue.
         reference: target-only greedy output; other: the speculative output.
     Returns None when one is a prefix of the other (identical over the common length).
@@ -74,9 +90,8 @@ def first_divergence(model, input_ids: list[int], reference: list[int], other: l
     index = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), None)
     if index is None:
         return None
-    device = next(model.parameters()).device
-    prefix = torch.tensor([input_ids + reference[:index]], device=device)
-    logits = model(prefix, logits_to_keep=1).logits[0, -1].float()
+    with torch.inference_mode():
+        logits = target_logits(model, input_ids + reference[:index], 1)[0]
     top = torch.topk(logits, 2)
     return Divergence(
         index=index,
@@ -91,7 +106,7 @@ def greedy_check(service, input_ids: list[int], drafter: str, max_new_tokens: in
     """Greedy with ``drafter`` vs target-only; (reference, speculative, first Divergence or None)."""
     reference = greedy_tokens(service, input_ids, "none", max_new_tokens)
     other = greedy_tokens(service, input_ids, drafter, max_new_tokens, num_speculative_tokens)
-    return reference, other, first_divergence(service.engine.target.model, input_ids, reference, other)
+    return reference, other, first_divergence(service.engine.target, input_ids, reference, other)
 
 
 @dataclass(frozen=True)
@@ -126,11 +141,11 @@ class SampledCheck:
 
 @torch.inference_mode()
 def exact_next_token_probs(model, input_ids: list[int], config: GenerationConfig) -> torch.Tensor:
-    """target_probs for the token after ``input_ids``: ``[V]`` float64 (one full forward)."""
+    """target_probs for the token after ``input_ids``: ``[V]`` float64 (one full forward;
+    ``model``: the target's runtime or a transformers model)."""
     from specchat.core.sampling import logits_to_probs
 
-    device = next(model.parameters()).device
-    logits = model(torch.tensor([input_ids], device=device), logits_to_keep=1).logits[0, -1:]
+    logits = target_logits(model, input_ids, 1)
     return logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0].double().cpu()
 
 
@@ -148,7 +163,7 @@ def sampled_check(
     """
     from tqdm.auto import tqdm
 
-    exact = exact_next_token_probs(service.engine.target.model, input_ids, config)
+    exact = exact_next_token_probs(service.engine.target, input_ids, config)
     counts = torch.zeros_like(exact)
     num_drafted = num_accepted = 0
     for i in tqdm(range(num_samples), desc="sampled check", unit="draw", disable=not progress, leave=False):
@@ -195,10 +210,8 @@ def choose_position(
     from specchat.core.events import TokenEvent, TokenKind
     from specchat.core.sampling import logits_to_probs
 
-    model = service.engine.target.model
-    device = next(model.parameters()).device
-    ids = torch.tensor([input_ids + reference[:-1]], device=device)
-    logits = model(ids, logits_to_keep=len(reference)).logits[0]
+    with torch.inference_mode():
+        logits = target_logits(service.engine.target, input_ids + reference[:-1], len(reference))
     probs = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p).double()
     entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)
     order = torch.argsort(entropy, descending=True).tolist()
