@@ -119,10 +119,10 @@ def run(args: argparse.Namespace) -> int:
             else:
                 sys.stdout.write(done.final_text + "\n")  # the reply ends with a newline
                 sys.stdout.flush()
+                if i == 0:  # what ran it, once, before the reply's summary and ledger (the last two lines)
+                    print(f"runtime: {describe_service(service, args.drafter)}", file=sys.stderr)
                 print(summary_line(args.drafter, metrics, done, sample), file=sys.stderr)
                 print(ledger.line(), file=sys.stderr)
-                if i == 0:
-                    print(f"runtime: {describe_service(service, args.drafter)}", file=sys.stderr)
             if args.trace:
                 from specchat.analysis.trace import trace_records, write_trace
 
