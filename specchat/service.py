@@ -178,12 +178,10 @@ class ChatService:
                 return
             if self.runtime == "llamacpp":
                 BOARD.stage(f"Loading target {self.target_name} on llama.cpp (its GGUF as it is, no conversion)")
-                try:
-                    runtime, self.tokenizer, eos = select.load_llamacpp(self.target_entry, threads=self.threads)
-                except loading.ModelSourceError as exc:
-                    raise loading.damaged_cache_error(self.target_entry, self.target_path or Path(), exc) from exc
+                runtime, self.tokenizer = select.load_llamacpp(self.target_entry, threads=self.threads)
                 self.target_path = runtime.weights.path
-                self.engine = SpeculativeEngine(runtime, self.tokenizer, eos_token_ids=eos | eos_token_ids(None, self.tokenizer))
+                eos = runtime.weights.end_of_generation_ids() | eos_token_ids(None, self.tokenizer)
+                self.engine = SpeculativeEngine(runtime, self.tokenizer, eos_token_ids=eos)
                 return
             BOARD.stage(f"Preparing target {self.target_name} (the first start converts it once)")
             self.target_path = loading.ensure_local(self.target_entry)
@@ -286,8 +284,8 @@ class ChatService:
             return self._drafters[name]
         kind = drafter_kinds.get(name)
         self._engine()  # the target comes first: a drafter is sized to its vocabulary
-        if self.runtime == "llamacpp" and kind.source in ("sibling", "hybrid"):
-            drafter = self._llamacpp_drafter(name, kind)
+        if self.runtime == "llamacpp" and kind.source == "sibling":
+            drafter = self._llamacpp_sibling(name)
         elif kind.source == "lookup":
             drafter: Drafter = NgramDrafter(self.device)
         elif kind.source == "target":
@@ -295,7 +293,7 @@ class ChatService:
             model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device), int4=kind.int4)
             drafter = self._model_drafter(model, name)
         elif kind.source == "sibling":
-            entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
+            entry = self._sibling_entry()
             BOARD.stage(f"Preparing sibling drafter {entry.name} (the first start converts it once)")
             path = loading.ensure_local(entry)
             try:
@@ -314,24 +312,23 @@ class ChatService:
             BOARD.stage(f"Preparing the hybrid drafter: lookup, then '{part}'")
             model_part = self._prepare_drafter(part)
             # its own caches on the same weights: the standalone drafter's kept cache stays its own
-            drafter = HybridDrafter(self._model_drafter(model_part.runtime.model, part), name=name)
+            drafter = HybridDrafter(self._model_drafter_on(model_part.runtime.fork(), part), name=name)
         else:
             raise ValueError(f"drafter kind {name!r} has no way to be built (source {kind.source!r})")
         self._drafters[name] = drafter
         return drafter
 
-    def _llamacpp_drafter(self, name: str, kind) -> Drafter:
-        """The sibling (its GGUF in a llama.cpp context of its own) or the hybrid on it."""
-        if kind.source == "hybrid":
-            part = self.hybrid_part()
-            BOARD.stage(f"Preparing the hybrid drafter: lookup, then '{part}'")
-            model_part = self._prepare_drafter(part)
-            return HybridDrafter(self._model_drafter_on(model_part.runtime.fork(), part), name=name)
-        entry = self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
+    def _sibling_entry(self) -> ModelEntry:
+        """The sibling drafter's entry: ``drafter_model`` if given, else the target's sibling."""
+        return self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
+
+    def _llamacpp_sibling(self, name: str) -> Drafter:
+        """The sibling's GGUF in a llama.cpp context of its own."""
+        entry = self._sibling_entry()
         BOARD.stage(f"Loading sibling drafter {entry.name} on llama.cpp")
         if not entry.has_gguf:
             raise loading.ModelSourceError(f"drafter {entry.name!r} has no GGUF file, so llama.cpp cannot run it")
-        runtime, drafter_tokenizer, _ = select.load_llamacpp(entry, threads=self.threads)
+        runtime, drafter_tokenizer = select.load_llamacpp(entry, threads=self.threads)
         loading.check_same_tokenizer(self.tokenizer, drafter_tokenizer, target_name=self.target_name,
                                      drafter_name=entry.name)
         return self._model_drafter_on(runtime, name)

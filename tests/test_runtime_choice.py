@@ -39,6 +39,8 @@ def test_auto_picks_llamacpp_for_a_gguf_model_on_the_cpu(installed):
 def test_auto_falls_back_to_transformers_and_says_why(missing):
     choice = select.choose_runtime(ModelEntry(name="m", gguf=GGUF), "auto", CPU)
     assert choice.name == "transformers" and "not installed (test)" in choice.reason
+    assert choice.unavailable == "llama-cpp-python is not installed (test)"  # the page's status line says it
+    assert select.choose_runtime(ModelEntry(name="m", gguf=GGUF), "transformers", CPU).unavailable == choice.unavailable
     with pytest.raises(ValueError, match="--runtime llamacpp: llama-cpp-python is not installed"):
         select.choose_runtime(ModelEntry(name="m", gguf=GGUF), "llamacpp", CPU)
 

@@ -137,7 +137,6 @@ class LlamaCppModel:
             raise RuntimeError(f"{self.path}: no such GGUF file")
         params = lib.llama_model_default_params()
         params.n_gpu_layers = (-1 if lib.llama_supports_gpu_offload() else 0) if n_gpu_layers is None else n_gpu_layers
-        self.gpu = bool(params.n_gpu_layers) and bool(lib.llama_supports_gpu_offload())
         self._lib = lib
         self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
@@ -147,12 +146,6 @@ class LlamaCppModel:
         self.vocab_size = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(self.ptr))
         self._size: ModelSize | None = None
-
-    def metadata(self, key: str) -> str | None:
-        """A GGUF metadata value as text (e.g. ``general.architecture``), or None."""
-        buf = ctypes.create_string_buffer(4096)
-        n = self._lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
     def file_type(self) -> str | None:
         """llama.cpp's one-line description's quantization part, e.g. ``Q4_K - Medium``."""

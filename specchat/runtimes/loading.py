@@ -119,10 +119,12 @@ def gguf_file_for(entry: ModelEntry, *, locate_part: PartLocator | None = None, 
     key = f"{entry.name}-{entry.gguf.sha256[:12]}"
     path = part_paths[0] if len(part_paths) == 1 else folder / f"{key}.gguf"
     stamp = folder / f"{key}.verified"
-    if path.is_file():
-        seen = f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
-        if stamp.is_file() and stamp.read_text(encoding="utf-8") == seen:
-            return path
+
+    def identity() -> str:  # what the .verified marker records of the checked file
+        return f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}"
+
+    if path.is_file() and stamp.is_file() and stamp.read_text(encoding="utf-8") == identity():
+        return path
     if len(part_paths) == 1:
         gguf_cache._check_bytes(entry, part_paths, progress=progress)
     else:
@@ -132,7 +134,7 @@ def gguf_file_for(entry: ModelEntry, *, locate_part: PartLocator | None = None, 
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
-    stamp.write_text(f"{path} {path.stat().st_size} {path.stat().st_mtime_ns}", encoding="utf-8")
+    stamp.write_text(identity(), encoding="utf-8")
     return path
 
 

@@ -17,15 +17,16 @@ from specchat.runtimes import llamacpp, loading
 from specchat.runtimes.registry import ModelEntry
 
 RUNTIME_NAMES: tuple[str, ...] = ("auto", "transformers", "llamacpp")
-LABELS = {"transformers": "transformers (PyTorch)", "llamacpp": "llama.cpp"}
 
 
 @dataclass(frozen=True)
 class RuntimeChoice:
-    """The runtime a model runs on and why (``reason``: one line for the page and the CLI)."""
+    """The runtime a model runs on and why (``reason``: one line for the page and the CLI);
+    ``unavailable``: why llama.cpp is not offered on this machine, when it is not."""
 
     name: str
     reason: str
+    unavailable: str | None = None
 
 
 def choose_runtime(entry: ModelEntry, requested: str, device: torch.device) -> RuntimeChoice:
@@ -52,24 +53,23 @@ def choose_runtime(entry: ModelEntry, requested: str, device: torch.device) -> R
             raise ValueError(f"{entry.gguf_file} is a GGUF file: it runs on llama.cpp (--runtime llamacpp); "
                              "for transformers pass a Hugging Face-format directory")
         why = "asked for" if requested == "transformers" else "models.yaml says runtime: transformers"
-        return RuntimeChoice("transformers", why + (f"; llama.cpp is not offered: {missing}" if missing else ""))
+        return RuntimeChoice("transformers", why + (f"; llama.cpp is not offered: {missing}" if missing else ""), missing)
     if not entry.has_gguf:
         return RuntimeChoice("transformers", "auto: the model has no GGUF file for llama.cpp")
     if missing:
-        return RuntimeChoice("transformers", f"auto: llama.cpp is not offered ({missing})")
+        return RuntimeChoice("transformers", f"auto: llama.cpp is not offered ({missing})", missing)
     if device.type != "cpu" and not llamacpp.gpu_offload():
         return RuntimeChoice("transformers", f"auto: the model runs on {device.type} and this llama.cpp build is CPU-only")
     return RuntimeChoice("llamacpp", "auto: a GGUF model and llama-cpp-python installed")
 
 
-def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bool = True,
-                  weights: llamacpp.LlamaCppModel | None = None):
+def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bool = True):
     """Load ``entry``'s GGUF on llama.cpp as it is (no conversion) and its tokenizer (converted
     from the GGUF's metadata once, with the chat template; seconds).
 
     Returns:
-        ``(runtime, tokenizer, eos_token_ids)``: a :class:`~specchat.runtimes.llamacpp.LlamaCppRuntime`
-        with its own context, the Hugging Face tokenizer, and llama.cpp's end-of-generation ids.
+        ``(runtime, tokenizer)``: a :class:`~specchat.runtimes.llamacpp.LlamaCppRuntime` with its
+        own context (``runtime.weights`` the loaded GGUF) and the Hugging Face tokenizer.
 
     Raises:
         ModelSourceError, ChecksumError: the GGUF is missing or damaged.
@@ -77,9 +77,8 @@ def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bo
     """
     path = loading.gguf_file_for(entry, progress=progress)
     tokenizer = loading.load_tokenizer(loading.gguf_tokenizer_dir(entry, Path(path)))
-    weights = weights or llamacpp.LlamaCppModel(path)
-    runtime = llamacpp.LlamaCppRuntime(weights, context_length=entry.context_length, threads=threads)
-    return runtime, tokenizer, weights.end_of_generation_ids()
+    runtime = llamacpp.LlamaCppRuntime(llamacpp.LlamaCppModel(path), context_length=entry.context_length, threads=threads)
+    return runtime, tokenizer
 
 
 def unavailable_drafters(runtime: str, target_name: str, offered: list[str]) -> dict[str, str]:
@@ -124,7 +123,7 @@ def describe_service(service, drafter: str | None = None) -> str:
     runtime = getattr(getattr(model, "model_drafter", model), "runtime", None)
     if runtime is not None:
         parts.append(f"drafter on {describe(runtime)}")
-    choice = getattr(service, "runtime_choice", None)
-    if choice is not None and "not offered" in choice.reason:
-        parts.append(choice.reason.split("; ", 1)[-1].removeprefix("auto: "))
+    unavailable = getattr(getattr(service, "runtime_choice", None), "unavailable", None)
+    if unavailable:
+        parts.append(f"llama.cpp is not offered: {unavailable}")
     return " · ".join(parts)

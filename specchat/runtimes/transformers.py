@@ -178,6 +178,10 @@ class TransformersRuntime:
     def release(self) -> None:
         self.cache, self._ids, self._static = None, [], False
 
+    def fork(self) -> TransformersRuntime:
+        """A new runtime (its own empty cache, eager) on the same model and context length."""
+        return TransformersRuntime(self.model, context_length=self.context_length)
+
     def model_size(self) -> ModelSize:
         if self._size is None:
             self._size = model_size(self.model)

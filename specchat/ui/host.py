@@ -69,10 +69,9 @@ def compile_note(service: Any, drafter: str | None = None) -> str:
     if getattr(service, "runtime_choice", None) is not None:
         from specchat.runtimes.select import describe_service
 
-        runtime = " · " + describe_service(service, drafter)
-    if not getattr(service, "compile", False):
-        return runtime.rstrip(" ·")
-    return runtime.rstrip(" ·") + _compile_state(service)
+        described = describe_service(service, drafter)
+        runtime = f" · {described}" if described else ""
+    return runtime + (_compile_state(service) if getattr(service, "compile", False) else "")
 
 
 def _compile_state(service: Any) -> str:
