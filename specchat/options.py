@@ -89,9 +89,13 @@ def use_model_sources(args: argparse.Namespace) -> str | None:
     return use_models_file(args.models)
 
 
-def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
-    """``--runtime auto|transformers|llamacpp`` for the app and every model command."""
+def add_runtime_argument(parser: argparse.ArgumentParser, *, threads: bool = False) -> None:
+    """``--runtime auto|transformers|llamacpp`` for the app and every model command, and with
+    ``threads`` ``--threads N`` for llama.cpp (the app and the bench have their own, for torch too)."""
     parser.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto", help=RUNTIME_HELP)
+    if threads:
+        parser.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
+                            help="llama.cpp's CPU threads (default: every CPU this process may use)")
 
 
 def add_app_arguments(parser: argparse.ArgumentParser) -> None:

@@ -44,9 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="a greedy divergence passes only where the target's top-2 logit gap is at most this "
                           "(default auto: 2 machine epsilons of the model's dtype at the top logit, at least 0.001)")
     aud.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    add_runtime_argument(aud)
-    aud.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
-                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
+    add_runtime_argument(aud, threads=True)
     aud.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     add_models_argument(aud)
     return aud

@@ -109,6 +109,20 @@ def summarize(results: list[RunResult]) -> dict:
             "vs_llamacpp": vs_llamacpp(configs), "timing_cost": timing_cost(results)}
 
 
+def _fastest(configs: dict, group: str, engine: str, *, speculative: bool = True) -> tuple[float, str] | None:
+    """``(median decode tokens/s, name)`` of ``engine``'s fastest configuration on ``group`` (or
+    "all"): among its drafters (``speculative``) or its target-only row; runs without timing
+    rounds left out. None when it has none with a rate."""
+    rows = []
+    for name, entry in configs.items():
+        block = entry["overall"] if group == "all" else entry["groups"].get(group, {})
+        rate = block.get("decode_tokens_per_s")
+        if (entry["engine"] == engine and rate and (entry["drafter"] != "none") == speculative
+                and entry.get("measure_speedup") is not False):
+            rows.append((rate, name))
+    return max(rows) if rows else None
+
+
 def vs_llamacpp(configs: dict) -> dict:
     """Per group (and over all prompts): specchat's fastest drafter configuration on the
     llama.cpp runtime against llama.cpp's own plain decode and its own speculation (prompt
@@ -118,16 +132,8 @@ def vs_llamacpp(configs: dict) -> dict:
     "over_plain": x / y, "speculative": name, "speculative_tokens_per_s": z, "over_speculative": x / z}}``."""
     out = {}
     for group in ("all", *GROUPS):
-        def rate(entry, group=group):
-            block = entry["overall"] if group == "all" else entry["groups"].get(group, {})
-            return block.get("decode_tokens_per_s")
-
-        def best(engine, speculative=True):
-            rows = [(rate(e), n) for n, e in configs.items() if e["engine"] == engine and rate(e)
-                    and (e["drafter"] != "none") == speculative and e.get("measure_speedup") is not False]
-            return max(rows) if rows else None
-
-        ours, plain, theirs = best(SPECCHAT), best(LLAMACPP, speculative=False), best(LLAMACPP)
+        ours, theirs = _fastest(configs, group, SPECCHAT), _fastest(configs, group, LLAMACPP)
+        plain = _fastest(configs, group, LLAMACPP, speculative=False)
         if ours and plain:
             out[group] = {"specchat": ours[1], "specchat_tokens_per_s": ours[0], "plain_tokens_per_s": plain[0],
                           "over_plain": ours[0] / plain[0]}
@@ -152,17 +158,7 @@ def best_vs_best(configs: dict) -> dict:
     "transformers_tokens_per_s": y, "ratio": x / y}}`` for the groups where both ran."""
     out = {}
     for group in ("all", *GROUPS):
-        def rate(entry, group=group):
-            block = entry["overall"] if group == "all" else entry["groups"].get(group, {})
-            return block.get("decode_tokens_per_s")
-
-        def best(engine):
-            rows = [(rate(e), n) for n, e in configs.items()
-                    if e["engine"] == engine and e["drafter"] != "none" and e.get("measure_speedup") is not False
-                    and rate(e)]
-            return max(rows) if rows else None
-
-        ours, theirs = best(SPECCHAT), best(TRANSFORMERS)
+        ours, theirs = _fastest(configs, group, SPECCHAT), _fastest(configs, group, TRANSFORMERS)
         if ours and theirs:
             out[group] = {"specchat": ours[1], "specchat_tokens_per_s": ours[0], "transformers": theirs[1],
                           "transformers_tokens_per_s": theirs[0], "ratio": ours[0] / theirs[0]}

@@ -9,7 +9,7 @@ import json
 import sys
 
 from specchat.commands.common import load_service
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,9 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cal.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     cal.add_argument("--again", action="store_true", help="measure again even if a calibration is on record")
     cal.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    add_runtime_argument(cal)
-    cal.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
-                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
+    add_runtime_argument(cal, threads=True)
     cal.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     cal.add_argument("--json", action="store_true", help="print the calibration record as JSON")
     add_models_argument(cal)

@@ -39,9 +39,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cht.add_argument("--no-prefix-cache", action="store_true",
                      help="prefill the whole conversation every turn (for comparison)")
     cht.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    add_runtime_argument(cht)
-    cht.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
-                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
+    add_runtime_argument(cht, threads=True)
     cht.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     cht.add_argument("--json", action="store_true", help="one JSON object per turn on stdout (no reply text)")
     add_compile_argument(cht)

@@ -41,9 +41,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=128)
     gen.add_argument("--stop", nargs="+", default=[], metavar="TEXT", help="stop strings")
     gen.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
-    add_runtime_argument(gen)
-    gen.add_argument("--threads", type=ranged(int, 1, 1024, "an integer >= 1"),
-                        help="llama.cpp's CPU threads (default: every CPU this process may use)")
+    add_runtime_argument(gen, threads=True)
     gen.add_argument("--num-samples", type=ranged(int, 1, 100000, "an integer >= 1"), default=1,
                      help="independent samples, seeds S, S+1, …")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
