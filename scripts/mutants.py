@@ -334,8 +334,8 @@ MUTANTS = [
         "gap-measured-one-late",
         8,
         "specchat/analysis/audit.py",
-        "    prefix = torch.tensor([input_ids + reference[:index]], device=device)\n",
-        "    prefix = torch.tensor([input_ids + reference[: index + 1]], device=device)\n",
+        "        logits = target_logits(model, input_ids + reference[:index], 1)[0]\n",
+        "        logits = target_logits(model, input_ids + reference[: index + 1], 1)[0]\n",
         "the audit measures the top-2 gap one position after the divergence",
     ),
     Mutant(
