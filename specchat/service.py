@@ -132,7 +132,7 @@ class ChatService:
                         self.picked = self.pick_drafter()
                         drafter = self.picked[0]
                     except Exception as exc:  # the calibration failed: the fixed order decides
-                        drafter = calibrate.pick(None, self.drafter_kinds())
+                        drafter = calibrate.pick(None, self.drafter_kinds(), self.runtime)
                         self.picked = (drafter, f"the calibration failed ({exc}); the first of the default order")
                         logger.error("calibrating the drafters failed", exc_info=exc)
                 try:
@@ -223,15 +223,14 @@ class ChatService:
         return self._engine().context_length
 
     def drafter_kinds(self) -> list[str]:
-        """Drafter kinds available for this target, in display order (on llama.cpp: no NF4 kinds,
-        :attr:`unavailable_drafters` says why)."""
-        return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling),
-                                       int4=self.runtime == "transformers")
+        """Drafter kinds available for this target, in display order (:attr:`unavailable_drafters`
+        says why the others are not)."""
+        return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling))
 
     @property
     def unavailable_drafters(self) -> dict[str, str]:
         """Drafter kinds of the table this target does not offer on its runtime, and why."""
-        return select.unavailable_drafters(self.runtime, self.target_name, self.drafter_kinds())
+        return select.unavailable_drafters(self.target_name, self.drafter_kinds())
 
     def prepare_drafter(self, kind: str) -> Drafter | None:
         """Load (once) and return the drafter of this kind; None for target-only. A loading
@@ -284,8 +283,8 @@ class ChatService:
             return self._drafters[name]
         kind = drafter_kinds.get(name)
         self._engine()  # the target comes first: a drafter is sized to its vocabulary
-        if self.runtime == "llamacpp" and kind.source == "sibling":
-            drafter = self._llamacpp_sibling(name)
+        if self.runtime == "llamacpp" and kind.own_model:
+            drafter = self._llamacpp_drafter(name)
         elif kind.source == "lookup":
             drafter: Drafter = NgramDrafter(self.device)
         elif kind.source == "target":
@@ -322,13 +321,17 @@ class ChatService:
         """The sibling drafter's entry: ``drafter_model`` if given, else the target's sibling."""
         return self.registry.resolve(self.drafter_model or self.target_entry.drafters["sibling"])
 
-    def _llamacpp_sibling(self, name: str) -> Drafter:
-        """The sibling's GGUF in a llama.cpp context of its own."""
-        entry = self._sibling_entry()
-        BOARD.stage(f"Loading sibling drafter {entry.name} on llama.cpp")
+    def _llamacpp_drafter(self, name: str) -> Drafter:
+        """The sibling's GGUF in a llama.cpp context of its own; for the int4 kinds a lower-bit
+        copy of the sibling's or the target's GGUF (made once, then cached)."""
+        kind = drafter_kinds.get(name)
+        entry = self._sibling_entry() if kind.needs_sibling else self.target_entry
+        BOARD.stage(f"Loading {'a lower-bit copy of ' if kind.int4 else ''}{entry.name} on llama.cpp for the "
+                    f"{name} drafter" + (" (the copy is made once with llama.cpp's quantizer: tens of seconds)"
+                                         if kind.int4 else ""))
         if not entry.has_gguf:
             raise loading.ModelSourceError(f"drafter {entry.name!r} has no GGUF file, so llama.cpp cannot run it")
-        runtime, drafter_tokenizer = select.load_llamacpp(entry, threads=self.threads)
+        runtime, drafter_tokenizer = select.load_llamacpp(entry, threads=self.threads, lower_bit=kind.int4)
         loading.check_same_tokenizer(self.tokenizer, drafter_tokenizer, target_name=self.target_name,
                                      drafter_name=entry.name)
         return self._model_drafter_on(runtime, name)
@@ -346,7 +349,7 @@ class ChatService:
         if fastest is not None:
             return fastest
         kinds = self.model_drafter_kinds()
-        return next(k for k in drafter_kinds.DEFAULT_ORDER if k in kinds)
+        return next(k for k in drafter_kinds.default_order(self.runtime) if k in kinds)
 
     def calibrated_fastest_model_kind(self) -> str | None:
         """The model drafter kind with the best measured speed in this machine's calibration on
@@ -374,7 +377,7 @@ class ChatService:
             except OSError as exc:  # a read-only cache: use it now, calibrate again next start
                 logger.warning("could not save the calibration: %s", exc)
         self.calibration = record
-        kind = calibrate.pick(record, self.drafter_kinds())
+        kind = calibrate.pick(record, self.drafter_kinds(), self.runtime)
         keep = {kind, self.hybrid_part() if kind == "hybrid" else kind}
         with self._load_lock:
             for name in set(self._drafters) - loaded - keep:

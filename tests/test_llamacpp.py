@@ -217,13 +217,36 @@ def test_the_service_and_audit_run_on_llamacpp(gguf_path):
 
     service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
     service.load()
-    assert service.runtime == "llamacpp" and service.drafter_kinds() == ["none", "ngram"]
+    assert service.runtime == "llamacpp" and service.drafter_kinds() == ["none", "ngram", "int4", "hybrid"]
     assert service.target_path == gguf_path
     ids, _ = service.encode_chat([], "Write a haiku about the sea.", 16)
     reference, other, divergence = audit.greedy_check(service, ids, "ngram", 16)
     assert reference == other and divergence is None and len(reference) > 0
     check = audit.sampled_check(service, ids, "ngram", 60, GenerationConfig(temperature=1.0, seed=0))
     assert check.num_drafted == 60 and check.outside_support == 0 and check.p_value > 1e-3
+
+
+def test_the_int4_kind_on_llamacpp_is_a_lower_bit_copy_made_once(gguf_path, engine, llama_greedy, tmp_path):
+    """The int4 drafter on llama.cpp: a Q2_K copy of the 4-bit file (Q4_1) made with llama.cpp's
+    quantizer, cached, fewer weight bytes, no copy of a copy (2 bits already), a different q
+    (the copy's drafts are both kept and rejected), and greedy speculation with it equals
+    llama.cpp's own greedy decode of the target."""
+    assert llamacpp.lower_bit_file_type(gguf_path) == "Q2_K"
+    copy = llamacpp.lower_bit_copy(gguf_path, tmp_path, threads=1)
+    assert copy.parent == tmp_path and "Q2_K" in copy.name and not list(tmp_path.glob("*.part"))
+    made = copy.stat().st_mtime_ns
+    assert llamacpp.lower_bit_copy(gguf_path, tmp_path, threads=1) == copy and copy.stat().st_mtime_ns == made
+    weights = llamacpp.LlamaCppModel(copy)
+    assert weights.file_type().startswith("Q2_K")
+    # fewer bytes (576-wide rows do not fit Q2_K's 256-blocks, so llama.cpp keeps a larger type for many)
+    assert weights.model_size().weight_bytes < llamacpp.gguf_model_size(gguf_path).weight_bytes
+    with pytest.raises(ValueError, match="is Q2_K: there is no lower-bit copy"):
+        llamacpp.lower_bit_file_type(copy)
+    drafter = model_drafter(engine, llamacpp.LlamaCppRuntime(weights, context_length=1024, threads=1), "int4")
+    ids, done = reply(engine, CHAT_PROMPT, drafter, num_speculative_tokens=4)
+    assert ids == llama_greedy(CHAT_PROMPT)
+    kinds = Counter(k.value for k in done.kinds)
+    assert kinds["accepted"] > 0 and kinds["resampled"] > 0
 
 
 def test_the_bench_peer_llama_server_draft_model_decodes_like_llama_cpp(gguf_path, llama_greedy, tmp_path):

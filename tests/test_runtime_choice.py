@@ -72,14 +72,14 @@ def test_a_gguf_path_is_a_target_of_its_own(tmp_path, installed):
         load_registry().resolve(str(tmp_path / "missing.gguf"))
 
 
-def test_llamacpp_offers_no_nf4_kinds_and_says_why():
-    assert drafter_kinds.kinds_for(has_sibling=True, int4=False) == ["none", "ngram", "sibling", "hybrid"]
-    # no sibling and no NF4 copy: no model for the hybrid to fall back on
-    assert drafter_kinds.kinds_for(has_sibling=False, int4=False) == ["none", "ngram"]
+def test_the_drafter_kinds_and_their_default_order_per_runtime():
     assert drafter_kinds.kinds_for(has_sibling=False) == ["none", "ngram", "int4", "hybrid"]
-    why = select.unavailable_drafters("llamacpp", "smol", ["none", "ngram"])
-    assert set(why) == {"int4", "sibling", "sibling-int4", "hybrid"}
-    assert "bitsandbytes" in why["int4"] and "no sibling" in why["sibling"]
+    why = select.unavailable_drafters("smol", ["none", "ngram", "int4", "hybrid"])
+    assert set(why) == {"sibling", "sibling-int4"} and "no sibling" in why["sibling"]
+    # on llama.cpp the int4 kinds (a lower-bit GGUF copy, made on first use) come after ngram and none:
+    # never the drafter at start, and the hybrid falls back on them only when there is no sibling
+    assert drafter_kinds.default_order("transformers") == ("sibling-int4", "sibling", "int4", "ngram", "none")
+    assert drafter_kinds.default_order("llamacpp") == ("sibling", "ngram", "none", "sibling-int4", "int4")
 
 
 def test_the_options_list_the_runtimes():

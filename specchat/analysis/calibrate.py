@@ -238,7 +238,10 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
         the :class:`Calibration` (not yet saved: see :func:`save`).
     """
     say = progress or (lambda text: None)
-    kinds = [k for k in (kinds if kinds is not None else service.model_drafter_kinds()) if drafter_kinds.get(k).own_model]
+    if kinds is None:  # on llama.cpp not the int4 kinds: their copies are made when picked (kinds.default_order)
+        kinds = [k for k in service.model_drafter_kinds()
+                 if not (getattr(service, "runtime", None) == "llamacpp" and drafter_kinds.get(k).int4)]
+    kinds = [k for k in kinds if drafter_kinds.get(k).own_model]
     prompt_ids, _ = service.encode_chat([], CALIBRATION_MESSAGE, num_tokens)
     say("Calibrating: warming up the target")
     service.warm_up("none", num_tokens=4)
@@ -267,13 +270,13 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
-def pick(calibration: Calibration | None, available: list[str]) -> str:
+def pick(calibration: Calibration | None, available: list[str], runtime: str = "transformers") -> str:
     """The default drafter from a calibration: ``hybrid`` (lookup first, then the fastest
     model drafter) when a model drafter sped decoding up (speedup > 1), else ``ngram`` (free:
     it never costs more than a lookup), else ``none``. Without a calibration: the first of
-    :data:`~specchat.drafters.kinds.DEFAULT_ORDER` that is available."""
+    :func:`~specchat.drafters.kinds.default_order` of ``runtime`` that is available."""
     if calibration is None:
-        return next((k for k in drafter_kinds.DEFAULT_ORDER if k in available), "none")
+        return next((k for k in drafter_kinds.default_order(runtime) if k in available), "none")
     best = calibration.fastest
     if best is not None and best.speedup > 1.0 and "hybrid" in available:
         return "hybrid"

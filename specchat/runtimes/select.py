@@ -63,8 +63,10 @@ def choose_runtime(entry: ModelEntry, requested: str, device: torch.device) -> R
     return RuntimeChoice("llamacpp", "auto: a GGUF model and llama-cpp-python installed")
 
 
-def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bool = True):
-    """Load ``entry``'s GGUF on llama.cpp as it is (no conversion) and its tokenizer (converted
+def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bool = True, lower_bit: bool = False):
+    """Load ``entry``'s GGUF on llama.cpp as it is (no conversion), or with ``lower_bit`` a
+    lower-bit copy of it (:func:`~specchat.runtimes.llamacpp.lower_bit_copy`, made once into
+    ``cache_root()/gguf/``: the int4 drafter kinds on llama.cpp), and its tokenizer (converted
     from the GGUF's metadata once, with the chat template; seconds).
 
     Returns:
@@ -77,27 +79,18 @@ def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bo
     """
     path = loading.gguf_file_for(entry, progress=progress)
     tokenizer = loading.load_tokenizer(loading.gguf_tokenizer_dir(entry, Path(path)))
+    if lower_bit:
+        path = llamacpp.lower_bit_copy(Path(path), loading.cache_root() / "gguf", threads=threads)
     runtime = llamacpp.LlamaCppRuntime(llamacpp.LlamaCppModel(path), context_length=entry.context_length, threads=threads)
     return runtime, tokenizer
 
 
-def unavailable_drafters(runtime: str, target_name: str, offered: list[str]) -> dict[str, str]:
-    """The drafter kinds of the table a target does not offer on ``runtime``, and why (one line each)."""
+def unavailable_drafters(target_name: str, offered: list[str]) -> dict[str, str]:
+    """The drafter kinds of the table a target does not offer, and why (one line each)."""
     from specchat.drafters import kinds as drafter_kinds
 
-    why = {}
-    for name in drafter_kinds.KIND_NAMES:
-        kind = drafter_kinds.get(name)
-        if name in offered:
-            continue
-        if kind.int4 and runtime == "llamacpp":
-            why[name] = ("bitsandbytes' NF4 runs on transformers; on llama.cpp the target is 4-bit already, and a "
-                         "lower-bit GGUF copy of it is not built yet (use --runtime transformers for int4)")
-        elif kind.needs_sibling:
-            why[name] = f"{target_name} has no sibling model (a smaller one with its tokenizer)"
-        else:
-            why[name] = "it needs a model drafter, and none is offered here"
-    return why
+    return {name: f"{target_name} has no sibling model (a smaller one with its tokenizer)"
+            for name in drafter_kinds.KIND_NAMES if name not in offered and drafter_kinds.get(name).needs_sibling}
 
 
 def describe(runtime) -> str:

@@ -20,13 +20,13 @@ from specchat.ui.render import status_html
 from specchat.ui.session import ChatSession, ReplySettings, SessionStore, View
 
 DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
-DEFAULT_DRAFTER_ORDER = drafter_kinds.DEFAULT_ORDER  # the drafter at start: the first the target offers
 
 
-def _pick_drafter(kinds: list[str], preferred: str | None) -> str:
+def _pick_drafter(kinds: list[str], preferred: str | None, runtime: str = "transformers") -> str:
+    """``preferred`` when offered, else the first of the runtime's default order (the drafter at start)."""
     if preferred in kinds:
         return preferred
-    for kind in DEFAULT_DRAFTER_ORDER:
+    for kind in drafter_kinds.default_order(runtime):
         if kind in kinds:
             return kind
     return kinds[0] if kinds else "none"
@@ -49,7 +49,8 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
     # the menu shows the fixed order's first until then, and the pick once the models are ready
     auto = default_drafter == "auto"
     picked = getattr(service, "picked", None)
-    drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter)
+    drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter,
+                             getattr(service, "runtime", "transformers"))
     sessions = SessionStore(lambda: ChatSession(service, stream=stream_fn(service)))
     with gr.Blocks(title="specchat · speculative decoding") as demo:
         page = build_page(service, kinds=kinds, drafter0=drafter0, auto=auto, picked=picked)
