@@ -86,7 +86,7 @@ class ChatService:
         self.target_name = self.target_entry.name
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = loading.resolve_dtype(dtype, self.device)
-        self.runtime_choice = select.choose_runtime(self.target_entry, runtime, self.device)
+        self.runtime_choice = select.choose_runtime(self.target_entry, runtime, self.device, threads)
         self.runtime = self.runtime_choice.name  # "transformers" | "llamacpp"
         self.threads = threads
         if self.runtime == "llamacpp":

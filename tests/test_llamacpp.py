@@ -274,3 +274,23 @@ def test_the_bench_peer_llama_server_draft_model_decodes_like_llama_cpp(gguf_pat
     broken.write_bytes(b"GGUF" + bytes(64))
     with pytest.raises(SpecchatError, match="llama-server exited"):
         LlamaServer(binary, str(broken), str(gguf_path), threads=1, n_ctx=1024)
+
+
+def test_the_runtime_measurement_on_llamacpp(gguf_path, tmp_path, monkeypatch):
+    """specchat calibrate --runtimes' measuring on a real GGUF: the target alone decodes at a
+    rate, a verify pass over 13 tokens costs more than one over 1 (a CPU computes every row),
+    and the record it makes is the one auto reads."""
+    from specchat.analysis import runtimes
+    from specchat.runtimes import select
+    from specchat.service import ChatService
+
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
+    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
+    record = runtimes.measure(lambda name: ChatService(target="smollm2-135m-instruct", runtime=name, threads=1),
+                              service.target_entry, 1, runtimes=["llamacpp"], num_tokens=8)
+    assert record["tokens_per_s"]["llamacpp"] > 0 and record["ks"] == list(range(1, 14))
+    costs = record["verify_ms"]["llamacpp"]
+    assert len(costs) == 13 and costs[-1] > costs[0] > 0
+    assert record["described"]["llamacpp"].startswith("llama.cpp (Q4_1")
+    select.save_measurement(record)
+    assert select.load_measurement(select.measurement_key(service.target_entry, 1)) == record

@@ -86,3 +86,62 @@ def test_the_options_list_the_runtimes():
     from specchat import options
 
     assert options.RUNTIME_CHOICES == select.RUNTIME_NAMES
+
+
+def test_auto_takes_the_runtime_measured_faster_on_this_machine(installed, tmp_path, monkeypatch):
+    """specchat calibrate --runtimes keeps one record per machine, model and thread count;
+    auto follows it (either way), a record for other threads or another file does not apply."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))
+    entry = ModelEntry(name="m", gguf=GGUF)
+    assert "not measured on this machine yet" in select.choose_runtime(entry, "auto", CPU).reason
+    record = {"key": select.measurement_key(entry, None), "tokens_per_s": {"transformers": 9.5, "llamacpp": 4.25},
+              "verify_ms": {}, "measured_at": "2026-12-03T06:00:00Z"}
+    path = select.save_measurement(record)
+    assert path == tmp_path / select.RECORD_FILE
+    choice = select.choose_runtime(entry, "auto", CPU)
+    assert choice.name == "transformers"
+    assert choice.reason == "auto: the faster here, measured 2026-12-03 (target alone, tokens/s: transformers 9.5, llama.cpp 4.2)"
+    assert select.choose_runtime(entry, "auto", CPU, threads=1).name == "llamacpp"  # not measured with 1 thread
+    assert select.choose_runtime(ModelEntry(name="m", gguf=GGUF | {"sha256": "b" * 64}), "auto", CPU).name == "llamacpp"
+    assert select.choose_runtime(entry, "llamacpp", CPU).name == "llamacpp"  # asked for: no record overrides it
+    select.save_measurement(record | {"tokens_per_s": {"transformers": 3.0, "llamacpp": 15.0}})  # replaces, not appends
+    assert select.choose_runtime(entry, "auto", CPU).name == "llamacpp"
+    assert len(__import__("json").loads(path.read_text())) == 1
+    path.write_text("not json")
+    assert select.load_measurement(record["key"]) is None and select.choose_runtime(entry, "auto", CPU).name == "llamacpp"
+
+
+class _CountingRuntime:
+    """Records the seam calls verify_costs makes."""
+
+    vocab_size, device = 100, CPU
+
+    def __init__(self):
+        self.calls, self.cached = [], 0
+
+    def start(self, ids, *, max_positions, reuse):
+        self.calls.append(("start", len(ids), max_positions, reuse))
+
+    def forward(self, ids, *, num_logits):
+        assert all(0 <= i < self.vocab_size for i in ids)
+        self.cached += len(ids)
+        self.calls.append(("forward", len(ids), num_logits))
+
+    def truncate(self, n):
+        self.cached = n
+        self.calls.append(("truncate", n))
+
+    def release(self):
+        self.calls.append(("release",))
+
+
+def test_verify_costs_time_k_token_passes_after_the_same_cached_prefix():
+    from specchat.analysis.runtimes import verify_costs
+
+    runtime = _CountingRuntime()
+    costs = verify_costs(runtime, [1, 3], prefix_len=10, repeats=2)
+    assert len(costs) == 2 and all(c >= 0 for c in costs)
+    # the prefix once (its last logits row only), then per k one untimed and two timed passes with
+    # all k logits rows (a verify pass), each rolled back to the prefix
+    assert runtime.calls == [("start", 10, 13, False), ("forward", 10, 1)] + [
+        call for k in (1, 3) for _ in range(3) for call in (("forward", k, k), ("truncate", 10))] + [("release",)]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from pathlib import Path
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent
 from specchat.drafters import kinds as drafter_kinds
+from specchat.runtimes.select import cpu_name  # noqa: F401 (re-exported: bench_report reads it from here)
 
 CALIBRATION_MESSAGE = (
     "Write a Python function is_palindrome(text) that ignores case, spaces and punctuation, "
@@ -153,17 +153,6 @@ def calibration_key(service) -> dict:
         "models": [e.name for e in entries],
         "models_hash": digest,
     }
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``, else "unknown"."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def default_path() -> Path:

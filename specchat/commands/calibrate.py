@@ -26,6 +26,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_runtime_argument(cal, threads=True)
     cal.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
     cal.add_argument("--json", action="store_true", help="print the calibration record as JSON")
+    cal.add_argument("--runtimes", action="store_true",
+                     help="instead: time the target alone on each runtime (transformers, llama.cpp) and a verify "
+                          "pass over k = 1..13 tokens on each; --runtime auto then takes the faster (minutes: the "
+                          "transformers runtime converts a GGUF target once)")
     add_models_argument(cal)
     return cal
 
@@ -35,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from specchat.errors import SpecchatError
 
     args.drafter = "none"
+    if args.runtimes:
+        return _runtimes(args)
     try:
         service, status = load_service(args)
         if service is None:
@@ -58,3 +64,48 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+def _runtimes(args: argparse.Namespace) -> int:
+    """``--runtimes``: measure, keep the record, print it (or the record as JSON)."""
+    import torch
+
+    from specchat.analysis import runtimes
+    from specchat.errors import RegistryError, SpecchatError
+    from specchat.runtimes import loading, select
+    from specchat.runtimes.registry import load_registry
+    from specchat.service import ChatService
+
+    try:
+        registry = load_registry()  # with --models FILE's entries (the CLI passes it on through the environment)
+        entry = registry.resolve(args.target or registry.default_target)
+        if not entry.has_gguf:
+            print(f"{PROG}: error: {entry.name} has no GGUF file: only transformers can run it, nothing to compare",
+                  file=sys.stderr)
+            return 2
+
+        def make(name: str) -> ChatService:
+            return ChatService(target=args.target, dtype=args.dtype, device=args.device, registry=registry,
+                               runtime=name, threads=args.threads)
+
+        say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+        record = runtimes.measure(make, entry, args.threads, progress=say)
+    except (RegistryError, SpecchatError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    path = select.save_measurement(record)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))  # as ChatService picks it
+    choice = select.choose_runtime(entry, "auto", device, args.threads)
+    if args.json:
+        print(json.dumps(record | {"auto": choice.name}, ensure_ascii=False))
+        return 0
+    ks = record["ks"]
+    print(f"target alone ({record['num_tokens']} tokens, greedy), and T(k)/T(1): one forward over k tokens "
+          f"after {runtimes.PREFIX_LEN} cached, all k logits rows")
+    print(f"{'runtime':<60} {'tok/s':>6}  {'T(1) ms':>7}  " + " ".join(f"{k:>5}" for k in ks[1:]))
+    for name, rate in record["tokens_per_s"].items():
+        ms = record["verify_ms"][name]
+        print(f"{record['described'][name]:<60} {rate:6.2f}  {ms[0]:7.1f}  " + " ".join(f"{t / ms[0]:5.2f}" for t in ms[1:]))
+    print(f"--runtime auto: {choice.name} ({choice.reason})")
+    print(f"record: {path} (cache: {loading.cache_root()})")
+    return 0

@@ -1,13 +1,20 @@
 """Which runtime runs a model (``--runtime transformers|llamacpp|auto``), and loading a GGUF
 on llama.cpp with its tokenizer: the service's way to the llama.cpp runtime.
 
-``auto`` is a rule today, not a measurement: llama.cpp for a model that has a GGUF when
+``auto`` goes by measurement where there is one: ``specchat calibrate --runtimes`` times the
+target alone on each runtime on this machine (:mod:`specchat.analysis.runtimes`) and keeps the
+record in specchat's cache (``runtimes.json``, one per machine, model and thread count); ``auto``
+then takes the faster. Without a record it is a rule: llama.cpp for a model that has a GGUF when
 llama-cpp-python is installed and the model runs on the CPU (there llama.cpp's 4-bit kernels
-decode the default target 2–4× faster than transformers' bf16), else transformers.
+decoded the default target 4-5× faster than transformers' bf16 on this project's machine), else
+transformers.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +36,61 @@ class RuntimeChoice:
     unavailable: str | None = None
 
 
-def choose_runtime(entry: ModelEntry, requested: str, device: torch.device) -> RuntimeChoice:
+RECORD_FILE = "runtimes.json"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``, else "unknown"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def measurement_key(entry: ModelEntry, threads: int | None) -> dict:
+    """What a runtime measurement is valid for: this CPU, its cores, the model (name and GGUF
+    checksum or file) and the thread count asked for (None: the default)."""
+    source = entry.gguf.sha256 if entry.gguf is not None else str(entry.gguf_file)
+    return {"processor": cpu_name(), "cpu_count": os.cpu_count(), "model": entry.name, "gguf": source,
+            "threads": threads}
+
+
+def load_measurement(key: dict, path: Path | None = None) -> dict | None:
+    """The runtime measurement on record for ``key`` (``{"key", "tokens_per_s": {runtime: x},
+    "verify_ms": {runtime: [T(1), T(2), …]}, "measured_at"}``), or None (no file, an unreadable one,
+    none for this key)."""
+    path = path or loading.cache_root() / RECORD_FILE
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+        return next((r for r in records if isinstance(r, dict) and r.get("key") == key
+                     and isinstance(r.get("tokens_per_s"), dict)), None)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def save_measurement(record: dict, path: Path | None = None) -> Path:
+    """Keep ``record`` (replacing the one for the same key; written atomically)."""
+    path = path or loading.cache_root() / RECORD_FILE
+    try:
+        records = [r for r in json.loads(path.read_text(encoding="utf-8"))
+                   if isinstance(r, dict) and r.get("key") != record["key"]]
+    except (OSError, ValueError, TypeError):
+        records = []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(records + [record], indent=1), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def choose_runtime(entry: ModelEntry, requested: str, device: torch.device, threads: int | None = None) -> RuntimeChoice:
     """Resolve ``requested`` (``auto`` | ``transformers`` | ``llamacpp``; an entry's own
-    ``runtime`` in models.yaml applies when ``auto`` is requested) for ``entry`` on ``device``.
+    ``runtime`` in models.yaml applies when ``auto`` is requested) for ``entry`` on ``device``;
+    ``auto`` takes the runtime measured faster for this machine, model and ``threads`` when a
+    measurement is on record (:func:`load_measurement`), else the rule of the module docstring.
 
     Raises:
         ValueError: an unknown name, or llama.cpp asked for a model with no GGUF, or llama.cpp
@@ -60,7 +119,15 @@ def choose_runtime(entry: ModelEntry, requested: str, device: torch.device) -> R
         return RuntimeChoice("transformers", f"auto: llama.cpp is not offered ({missing})", missing)
     if device.type != "cpu" and not llamacpp.gpu_offload():
         return RuntimeChoice("transformers", f"auto: the model runs on {device.type} and this llama.cpp build is CPU-only")
-    return RuntimeChoice("llamacpp", "auto: a GGUF model and llama-cpp-python installed")
+    record = load_measurement(measurement_key(entry, threads)) if device.type == "cpu" else None
+    rates = {k: v for k, v in (record or {}).get("tokens_per_s", {}).items() if k in ("transformers", "llamacpp")}
+    if len(rates) == 2:
+        best = max(rates, key=rates.get)
+        figures = ", ".join(f"{'llama.cpp' if k == 'llamacpp' else k} {v:.1f}" for k, v in sorted(rates.items(), key=lambda kv: -kv[1]))
+        return RuntimeChoice(best, f"auto: the faster here, measured {str(record.get('measured_at', ''))[:10]} "
+                                   f"(target alone, tokens/s: {figures})")
+    return RuntimeChoice("llamacpp", "auto: a GGUF model and llama-cpp-python installed (not measured on this "
+                                     "machine yet: specchat calibrate --runtimes)")
 
 
 def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bool = True, lower_bit: bool = False):
