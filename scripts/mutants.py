@@ -52,6 +52,7 @@ FAMILY = {
     14: ["tests/test_hybrid.py", "tests/test_calibrate.py", "tests/test_compiled.py"],
     15: ["tests/test_zerogpu.py"],
     16: ["tests/test_runtime.py", "tests/test_llamacpp.py"],
+    17: ["tests/test_adaptive.py", "tests/test_timing.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -70,6 +71,7 @@ KIND_NAMES = {
     14: "the hybrid drafter, the drafter picked by measurement and the compiled target",
     15: "a reply in ZeroGPU's forked worker (Stop across the process boundary)",
     16: "the llama.cpp runtime (rollback, logits rows, kept prefix)",
+    17: "adaptive γ's pause (γ = 0 with probes: the decision, the probe budget, the probe's costs)",
 }
 
 
@@ -1020,6 +1022,31 @@ MUTANTS = [
         "        n = common_prefix(self._ids, prefix_ids) if reuse and self._started else 0\n",
         "        n = min(len(self._ids), len(prefix_ids) - 1) if reuse and self._started else 0\n",
         "start() keeps cached states without comparing their ids with the new prompt (a stale prefix)",
+    ),
+    # -- 17. adaptive γ's pause ---------------------------------------------------------------
+    Mutant(
+        "losing-drafter-never-pauses",
+        17,
+        "specchat/core/adaptive.py",
+        "        if best_s >= 1.0 or self.costs.target_step_ms is None:\n",
+        "        if best_s >= 0.0 or self.costs.target_step_ms is None:\n",
+        "a drafter predicted to lose keeps drafting (adaptive γ never answers 0)",
+    ),
+    Mutant(
+        "probes-ignore-the-budget",
+        17,
+        "specchat/core/adaptive.py",
+        "        return max(2, math.ceil(loss / (PROBE_BUDGET * t1) + 1.0 - expected - 1e-9))\n",
+        "        return 2\n",
+        "a paused drafter probes every other round, whatever the probes cost",
+    ),
+    Mutant(
+        "probe-counts-its-catch-up-as-drafting",
+        17,
+        "specchat/core/adaptive.py",
+        "        self.costs.update(event, draft=not self._probing)\n",
+        "        self.costs.update(event)\n",
+        "a probe's drafting time, which includes catching up on the paused rounds, inflates d",
     ),
 ]
 

@@ -3,6 +3,7 @@ engine with adaptive γ on stays lossless (greedy identity, exact distribution).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -144,7 +145,9 @@ def test_adaptive_greedy_output_is_target_only_greedy(kind):
                            adaptive_gamma=True)
         assert list(events[-1].token_ids) == expected
         rounds = [e for e in events if isinstance(e, RoundEvent)]
-        assert all(1 <= r.num_speculative_tokens <= 6 and r.num_drafted <= r.num_speculative_tokens for r in rounds)
+        # γ in 1..6, or 0 where drafting paused (a real clock: the fake models' timings decide)
+        assert all(r.num_drafted <= r.num_speculative_tokens <= 6 and (r.num_speculative_tokens or r.drafting_paused)
+                   for r in rounds)
     assert (make_drafter(kind).name, 6, True, "") in engine.gamma_controllers
 
 
@@ -164,9 +167,17 @@ def test_confidence_stop_is_greedy_only():
 
 def test_adaptive_gamma_keeps_the_exact_distribution():
     """Sampled 3-token replies at T = 1 with adaptive γ (γ_max 3), 2000 seeds: chi-square against
-    exact enumeration (fails at p < 1e-4), with both accept and residual paths exercised."""
+    exact enumeration (fails at p < 1e-4), with both accept and residual paths exercised. Each
+    reply starts from a fresh controller: one carried over 2000 replies would pause drafting (on
+    real timings of fake models a γ = 1 round may not pay) and leave few drafts to judge."""
+
+    class Fresh(dict):
+        def setdefault(self, key, default):
+            return default
+
     fn_t = hashed_logits(V, seed=11, scale=2.0)
     engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
+    engine.gamma_controllers = Fresh()
     prompt = [3, 1]
     drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
     exact = exact_sequences(fn_t, prompt, 3, temperature=1.0)
@@ -175,3 +186,105 @@ def test_adaptive_gamma_keeps_the_exact_distribution():
                       temperature=1.0, adaptive_gamma=True)
     assert stats["accepted"] >= 100 and stats["resampled"] >= 100
     assert_matches(counts, exact, 2000)
+
+
+# -- γ = 0 with probes: drafting pauses when no γ pays -----------------------------------------
+def _target_step(ms=10.0):
+    return _round([], drafted=0, draft_ms=0.0, verify_ms=ms)
+
+
+def _rejected_rounds(c, n, *, draft_ms, verify_ms):
+    for _ in range(n):
+        c.update(_round([False], drafted=1, draft_ms=draft_ms, verify_ms=verify_ms, gamma=1))
+
+
+def test_drafting_pauses_at_the_break_even_and_probes_on_a_hand_computed_schedule():
+    """t₁ = 10 ms, d = 5 ms, v(2) = 16 ms (one n seen: v flat), 10 rejected γ = 1 rounds.
+    β1 = (0 + 2·pooled)/(R + 2), pooled = (0 + 1.2)/(R + 2), R = Σ_{j<10} 0.9^j = 6.5132;
+    S(1) = (1 + β1)·10/21 < 1, and every γ > 1 costs more for less: paused. A probe of γ = 1
+    loses 21 − (1 + β1)·10 ms against target-only steps, so P = ceil(loss/(0.03·10) + 1 − (1 + β1))
+    = 36 (β1 = 0.0331); break-even α for γ = 1: 1 + α = 21/10, α = 1.1 > 1 → 1.0."""
+    c = AdaptiveGamma(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    reached = sum(0.9**j for j in range(10))
+    pooled = 1.2 / (reached + 2)
+    beta1 = 2 * pooled / (reached + 2)
+    assert c.acceptance_by_position()[0] == pytest.approx(beta1)
+    assert c.predicted_speedup(1) == pytest.approx((1 + beta1) * 10 / 21)
+    assert c.probe_interval(1) == 36 == math.ceil((21 - (1 + beta1) * 10) / (0.03 * 10) + 1 - (1 + beta1))
+    assert c.break_even_acceptance(1) == 1.0
+    choices = [c.choose() for _ in range(72)]
+    assert c.paused
+    assert [i for i, g in enumerate(choices) if g] == [35, 71] and set(choices) == {0, 1}
+    c.new_reply()  # a new reply's first round probes (its drafter has just read the prompt)
+    assert [c.choose() for _ in range(3)] == [1, 0, 0]
+
+
+def test_break_even_acceptance_solves_leviathan_equation_1_against_the_round_time():
+    """t₁ = 10, d = 1, v flat 12: γ = 1 breaks even at 1 + α = 13/10 → α = 0.3; γ = 2 at
+    1 + α + α² = 14/10 → α = (−1 + √2.6)/2 = 0.30623."""
+    c = AdaptiveGamma(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 3, draft_ms=1.0, verify_ms=12.0)
+    assert c.break_even_acceptance(1) == pytest.approx(0.3)
+    assert c.break_even_acceptance(2) == pytest.approx((-1 + 2.6**0.5) / 2)
+
+
+def test_probes_resume_drafting_when_the_drafter_turns_right():
+    """Cheap rounds (t₁ 10, d 1, v 12: γ = 1 pays from α = 0.3): rejections pause drafting; the
+    probes are then accepted, α climbs past the break-even and drafting resumes (no pause)."""
+    c = AdaptiveGamma(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 20, draft_ms=1.0, verify_ms=12.0)
+    assert c.choose() == 0 and c.paused
+    for _ in range(200):
+        gamma = c.choose()
+        if gamma:  # a probe, accepted whole
+            c.update(_round([True] * gamma, draft_ms=1.0 * gamma, verify_ms=12.0, gamma=gamma))
+        else:
+            c.update(_target_step(10.0))
+        if not c.paused:
+            break
+    assert not c.paused and c.choose() >= 1
+
+
+def test_a_paused_drafters_probes_cost_at_most_the_budget_over_a_long_reply():
+    """A drafter that is always wrong (t₁ 10, d 5, v(2) 16): over 2000 rounds, the time spent
+    against target-only for the same tokens is at most 3 % more (each probe commits 1 token in
+    21 ms where a step takes 10), up to the estimate's prior (β1 ≈ 0.03 where the truth is 0)."""
+    c = AdaptiveGamma(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    time_ms = tokens = 0
+    for _ in range(2000):
+        gamma = c.choose()
+        if gamma:
+            c.update(_round([False], drafted=gamma, draft_ms=5.0 * gamma, verify_ms=16.0, gamma=gamma))
+            time_ms, tokens = time_ms + 5.0 * gamma + 16.0, tokens + 1
+        else:
+            c.update(_target_step(10.0))
+            time_ms, tokens = time_ms + 10.0, tokens + 1
+    loss = time_ms / (tokens * 10.0) - 1
+    assert 0.02 < loss <= adaptive.PROBE_BUDGET + 0.002  # probes ran (α stays measured), within the budget
+
+
+def test_a_probe_leaves_the_draft_cost_alone():
+    """A probe's drafting time includes the drafter catching up on the paused rounds' tokens: it
+    updates α and v(n), not d, and the catch-up is charged to the next probes' interval."""
+    c = AdaptiveGamma(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    d = c.draft_ms_per_token
+    while not c.choose():
+        c.update(_target_step(10.0))
+    before = c.probe_interval(1)
+    c.update(_round([False], drafted=1, draft_ms=500.0, verify_ms=16.0, gamma=1))
+    assert c.draft_ms_per_token == pytest.approx(d)
+    # but the catch-up counts in what a probe costs: 495 ms more per probe, so probes grow rarer
+    # by 495 / (0.03 · 10) = 1650 rounds
+    assert c.probe_catch_up_ms == pytest.approx(500.0 - d)
+    assert c.probe_interval(1) - before == pytest.approx(1650, abs=1)
+    c.choose()  # paused again: not a probe
+    c.update(_round([False], drafted=1, draft_ms=500.0, verify_ms=16.0, gamma=1))
+    assert c.draft_ms_per_token > d

@@ -144,3 +144,26 @@ def test_decode_time_adds_up_over_two_streams():
     for i, (elapsed, ms) in enumerate(((50.0, 50.0), (80.0, 30.0))):  # a second stream restarts its clock
         m.update(_round(i, 4, 2, elapsed=elapsed, round_ms=ms))
     assert m.decode_ms == 280.0
+
+
+def test_a_paused_reply_says_why_in_its_summary_with_hand_computed_costs():
+    """Rounds: one target-only step of 10 ms (t₁), one γ = 1 round drafting 5 ms and verifying
+    16 ms (v(2), rejected), two paused target-only steps of 10 ms. The verify pass over 2 tokens
+    costs 16/10 = 1.60 target steps; γ = 1 breaks even at α* = (5 + 16)/10 − 1 = 1.1: no α pays."""
+    from specchat.core.events import RoundEvent
+    from specchat.core.metrics import SpeculationMetrics
+    from specchat.ui.render import reply_summary
+
+    def event(i, drafted, draft_ms, verify_ms, paused=False):
+        return RoundEvent(round_index=i, num_speculative_tokens=drafted, num_drafted=drafted, num_accepted=0,
+                          num_committed=1, accepted_mask=(False,) * drafted, draft_ms=draft_ms, draft_steps=drafted,
+                          verify_ms=verify_ms, elapsed_ms=0.0, round_ms=draft_ms + verify_ms, drafting_paused=paused)
+
+    metrics = SpeculationMetrics()
+    for e in (event(0, 0, 0.0, 10.0), event(1, 1, 5.0, 16.0), event(2, 0, 0.0, 10.0, True), event(3, 0, 0.0, 10.0, True)):
+        metrics.update(e)
+    assert metrics.num_paused_rounds == 2 and metrics.summary()["num_paused_rounds"] == 2
+    steps, alpha = metrics.break_even()
+    assert steps == pytest.approx(1.6) and alpha == pytest.approx(1.1)
+    assert reply_summary(metrics).endswith("drafting paused in 2 of 4 rounds: here a verify pass over 2 tokens costs "
+                                           "1.60 target steps, so drafting pays only from α ≥ 1.00")

@@ -254,3 +254,25 @@ def test_a_noisy_target_step_gets_more_timing_rounds_when_they_cost_nothing(monk
     noisy, n_noisy = timing_rounds(True)
     assert len(noisy) > len([i for i in (2, 6, 22, 38) if i < n_noisy])
     assert len(noisy) <= costs.TIMING_MAX_SHARE * n_noisy + 1
+
+
+def test_a_poor_drafter_pauses_and_costs_little_on_a_fake_clock(monkeypatch):
+    """A drafter model that is mostly wrong (another hash), γ_max 4, adaptive, timing rounds on,
+    200 greedy tokens. By the clock model a γ = 1 round costs 20 + 110 ms for 1 + α tokens
+    against 100 ms a token, so below α = 0.3 no γ pays: drafting pauses (γ = 0 with probes). The
+    reply is the target's own greedy one, most rounds are paused target-only steps, and the
+    decode takes at most 5 % more than 200 target-only steps (a 3 % probe budget plus the first
+    rounds, drafted before t₁ was timed)."""
+    engine, drafter, _, fn_t = clocked_engine(monkeypatch, drafter_fn=hashed_logits(V, seed=99, scale=2.0))
+    prompt = [3, 1, 4, 1]
+    events = events_of(engine, prompt, drafter, num_speculative_tokens=4, max_new_tokens=200, adaptive_gamma=True,
+                       measure_speedup=True)
+    done = events[-1]
+    assert list(done.token_ids) == naive_greedy_fn(fn_t, prompt, 200)
+    rounds = rounds_of(events)
+    drafted = [r for r in rounds if r.num_drafted]
+    assert sum(r.num_accepted for r in drafted) / sum(r.num_drafted for r in drafted) < 0.3  # it is poor
+    paused = [r for r in rounds if r.drafting_paused]
+    assert len(paused) > 0.8 * len(rounds) and all(r.num_drafted == 0 and not r.timing for r in paused)
+    assert len(drafted) >= 3  # probes went on: α stays measured (their cost is the bound below)
+    assert done.decode_ms <= 1.05 * 200 * TARGET_MS

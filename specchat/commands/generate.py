@@ -149,7 +149,10 @@ def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sam
         f"[{drafter}{', ' + sample if sample else ''}] {s['num_tokens']} tokens, {fmt(s['tokens_per_s'], '.2f', ' tokens/s')}, "
         f"α={fmt(s['acceptance_rate'], '.2f')}, {fmt(s['mean_tokens_per_round'], '.2f')} tokens/round, "
         f"speedup {fmt(s['speedup'], '.2f', '×')} vs target-only steps timed during this reply "
-        f"(predicted {fmt(s['speedup_predicted'], '.2f', '×')}), stop={done.stop_reason.value}"
+        f"(predicted {fmt(s['speedup_predicted'], '.2f', '×')}), "
+        + (f"drafting paused in {s['num_paused_rounds']} of {s['num_rounds']} rounds (no γ paid), "
+           if s["num_paused_rounds"] else "")
+        + f"stop={done.stop_reason.value}"
     )
 
 

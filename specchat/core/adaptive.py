@@ -18,6 +18,13 @@ theory chart draws (ALGORITHM.md, "Measured and predicted speedup, like for like
 scales the curve, so the choice does not need it; until a target-only round was timed, v(1)
 stands in for it.
 
+**Drafting pauses when it cannot pay** (γ = 0 with probes): once t₁ has been timed, if every γ in
+1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a target-only step, and
+drafts the best γ as a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the
+least P for which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only
+throughput. Probes keep α measured, so drafting resumes when the text turns predictable (a code
+block that repeats the prompt).
+
 All estimates are exponentially weighted (recent rounds count more), so the choice follows a
 prompt whose predictability changes. A controller lives for one drafter and may be carried
 across generations. It only chooses how many tokens to draft; which tokens are committed is
@@ -26,6 +33,7 @@ decided by verification alone, so the output distribution is unchanged (lossless
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from specchat.core.costs import SLOPE_PRIOR, CostEstimator  # noqa: F401 (SLOPE_PRIOR: re-exported)
@@ -36,6 +44,8 @@ PRIOR_ACCEPTANCE = 0.6
 PRIOR_WEIGHT = 2.0
 # Per-round decay of all running sums: a round 20 rounds ago weighs 0.9^20 ≈ 0.12.
 DECAY = 0.9
+# While drafting is paused, the probes may cost at most this share of target-only throughput.
+PROBE_BUDGET = 0.03
 
 
 @dataclass
@@ -46,7 +56,8 @@ class AdaptiveGamma:
         max_num_speculative_tokens: γ_max, the largest γ ever chosen (>= 1).
         initial_num_speculative_tokens: γ used until a round has been timed (clipped to γ_max).
 
-    Feed each :class:`RoundEvent` to :meth:`update`; :meth:`choose` returns the next γ.
+    Feed each :class:`RoundEvent` to :meth:`update`; :meth:`choose` returns the next γ, 0 while
+    drafting is paused (:attr:`paused`) between probes.
 
     Raises:
         ValueError: γ_max < 1.
@@ -58,6 +69,10 @@ class AdaptiveGamma:
     _accepted: list[float] = field(default_factory=list)
     _reached: list[float] = field(default_factory=list)
     costs: CostEstimator = field(default_factory=lambda: CostEstimator(decay=DECAY))
+    paused: bool = False  # the last choice found every γ >= 1 predicted to lose
+    _since_probe: int = 0  # paused rounds since the last probe
+    _probing: bool = False  # the last choice was a probe
+    probe_catch_up_ms: float = 0.0  # a probe's drafting time beyond γ·d (the drafter catching up), last probe
 
     def __post_init__(self) -> None:
         if self.max_num_speculative_tokens < 1:
@@ -110,9 +125,52 @@ class AdaptiveGamma:
             return None
         return self.expected_tokens_per_round(num_speculative_tokens) * t1 / round_ms
 
+    def probe_interval(self, num_speculative_tokens: int) -> int:
+        """P: while paused, one probe round of γ every P rounds. A probe takes T(γ) =
+        γ·d + v(γ + 1) and commits E[N](γ) tokens that target-only steps would commit in
+        E[N](γ)·t₁, so over P rounds (P − 1 target-only steps and the probe) throughput drops by
+        (T − E[N]·t₁) / ((P − 1 + E[N])·t₁); P is the least integer >= 2 that keeps this at most
+        :data:`PROBE_BUDGET` (1 when a probe loses nothing). T includes what the last probe spent
+        beyond γ·d (:attr:`probe_catch_up_ms`: a model drafter catching up on the tokens committed
+        while it was paused). Needs t₁ and the round costs timed."""
+        t1, round_ms = self.costs.target_step_ms, self.costs.round_ms(num_speculative_tokens)
+        expected = self.expected_tokens_per_round(num_speculative_tokens)
+        loss = round_ms + self.probe_catch_up_ms - expected * t1
+        if loss <= 0:
+            return 1
+        return max(2, math.ceil(loss / (PROBE_BUDGET * t1) + 1.0 - expected - 1e-9))
+
+    def break_even_acceptance(self, num_speculative_tokens: int = 1) -> float | None:
+        """The α (one acceptance rate at every position) at which γ breaks even at the measured
+        costs: E[N](γ; α) · t₁ = T(γ), i.e. Σ_{k=0..γ} α^k = T(γ)/t₁ (Leviathan et al. 2023,
+        Equation 1, against the measured round time), by bisection; 1.0 when no α < 1 pays,
+        None before t₁ and a drafting round are timed."""
+        t1, round_ms = self.costs.target_step_ms, self.costs.round_ms(num_speculative_tokens)
+        if t1 is None or round_ms is None or t1 <= 0:
+            return None
+        need = round_ms / t1
+        if need >= num_speculative_tokens + 1:
+            return 1.0
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            if sum(mid**k for k in range(num_speculative_tokens + 1)) < need:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
     # -- the policy -------------------------------------------------------------------------
+    def new_reply(self) -> None:
+        """A reply starts: its drafter has just read the prompt (no catch-up is owed), so while
+        paused the first choice of the reply is a probe: a new prompt may be predictable."""
+        self._since_probe = 1 << 30
+
     def choose(self) -> int:
-        """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties: smaller)."""
+        """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties:
+        smaller); 0 (a target-only step) when t₁ is timed and even the best γ is predicted to
+        lose, but for a probe of that γ every :meth:`probe_interval` rounds."""
+        self._probing = False
         if self.predicted_speedup(1) is None:
             return max(1, min(self.initial_num_speculative_tokens, self.max_num_speculative_tokens))
         best, best_s = 1, float("-inf")
@@ -120,7 +178,15 @@ class AdaptiveGamma:
             s = self.predicted_speedup(gamma)
             if s > best_s + 1e-12:
                 best, best_s = gamma, s
-        return best
+        if best_s >= 1.0 or self.costs.target_step_ms is None:
+            self.paused, self._since_probe = False, 0
+            return best
+        self.paused = True
+        self._since_probe += 1
+        if self._since_probe >= self.probe_interval(best):
+            self._since_probe, self._probing = 0, True
+            return best
+        return 0
 
     def update(self, event: RoundEvent) -> None:
         """Fold one round in: its judged positions and its timings.
@@ -129,7 +195,10 @@ class AdaptiveGamma:
         carries no news about acceptance; it only times t₁. Timings that are not finite and
         non-negative are ignored.
         """
-        self.costs.update(event)
+        self.costs.update(event, draft=not self._probing)
+        d = self.costs.draft_ms_per_token
+        if self._probing and event.num_drafted and d is not None:
+            self.probe_catch_up_ms = max(0.0, event.draft_ms - event.num_drafted * d)
         if not event.num_drafted:
             return
         for values in (self._accepted, self._reached):

@@ -120,9 +120,11 @@ class CostEstimator:
             raise ValueError(f"decay must be in (0, 1], got {self.decay}")
 
     # -- input -----------------------------------------------------------------------------
-    def update(self, event: RoundEvent) -> None:
+    def update(self, event: RoundEvent, *, draft: bool = True) -> None:
         """Fold in one round: a round that drafted nothing is a t₁ sample; a drafting round
-        adds to d and to the fit of v(n) at n = num_drafted + 1 checked positions."""
+        adds to d (unless ``draft`` is False: a probe after paused rounds, whose drafting time
+        includes the drafter catching up on the tokens committed while it was paused) and to
+        the fit of v(n) at n = num_drafted + 1 checked positions."""
         rest_ms = event.round_ms - event.draft_ms
         if not (_ok(event.round_ms) and _ok(event.draft_ms) and rest_ms > 0):
             return
@@ -130,7 +132,8 @@ class CostEstimator:
             _add(self._t1, (rest_ms, 1.0, rest_ms * rest_ms), self.decay)
             self._t1[3] = self._t1[3] * self.decay**2 + 1.0
             return
-        _add(self._draft, (event.draft_ms, float(event.num_drafted)), self.decay)
+        if draft:
+            _add(self._draft, (event.draft_ms, float(event.num_drafted)), self.decay)
         n = float(event.num_drafted + 1)
         _add(self._fit, (1.0, n, n * n, rest_ms, n * rest_ms), self.decay)
 

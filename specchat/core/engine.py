@@ -208,6 +208,7 @@ class SpeculativeEngine:
         # a drafter with several sources (the hybrid: lookup or model) names each round's source,
         # and each source gets a controller of its own: their acceptance and costs differ
         round_source = getattr(state.drafter, "round_source", None) if adaptive else None
+        replied: set = set()  # the controllers that chose a γ in this reply
 
         final_text = ""
         while state.stop is None:
@@ -221,12 +222,16 @@ class SpeculativeEngine:
                 source = round_source(state.ids) if round_source is not None else ""
                 key = (state.drafter.name, config.num_speculative_tokens, config.greedy, source)
                 controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
+                if key not in replied:  # its first round in this reply
+                    replied.add(key)
+                    controller.new_reply()
             if timing:  # a target-only round, timed: t₁ measured in this run, under this load
                 gamma = 0
             else:
                 gamma = controller.choose() if controller is not None else config.num_speculative_tokens
+            drafting_paused = controller is not None and not timing and gamma == 0  # no γ pays
             with torch.inference_mode():
-                events = self._round(state, config, generator, gamma, timing=timing)
+                events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused)
             if drafting and state.drafter is None:  # the drafter failed this round
                 controller = None
                 events.insert(0, state.drafter_failure)
@@ -257,6 +262,7 @@ class SpeculativeEngine:
         num_speculative_tokens: int,
         *,
         timing: bool = False,
+        drafting_paused: bool = False,
     ) -> list[Event]:
         """One round of γ = ``num_speculative_tokens``: the drafter proposes up to γ tokens,
         the target checks them all in ONE forward pass and accepts a prefix, both caches are
@@ -273,7 +279,7 @@ class SpeculativeEngine:
         token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
         round_event = self._round_event(
             state, config, num_speculative_tokens, draft, result, len(token_events),
-            draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing,
+            draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing, drafting_paused=drafting_paused,
         )
         if config.trace:  # recorded after the round's timing, and left out of the decode time
             t_trace = time.perf_counter()
@@ -393,6 +399,7 @@ class SpeculativeEngine:
         draft_ms: float,
         verify_ms: float,
         timing: bool,
+        drafting_paused: bool = False,
     ) -> RoundEvent:
         """The RoundEvent that closes the round (and the round's bookkeeping in ``state``)."""
         num_drafted = int(draft.token_ids.shape[0])
@@ -423,6 +430,7 @@ class SpeculativeEngine:
             elapsed_ms=elapsed_ms,
             round_ms=elapsed_ms - previous_elapsed_ms,
             timing=timing,
+            drafting_paused=drafting_paused,
         )
         state.costs.update(event)
         state.timing_next = state.stop is None and self._timing_due(state, config)

@@ -106,6 +106,9 @@ class RoundEvent:
         timing_next: True when the next round will be a timing round. A consumer that draws a
             page holds its update until after it: a browser drawing on the same CPU would
             otherwise slow exactly that target-only step and bias t₁.
+        drafting_paused: True for a target-only round that adaptive γ chose because every γ >= 1 is
+            predicted to lose at the measured costs (drafting paused between probes; see
+            :mod:`specchat.core.adaptive`).
         trace: the round's :class:`specchat.analysis.trace.RoundTrace` when the generation was traced
             (``GenerationConfig.trace``), else None.
     """
@@ -123,6 +126,7 @@ class RoundEvent:
     round_ms: float
     timing: bool = False
     timing_next: bool = False
+    drafting_paused: bool = False
     trace: Any = field(default=None, repr=False, compare=False)
 
 

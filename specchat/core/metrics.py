@@ -160,6 +160,22 @@ class SpeculationMetrics:
         return sum(1 for r in self.rounds if r.timing)
 
     @property
+    def num_paused_rounds(self) -> int:
+        """Target-only rounds adaptive γ chose because no γ paid (``RoundEvent.drafting_paused``)."""
+        return sum(1 for r in self.rounds if r.drafting_paused)
+
+    def break_even(self) -> tuple[float, float] | None:
+        """``(v(2) / t₁, α*)`` at this reply's measured costs: what a verify pass over 2 positions
+        costs in target steps, and the acceptance rate at which γ = 1 breaks even,
+        α* = (d + v(2)) / t₁ − 1 (E[N](1) = 1 + α tokens for a round of d + v(2) ms; Leviathan
+        et al. 2023, Equation 1, against the measured round time). None until t₁ and a
+        drafting round are timed."""
+        t1, round_ms = self.costs.target_step_ms, self.costs.round_ms(1)
+        if not t1 or round_ms is None:
+            return None
+        return self.costs.verify_ms(2) / t1, round_ms / t1 - 1.0
+
+    @property
     def target_step_ms(self) -> float | None:
         """t₁: mean time of a target-only decode step in this stream (its rounds that drafted
         nothing), milliseconds; None if every round drafted."""
@@ -240,6 +256,7 @@ class SpeculationMetrics:
             "target_step_ms": self.target_step_ms,
             "num_target_only_rounds": self.num_target_only_rounds,
             "num_timing_rounds": self.num_timing_rounds,
+            "num_paused_rounds": self.num_paused_rounds,
             "cost_ratio": self.cost_ratio,
             "speedup": self.measured_speedup,
             "speedup_predicted": self.predicted_speedup,
