@@ -92,6 +92,21 @@ def set_number(d: webdriver.Chrome, label: str, value: float) -> None:
     box.send_keys("\t")
 
 
+def set_checkbox(d: webdriver.Chrome, label: str, checked: bool) -> None:
+    """Tick or untick the checkbox whose label starts with ``label`` (e.g. "adaptive γ")."""
+    box = d.execute_script(
+        """const lab = [...document.querySelectorAll('label, span')].find(e => e.textContent.trim().startsWith(arguments[0])
+                       && e.closest('label') && e.closest('label').querySelector('input[type=checkbox]'));
+           return lab && lab.closest('label').querySelector('input[type=checkbox]');""",
+        label,
+    )
+    if box.is_selected() != checked:
+        d.execute_script("arguments[0].click();", box)  # it may sit in a closed accordion: a DOM click toggles it
+    deadline = time.time() + 5
+    while box.is_selected() != checked and time.time() < deadline:
+        time.sleep(0.1)
+
+
 def shown_speedup(stats: str) -> float | None:
     """The measured speedup in the page's stats line (``speedup 1.23×``); None if not measured."""
     import re

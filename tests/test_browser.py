@@ -151,6 +151,9 @@ def test_three_token_colors_match_the_legend_and_the_charts_render(served, brows
     d = browser(url)
     drive_app.pick_drafter(d, "int4", 120)  # the NF4 copy of SmolLM2: long accepted runs and rejections
     assert "'int4' ready" in d.execute_script(drive_app.PAGE_STATE)["status"]
+    # fixed γ: where a drafter does not pay on this CPU, adaptive γ pauses drafting (γ = 0 with
+    # probes), and this test needs drafts to look at
+    drive_app.set_checkbox(d, "adaptive γ", False)
     drive_app.send(d, PALINDROME)
     state = drive_app.wait_done(d, 300)
     drive_app.screenshot(d, str(OUT / "colors_and_charts.png"), width=1280)
@@ -190,10 +193,12 @@ def test_three_token_colors_match_the_legend_and_the_charts_render(served, brows
 
 
 def _inspect(d, css: str, index: int = 0) -> str:
-    """Click the index-th element matching ``css`` (a real click) and return the inspector's text
-    once it has changed."""
+    """Click the index-th clickable element matching ``css`` (a real click) and return the
+    inspector's text once it has changed."""
     before = d.find_element(By.CSS_SELECTOR, "#spec-inspector").text
-    el = d.find_elements(By.CSS_SELECTOR, css)[index]
+    # among the elements one can click: shown, with a box (a newline token has none)
+    el = [e for e in d.find_elements(By.CSS_SELECTOR, css)
+          if e.is_displayed() and e.size["width"] > 0 and e.size["height"] > 0][index]
     d.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
     time.sleep(0.3)
     el.click()
@@ -219,6 +224,9 @@ def test_clicking_tokens_and_rounds_opens_the_inspector_and_the_race_runs(served
     d = browser(url)
     drive_app.pick_drafter(d, "int4", 120)
     _set_slider(d, "max new tokens", 48)
+    # fixed γ: where a drafter does not pay on this CPU, adaptive γ pauses drafting (γ = 0 with
+    # probes), and this test needs drafts to look at
+    drive_app.set_checkbox(d, "adaptive γ", False)
     drive_app.send(d, PALINDROME)
     drive_app.wait_done(d, 300)
     kinds = d.execute_script(drive_app.PAGE_STATE)["kinds"]
@@ -469,6 +477,9 @@ def test_a_drafter_that_runs_out_of_memory_mid_reply_falls_back_visibly(served, 
 
     monkeypatch.setattr(ngram, "propose", propose)
     d = browser(url)
+    # fixed γ: where a drafter does not pay on this CPU, adaptive γ pauses drafting (γ = 0 with
+    # probes), and this test needs drafts to look at
+    drive_app.set_checkbox(d, "adaptive γ", False)
     drive_app.send(d, PALINDROME)
     drive_app.wait_done(d, 180)
     drive_app.screenshot(d, str(OUT / "drafter_oom.png"), width=1280)

@@ -200,6 +200,8 @@ class RunResult:
     # and the speedup predicted from the same run's α and measured costs (t₁, d, v(n)), as the
     # app and the CLI show it (SpeculationMetrics.predicted_speedup)
     speedup_predicted_same_run: float | None = None
+    # specchat only: target-only rounds adaptive γ chose because no γ paid (drafting paused)
+    num_paused_rounds: int | None = None
     # filled in against the target-only run of the same prompt and repeat
     speedup: float | None = None
     cost_ratio: float | None = None
@@ -243,7 +245,7 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         draft_ms_per_token=sum(r.draft_ms for r in rounds) / drafted if drafted else None,
         gammas=[r.num_drafted for r in rounds],
         measure_speedup=config.measure_speedup,
-        num_timing_rounds=metrics.num_timing_rounds,
+        num_timing_rounds=metrics.num_timing_rounds, num_paused_rounds=metrics.num_paused_rounds,
         target_step_ms=metrics.target_step_ms,
         speedup_same_run=metrics.measured_speedup,
         speedup_predicted_same_run=metrics.predicted_speedup,
