@@ -229,7 +229,7 @@ def test_theory_figure_says_when_no_gamma_wins_at_the_measured_costs():
     assert max(_trace(fig, "S(γ), measured costs").y) < 1 < max(_trace(fig, "textbook (verify = 1 step)").y)
     texts = [a.text for a in fig.layout.annotations]
     assert "at the measured costs: no γ gives a speedup" in texts
-    assert any(t.startswith("adaptive γ still drafts") for t in texts)
+    assert any(t.startswith("adaptive γ pauses drafting (γ = 0) and probes") for t in texts)
     # at the right edge the measured curve is far below 1 and the textbook one above it
     # (farther away): the S = 1 label goes above the line, on the textbook's side
     label = next(a for a in fig.layout.annotations if a.text == "S = 1 (target only)")

@@ -87,10 +87,11 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     notes = [note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right",
                    yanchor="bottom" if above else "top")]
     if curve[best - 1] < 1:
-        # the star still marks γ ≥ 1: adaptive γ keeps drafting (one token at least) to keep measuring α
+        # the star still marks the best γ ≥ 1: the one adaptive γ probes while drafting is paused
         why = "α ≤ c" if alpha <= cost else "at the measured costs"
         notes.append(note(f"{why}: no γ gives a speedup", 0.5, 0.95, RESAMPLED, size=11))
-        notes.append(note("adaptive γ still drafts its best γ ≥ 1, to keep measuring α", 0.5, 0.87, TEXT, size=9))
+        notes.append(note("adaptive γ pauses drafting (γ = 0) and probes this best γ now and then, to keep measuring α",
+                          0.5, 0.87, TEXT, size=9))
     elif gamma and abs(gamma - best) >= 2:
         notes.append(note(
             "adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
