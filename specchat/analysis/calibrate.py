@@ -18,7 +18,6 @@ same load; nothing is reused from another moment. The figure is a speedup of dec
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import statistics
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent
 from specchat.drafters import kinds as drafter_kinds
+from specchat.runtimes import select
 from specchat.runtimes.select import cpu_name  # noqa: F401 (re-exported: bench_report reads it from here)
 
 CALIBRATION_MESSAGE = (
@@ -165,32 +165,17 @@ def default_path() -> Path:
 def load(key: dict, path: Path | None = None) -> Calibration | None:
     """The calibration on record for ``key``, or None (no file, an unreadable one, or none for
     this machine and model pair)."""
-    path = path or default_path()
+    data = select.find_record(path or default_path(), key)
     try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-        for data in records if isinstance(records, list) else []:
-            if isinstance(data, dict) and data.get("key") == key:
-                return Calibration.from_json(data)
-    except (OSError, ValueError, KeyError, TypeError):
+        return Calibration.from_json(data) if data is not None else None
+    except (ValueError, KeyError, TypeError):
         return None
-    return None
 
 
 def save(calibration: Calibration, path: Path | None = None) -> Path:
     """Record ``calibration``, replacing any earlier one for the same key (others are kept:
     a cache shared by two machines or model pairs holds one record each). Written atomically."""
-    path = path or default_path()
-    try:
-        records = json.loads(path.read_text(encoding="utf-8"))
-        records = [r for r in records if isinstance(r, dict) and r.get("key") != calibration.key]
-    except (OSError, ValueError):
-        records = []
-    records.append(calibration.to_json())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(records, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return select.keep_record(path or default_path(), calibration.to_json())
 
 
 def _reply(service, prompt_ids: list[int], kind: str, num_tokens: int) -> tuple[float, float | None, float | None]:

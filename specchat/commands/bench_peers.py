@@ -286,12 +286,12 @@ def _run_llama_server(service, prompt_ids: list[int], max_new_tokens: int, n_ctx
     tokens = [int(t) for t in reply.get("tokens", [])]  # the end-of-generation token included, as specchat's
     drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
     decode_s = timings["predicted_ms"] / 1000
+    rounds = max(timings["predicted_n"] - accepted, 1)  # each round commits its accepted drafts and one more
     return dict(
         num_tokens=len(tokens), token_ids=tokens, ttft_s=timings["prompt_ms"] / 1000, total_s=total_s,
         e2e_tokens_per_s=len(tokens) / total_s, prefill_s=timings["prompt_ms"] / 1000,
         decode_tokens_per_s=(timings["predicted_n"] - 1) / decode_s if timings["predicted_n"] > 1 and decode_s > 0 else None,
-        num_rounds=max(timings["predicted_n"] - accepted, 1),
-        tokens_per_round=timings["predicted_n"] / max(timings["predicted_n"] - accepted, 1),
+        num_rounds=rounds, tokens_per_round=timings["predicted_n"] / rounds,
         peak_mem_mb=server.peak_mem_mb() or 0.0, alpha=accepted / drafted if drafted else None,
     )
 

@@ -144,7 +144,7 @@ def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> P
     llama.cpp's own quantizer (``llama_model_quantize``, re-quantizing from the file's types)
     into ``folder/<stem>-<type>-<key>.gguf``, the key from the source's path, size and mtime.
     Cost measured on this project's 2-core CPU for Qwen2.5-Coder-1.5B Q4_K_M: Q2_K 43 s,
-    670 MB (Q4_0 5 s); the copy decoded no faster than the file itself there (43.9 against
+    753 MB on disk (Q4_0 5 s); the copy decoded no faster than the file itself there (43.9 against
     44.2 ms per token: the 4-bit decode is compute-bound on that CPU).
 
     Raises:

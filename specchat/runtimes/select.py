@@ -58,22 +58,19 @@ def measurement_key(entry: ModelEntry, threads: int | None) -> dict:
             "threads": threads}
 
 
-def load_measurement(key: dict, path: Path | None = None) -> dict | None:
-    """The runtime measurement on record for ``key`` (``{"key", "tokens_per_s": {runtime: x},
-    "verify_ms": {runtime: [T(1), T(2), …]}, "measured_at"}``), or None (no file, an unreadable one,
-    none for this key)."""
-    path = path or loading.cache_root() / RECORD_FILE
+def find_record(path: Path, key: dict) -> dict | None:
+    """The record whose ``"key"`` is ``key`` in the JSON list of records at ``path`` (one of
+    specchat's measurement files), or None (no file, an unreadable one, none for this key)."""
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
-        return next((r for r in records if isinstance(r, dict) and r.get("key") == key
-                     and isinstance(r.get("tokens_per_s"), dict)), None)
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (OSError, ValueError):
         return None
+    return next((r for r in records if isinstance(r, dict) and r.get("key") == key), None) if isinstance(records, list) else None
 
 
-def save_measurement(record: dict, path: Path | None = None) -> Path:
-    """Keep ``record`` (replacing the one for the same key; written atomically)."""
-    path = path or loading.cache_root() / RECORD_FILE
+def keep_record(path: Path, record: dict) -> Path:
+    """Add ``record`` to the JSON list at ``path``, replacing the one with the same ``"key"``
+    (the others stay: a cache shared by machines or models holds one record each); atomically."""
     try:
         records = [r for r in json.loads(path.read_text(encoding="utf-8"))
                    if isinstance(r, dict) and r.get("key") != record["key"]]
@@ -81,9 +78,22 @@ def save_measurement(record: dict, path: Path | None = None) -> Path:
         records = []
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(records + [record], indent=1), encoding="utf-8")
+    tmp.write_text(json.dumps(records + [record], indent=1, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def load_measurement(key: dict, path: Path | None = None) -> dict | None:
+    """The runtime measurement on record for ``key`` (``{"key", "tokens_per_s": {runtime: x},
+    "verify_ms": {runtime: [T(1), T(2), …]}, "measured_at"}``), or None (no file, an unreadable one,
+    none for this key)."""
+    record = find_record(path or loading.cache_root() / RECORD_FILE, key)
+    return record if record is not None and isinstance(record.get("tokens_per_s"), dict) else None
+
+
+def save_measurement(record: dict, path: Path | None = None) -> Path:
+    """Keep ``record`` (replacing the one for the same key; written atomically)."""
+    return keep_record(path or loading.cache_root() / RECORD_FILE, record)
 
 
 def choose_runtime(entry: ModelEntry, requested: str, device: torch.device, threads: int | None = None) -> RuntimeChoice:
