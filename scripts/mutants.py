@@ -53,6 +53,7 @@ FAMILY = {
     15: ["tests/test_zerogpu.py"],
     16: ["tests/test_runtime.py", "tests/test_llamacpp.py"],
     17: ["tests/test_adaptive.py", "tests/test_timing.py"],
+    18: ["tests/test_events.py", "tests/test_trace.py", "tests/test_app.py", "tests/test_audit.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -72,6 +73,7 @@ KIND_NAMES = {
     15: "a reply in ZeroGPU's forked worker (Stop across the process boundary)",
     16: "the llama.cpp runtime (rollback, logits rows, kept prefix)",
     17: "adaptive γ's pause (γ = 0 with probes: the decision, the probe budget, the probe's costs)",
+    18: "token kinds (a round with no draft commits a target token, never a bonus; old traces read so)",
 }
 
 
@@ -1047,6 +1049,47 @@ MUTANTS = [
         "        self.costs.update(event, draft=not self._probing)\n",
         "        self.costs.update(event)\n",
         "a probe's drafting time, which includes catching up on the paused rounds, inflates d",
+    ),
+    # -- 18. token kinds ----------------------------------------------------------------------
+    Mutant(
+        "empty-draft-token-called-bonus",
+        18,
+        "specchat/core/sampling.py",
+        "        return VerifyResult(0, (), sample(target_probs[0], generator), TokenKind.TARGET)\n",
+        "        return VerifyResult(0, (), sample(target_probs[0], generator), TokenKind.BONUS)\n",
+        "a round that drafted nothing calls its token a bonus, as if the drafter had been right",
+    ),
+    Mutant(
+        "full-acceptance-called-target",
+        18,
+        "specchat/core/sampling.py",
+        "        return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.BONUS, u)\n",
+        "        return VerifyResult(gamma, mask, sample(target_probs[gamma], generator), TokenKind.TARGET, u)\n",
+        "the extra token after a full acceptance is called a target token: the bonus is never shown",
+    ),
+    Mutant(
+        "old-trace-keeps-bonus",
+        18,
+        "specchat/analysis/trace.py",
+        "    if r.get(\"drafted\"):\n        return r\n",
+        "    return r\n",
+        "a version-1 trace opens with its no-draft tokens still called bonus",
+    ),
+    Mutant(
+        "page-counts-target-as-bonus",
+        18,
+        "specchat/ui/render.py",
+        "{counts[\"bonus\"]} bonus",
+        "{counts[\"bonus\"] + counts[\"target\"]} bonus",
+        "the reply summary counts the target's own tokens as bonus tokens",
+    ),
+    Mutant(
+        "audit-counts-target-as-drafted",
+        18,
+        "specchat/analysis/audit.py",
+        "        num_drafted += done.kinds[0] in (TokenKind.ACCEPTED, TokenKind.RESAMPLED)\n",
+        "        num_drafted += 1\n",
+        "the sampled audit counts draws of target-only rounds as drafted, overstating what it checked",
     ),
 ]
 

@@ -215,7 +215,7 @@ def run_many(engine, prompt, drafter, n, *, stats: Counter | None = None, **cfg)
     """Replies of ``n`` generations with seeds 0…n-1: Counter {reply tuple: count}.
 
     ``stats``, when given, is incremented with the token kinds emitted ("accepted",
-    "resampled", "bonus") and "drafted" (draft tokens proposed), to show which paths ran.
+    "resampled", "bonus", "target") and "drafted" (draft tokens proposed), to show which paths ran.
     """
     counts: Counter = Counter()
     for seed in range(n):

@@ -32,11 +32,11 @@ from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, 
 from specchat.service import DRAFTER_KINDS, Notice
 from specchat.ui import app
 
-A, R, B = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS
+A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 
 # (num_drafted, num_accepted, [(text, kind), ...]) per round; γ = 4.
 SCRIPT = [
-    (0, 0, [("Sure", B)]),  # target only
+    (0, 0, [("Sure", T)]),  # target only
     (4, 2, [("!", A), (" Here", A), (" is", R)]),
     (4, 4, [(" code", A), (":\n", A), ("```", A), ("python\n", A), ("def", B)]),
     (4, 1, [(" f(x):\n", A), ("    return", R)]),
@@ -239,7 +239,7 @@ def test_token_span_escapes_text_and_title():
         '<span class="tok tok-accepted" title="accepted · p=0.50 q=0.25">&lt;img src=x onerror="alert(1)"&gt;</span>'
     )
     assert token_span(TokenEvent(2, B, "", 0.5, None, None, None, None, 0, 0, 4)) == ""
-    target_only = token_span(TokenEvent(3, B, "a\n\tb", 1.0, None, None, None, None, 0, 0, 0))
+    target_only = token_span(TokenEvent(3, T, "a\n\tb", 1.0, None, None, None, None, 0, 0, 0))
     assert 'class="tok tok-target"' in target_only and ">a&#10;&#9;b<" in target_only
 
 
@@ -292,6 +292,7 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     assert "#1 · int4 · γ adaptive ≤ 4" in stats and "α</b> 0.69" in stats
     assert "speedup</b> 1.91×" in stats and "vs target-only steps timed during this reply" in stats
     assert "18 tokens in 7 rounds" in stats and "1 target only" in stats and "baseline" not in stats
+    assert ">1 bonus<" in stats and ">11 accepted<" in stats and ">5 resampled<" in stats  # counted by hand from SCRIPT
     assert "<td>1</td><td>int4</td>" in out["table"] and "<td>1.91×</td>" in out["table"]
     assert all(out[p] is not None for p in OUTPUTS[4:])
     assert fake.calls[-1]["drafter"] == "int4"

@@ -46,6 +46,17 @@ def test_sampled_check_passes_and_fails_when_the_residual_is_broken(service, mon
     assert bad.p_value < 1e-3
 
 
+def test_sampled_check_counts_what_was_drafted_by_token_kind(service):
+    """With the drafter 'none' every draw is a target token: nothing was drafted, nothing
+    accepted, and the distribution is still exactly the target's. With an n-gram lookup on a
+    prompt whose last token never occurred before, the lookup finds nothing either."""
+    config = GenerationConfig(num_speculative_tokens=1, temperature=1.0, seed=0)
+    for drafter, prompt in (("none", [1, 2, 3]), ("ngram", [1, 2, 3])):
+        check = audit.sampled_check(service, prompt, drafter, 100, config)
+        assert (check.num_drafted, check.num_accepted) == (0, 0), drafter
+        assert check.outside_support == 0 and check.p_value > 1e-4
+
+
 def test_sampled_check_with_top_k_compares_like_with_like(service):
     config = GenerationConfig(num_speculative_tokens=1, temperature=1.0, top_k=3, seed=0)
     check = audit.sampled_check(service, [1, 2, 3], "other", 300, config)

@@ -394,7 +394,7 @@ def test_user_message_html_is_shown_verbatim(text):
 
 
 def _token(i: int, text: str) -> TokenEvent:
-    kind = (TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS)[i % 3]
+    kind = TokenKind.TARGET if i % 4 == 3 else (TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS)[i % 3]
     return TokenEvent(
         token_id=i, kind=kind, text=text, target_prob=0.5,
         draft_prob=0.25 if kind is TokenKind.ACCEPTED else None,

@@ -267,7 +267,8 @@ class _FakeService:
 
 def _round(index: int, drafted: int, accepted: int, round_ms: float, draft_ms: float, timing: bool = False):
     committed = accepted + 1
-    return [TokenEvent(token_id=7, kind=TokenKind.ACCEPTED if i < accepted else TokenKind.BONUS, text="x",
+    return [TokenEvent(token_id=7, kind=TokenKind.ACCEPTED if i < accepted else
+                       TokenKind.BONUS if drafted else TokenKind.TARGET, text="x",
                        target_prob=1.0, draft_prob=None, rejected_token_id=None, rejected_target_prob=None,
                        rejected_draft_prob=None, round_index=index, position=i, num_drafted=drafted)
             for i in range(committed)] + [RoundEvent(

@@ -1,10 +1,11 @@
-"""Events: each round is 0…γ accepted tokens then exactly one resampled or bonus token,
-truncated only by a stop; the counts agree with the stats.
+"""Events: each round is 0…γ accepted tokens then exactly one resampled, bonus or target token
+(target: the round drafted nothing), truncated only by a stop; the counts agree with the stats.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 from lossless import (
     EOS_BYTE,
     TINY_PROMPT,
@@ -22,7 +23,7 @@ from lossless import (
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
-from specchat.drafters import ModelDrafter
+from specchat.drafters import Draft, ModelDrafter
 from specchat.runtimes.transformers import TransformersRuntime
 
 
@@ -42,8 +43,9 @@ def test_event_structure_and_counts(engine, other):
             assert kinds[: e.num_accepted] == [TokenKind.ACCEPTED] * e.num_accepted
             assert len(kinds) == e.num_committed
             if e.num_committed == e.num_accepted + 1:
-                assert kinds[-1] in (TokenKind.RESAMPLED, TokenKind.BONUS)
-                assert (kinds[-1] is TokenKind.BONUS) == (e.num_accepted == e.num_drafted)
+                assert kinds[-1] in (TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET)
+                assert (kinds[-1] is TokenKind.TARGET) == (e.num_drafted == 0)
+                assert (kinds[-1] is TokenKind.BONUS) == (0 < e.num_accepted == e.num_drafted)
             assert all(t.round_index == e.round_index for t in pending)
             pending = []
     done = events[-1]
@@ -74,7 +76,10 @@ def check_event_grammar(events, gamma, eos, budget, stops=()):
         assert [t.position for t in pending] == list(range(len(pending)))
         assert all(t.num_drafted == e.num_drafted for t in pending)
         kinds = [t.kind for t in pending]
-        last = TokenKind.BONUS if e.num_accepted == e.num_drafted else TokenKind.RESAMPLED
+        # a bonus only after a full acceptance of a non-empty draft; a round with no draft
+        # commits the target's own token
+        last = (TokenKind.TARGET if e.num_drafted == 0 else
+                TokenKind.BONUS if e.num_accepted == e.num_drafted else TokenKind.RESAMPLED)
         full = [TokenKind.ACCEPTED] * e.num_accepted + [last]
         assert len(kinds) == e.num_committed >= 1
         if e.num_committed < len(full):  # truncated: only by a stop, and only in the last round
@@ -100,6 +105,8 @@ def check_event_grammar(events, gamma, eos, budget, stops=()):
     assert summary["num_accepted"] == done.kinds.count(TokenKind.ACCEPTED) == sum(r.num_accepted for r in rounds)
     assert summary["num_resampled"] == done.kinds.count(TokenKind.RESAMPLED)
     assert summary["num_bonus"] == done.kinds.count(TokenKind.BONUS)
+    assert summary["num_target"] == done.kinds.count(TokenKind.TARGET) == sum(
+        r.num_committed for r in rounds if r.num_drafted == 0)
     judged = sum(min(r.num_drafted, r.num_committed) for r in rounds)  # the first rejection or the stop ends judging
     if judged:
         assert summary["acceptance_rate"] == summary["num_accepted"] / judged
@@ -154,3 +161,45 @@ def test_model_drafter_rounds_report_one_forward_step_per_draft():
     assert all(r.draft_steps == r.num_drafted > 0 for r in rounds[:-1]), [
         (r.draft_steps, r.num_drafted) for r in rounds
     ]
+
+
+class _GapDrafter(ScriptDrafter):
+    """The script's next tokens, except: nothing at the reply positions in ``empty``, and a wrong
+    token at the positions in ``wrong`` (the script's token + 1)."""
+
+    def __init__(self, script, prompt_len, *, empty, wrong):
+        super().__init__(script, prompt_len)
+        self.empty, self.wrong = set(empty), set(wrong)
+
+    def propose(self, ids, max_tokens, config, generator):
+        done = len(ids) - self.prompt_len
+        if done in self.empty:
+            return Draft(torch.zeros(0, dtype=torch.long), None, 0)
+        toks = [self.script[i] + (i in self.wrong) for i in range(done, done + max_tokens)]
+        return Draft(torch.tensor(toks, dtype=torch.long), None, 0)
+
+
+def test_a_round_with_no_draft_commits_a_target_token_not_a_bonus():
+    """Scripted rounds at γ = 2, worked out by hand: reply position 0 drafts nothing (the target's
+    own token: TARGET); position 1 drafts the two right tokens (ACCEPTED, ACCEPTED, then the
+    BONUS); position 4 drafts one right, one wrong (ACCEPTED, RESAMPLED); position 6 drafts
+    nothing again (TARGET). A bonus means the drafter was right every time; a round that
+    drafted nothing must not claim one."""
+    reply = list(b"abcdefgh")
+    prompt = list(b"> ")
+    target = FakeLM(257, script_logits(257, reply, len(prompt), EOS_BYTE))
+    engine = SpeculativeEngine(TransformersRuntime(target), TOK, eos_token_ids=[EOS_BYTE])
+    drafter = _GapDrafter(reply, len(prompt), empty={0, 6}, wrong={5})
+    events = events_of(engine, prompt, drafter, num_speculative_tokens=2, max_new_tokens=7)
+    A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
+    done = events[-1]
+    assert list(done.token_ids) == reply[:7]  # the target's output, whatever the kinds
+    assert list(done.kinds) == [T, A, A, B, A, R, T]
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    assert [(r.num_drafted, r.num_accepted, r.num_committed) for r in rounds] == [(0, 0, 1), (2, 2, 3), (2, 1, 2), (0, 0, 1)]
+    metrics = SpeculationMetrics()
+    for e in events:
+        metrics.update(e)
+    summary = metrics.summary()
+    assert (summary["num_accepted"], summary["num_resampled"], summary["num_bonus"], summary["num_target"]) == (3, 1, 1, 2)
+    assert metrics.acceptance_rate == 3 / 4  # judged: 2 + 2 positions; the target rounds judge none

@@ -57,7 +57,7 @@ class ScriptedDrafter(StatelessDrafter):
 def test_target_only_matches_naive_loop(engine, reference):
     done = events_of(engine, TINY_PROMPT, None, max_new_tokens=40)[-1]
     assert list(done.token_ids) == reference
-    assert all(k is TokenKind.BONUS for k in done.kinds)
+    assert all(k is TokenKind.TARGET for k in done.kinds)  # no draft: every token is the target's own
 
 
 # -- every drafter × γ × (mostly right, mostly wrong) ------------------------------------------
@@ -156,7 +156,8 @@ def test_scripted_partial_acceptance(engine, reference, gamma):
             assert r.num_accepted == min(k, r.num_drafted)
             assert r.num_committed == r.num_accepted + 1
             kinds = [t.kind for t in tokens if t.round_index == r.round_index]
-            last = TokenKind.BONUS if k >= r.num_drafted else TokenKind.RESAMPLED
+            last = (TokenKind.TARGET if r.num_drafted == 0 else
+                    TokenKind.BONUS if k >= r.num_drafted else TokenKind.RESAMPLED)
             assert kinds == [TokenKind.ACCEPTED] * r.num_accepted + [last]
         assert all(n <= 30 - 1 for n in drafter.requests)
 

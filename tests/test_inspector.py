@@ -13,7 +13,7 @@ from specchat.ui.rounds import ReplyRounds
 from specchat.ui.session import ChatSession
 from specchat.ui.timeline import timeline_html
 
-A, R, B = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS
+A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 TEXTS = {1: "def", 2: " f", 3: " g", 4: "(", 5: ")", 6: ":"}
 
 
@@ -122,12 +122,12 @@ def _events_of(rr: ReplyRounds):
 def _lane(name, ids, elapsed, prefill=100.0, top=None):
     lane = RaceLane(name)
     for i, (t, e) in enumerate(zip(ids, elapsed)):
-        lane.add(TokenEvent(t, B, TEXTS.get(t, "x"), 1.0, None, None, None, None, i, 0, 0))
+        lane.add(TokenEvent(t, T, TEXTS.get(t, "x"), 1.0, None, None, None, None, i, 0, 0))
         trace = None
         if top is not None:
-            trace = RoundTrace((), t, "bonus", (), (PositionTrace(top[i], top[i]),))
+            trace = RoundTrace((), t, "target", (), (PositionTrace(top[i], top[i]),))
         lane.add(RoundEvent(i, 0, 0, 0, 1, (), 0.0, 0, e, e, e, trace=trace))
-    lane.add(DoneEvent(StopReason.EOS, tuple(ids), (B,) * len(ids), "", prefill, elapsed[-1], 3))
+    lane.add(DoneEvent(StopReason.EOS, tuple(ids), (T,) * len(ids), "", prefill, elapsed[-1], 3))
     return lane
 
 

@@ -55,6 +55,7 @@ def test_reported_target_prob_is_p_of_the_exact_prefix(temperature, top_k, top_p
                 assert [t.position for t in pending] == list(range(len(pending)))
                 kinds = [t.kind for t in pending]
                 assert kinds == [TokenKind.ACCEPTED] * e.num_accepted + [
+                    TokenKind.TARGET if e.num_drafted == 0 else
                     TokenKind.BONUS if e.num_accepted == e.num_drafted else TokenKind.RESAMPLED
                 ]
                 assert all(e.accepted_mask[: e.num_accepted]) and (

@@ -135,7 +135,11 @@ def test_cli_json_end_to_end(smollm2_dir):
     assert len(lines) == 2 and [s["seed"] for s in lines] == [7, 8]
     for s in lines:
         assert len(s["token_ids"]) == len(s["kinds"]) <= 12
-        assert set(s["kinds"]) <= {"accepted", "resampled", "bonus"}
+        assert set(s["kinds"]) <= {"accepted", "resampled", "bonus", "target"}
+        # each round commits one token that is not an accepted draft (a stop may cut the last
+        # round's); a round that drafted nothing commits exactly one, of kind target
+        assert s["stats"]["num_rounds"] - 1 <= len(s["kinds"]) - s["kinds"].count("accepted") <= s["stats"]["num_rounds"]
+        assert s["kinds"].count("target") == s["stats"]["num_target"] == s["stats"]["num_target_only_rounds"]
         assert s["stop_reason"] in ("eos", "max_new_tokens")
         assert {"acceptance_rate", "mean_tokens_per_round", "tokens_per_s"} <= set(s["stats"])
 

@@ -19,7 +19,7 @@ from tiny_models import byte_tokenizer
 
 from specchat.analysis.trace import TRACE_TOP_K, TraceError, read_trace, trace_records, write_trace
 from specchat.core.config import GenerationConfig
-from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
+from specchat.core.events import DoneEvent, RoundEvent, TokenEvent, TokenKind
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
 from specchat.runtimes.transformers import TransformersRuntime
@@ -88,7 +88,8 @@ def test_committed_ids_equal_the_output(traces, case):
         assert [c.token_id for c in tr.committed] == expected[: len(tr.committed)]
         assert accepted[:n_acc] == expected[:n_acc]
         if len(tr.committed) == n_acc + 1:  # not cut by a stop
-            assert tr.next_kind == ("bonus" if n_acc == len(tr.drafted) else "resampled")
+            assert tr.next_kind == ("target" if not tr.drafted else
+                                    "bonus" if n_acc == len(tr.drafted) else "resampled")
         else:  # a stop cut the round: the drafts after it count for nothing, as in α
             assert all(d.u is None for d in tr.drafted[len(tr.committed):])
             assert list(r.accepted_mask) == [d.accepted for d in tr.drafted if d.accepted is not None]
@@ -239,7 +240,8 @@ def test_file_round_trip_and_schema(traces, tmp_path):
             assert set(d) >= {"token_id", "text", "p", "q", "u", "accepted"}
             if d["u"] is not None:  # the rule, on the file's numbers
                 assert d["accepted"] is bool(np.float32(d["u"]) * np.float32(d["q"]) < np.float32(d["p"]))
-        assert r["next"]["kind"] in ("resampled", "bonus")
+        assert r["next"]["kind"] == ("target" if not r["drafted"] else
+                                     "bonus" if all(d["accepted"] for d in r["drafted"]) else "resampled")
         for pos in r["positions"]:
             assert set(pos) >= {"target_top", "draft_top", "target_top_raw", "draft_top_raw", "residual_top"}
         committed += [c["token_id"] for c in r["committed"]]
@@ -291,6 +293,7 @@ def test_replayed_reply_renders_like_the_live_one(traces, tmp_path):
     ('{"type": "round"}\n', "header"),
     ('{"type": "header"}\n{"type": "round", "round": 0}\n', "line 2"),
     ('{"type": "header"}\n{"type": "what"}\n', "unknown record type"),
+    ('{"type": "header", "version": 3}\n', "version 3.*upgrade specchat"),
 ])
 def test_bad_trace_files_get_a_clear_error(tmp_path, content, match):
     path = tmp_path / "bad.jsonl"
@@ -314,3 +317,43 @@ def test_byte_tokenizer_texts(traces):
     for r in _rounds(traces[("model", 0.0, 1.0)]):
         for d in r.trace.drafted:
             assert r.trace.token_texts[d.token_id] == tok.decode([d.token_id])
+
+
+def _round_line(index, drafted, committed, next_kind, version_kinds):
+    """A hand-written round record: ``drafted`` = [(token, accepted)], ``committed`` = [(token, kind)]."""
+    n = len(drafted)
+    return {
+        "type": "round", "round": index, "num_speculative_tokens": n, "num_accepted": sum(a for _, a in drafted),
+        "num_committed": len(committed), "accepted_mask": [a for _, a in drafted], "draft_ms": 0.0, "draft_steps": 0,
+        "verify_ms": 10.0, "elapsed_ms": 10.0 * (index + 1), "round_ms": 10.0,
+        "drafted": [{"token_id": t, "text": "x", "p": 1.0, "q": 1.0, "u": 0.5, "accepted": a} for t, a in drafted],
+        "next": {"token_id": committed[-1][0], "text": "x", "kind": next_kind},
+        "committed": [{"token_id": t, "kind": version_kinds(k), "text": "x", "p": 1.0, "q": None} for t, k in committed],
+        "positions": [{"target_top": [[t, 1.0]], "draft_top": None, "target_top_raw": [[t, 1.0]], "draft_top_raw": None,
+                       "residual_top": None} for t, _ in committed],
+    }
+
+
+@pytest.mark.parametrize("version", [None, 1, 2])
+def test_old_traces_open_with_the_target_kind(tmp_path, version):
+    """Version 1 called the one token of a round with no draft "bonus"; it reads as "target". A
+    bonus after a full acceptance stays a bonus. Files written by hand, not by specchat."""
+    old = lambda k: "bonus" if version != 2 and k == "target" else k  # noqa: E731
+    header = {"type": "header", "target": "t", "drafter": "ngram", "config": {}, "prompt_ids": [1, 2]}
+    if version is not None:
+        header["version"] = version
+    rounds = [
+        _round_line(0, [], [(5, "target")], old("target"), old),
+        _round_line(1, [(6, True), (7, True)], [(6, "accepted"), (7, "accepted"), (8, "bonus")], "bonus", old),
+        _round_line(2, [(9, True), (3, False)], [(9, "accepted"), (10, "resampled")], "resampled", old),
+    ]
+    done = {"type": "done", "token_ids": [5, 6, 7, 8, 9, 10], "stop_reason": "max_new_tokens", "text": "xxxxxx",
+            "kinds": [old(k) for k in ("target", "accepted", "accepted", "bonus", "accepted", "resampled")]}
+    path = tmp_path / "old.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [header, *rounds, done]) + "\n", encoding="utf-8")
+    trace = read_trace(path)
+    A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
+    expected = [T, A, A, B, A, R]
+    assert [e.kind for e in trace.events if isinstance(e, TokenEvent)] == expected
+    assert list(trace.done.kinds) == expected
+    assert [e.trace.next_kind for e in trace.events if isinstance(e, RoundEvent)] == ["target", "bonus", "resampled"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from specchat.core.config import GenerationConfig
-from specchat.core.events import DoneEvent, RoundEvent
+from specchat.core.events import DoneEvent, TokenKind
 from specchat.core.runtime import ModelRuntime
 
 
@@ -121,11 +121,12 @@ class SampledCheck:
         rows: (token id, exact probability, observed count), most likely first; tokens whose
             expected count is below 5 are pooled into one bin for the statistic (token id -1).
         outside_support: samples of tokens the target gives probability 0 (must be 0).
-        num_drafted: samples in which the drafter proposed that token (the others were
-            target-only rounds, e.g. an n-gram lookup that found nothing): a check with few
-            drafted samples says little about verification.
-        num_accepted: drafted samples whose draft was accepted; the other drafted samples were
-            resampled from the residual norm(max(0, p − q)), so both paths are exercised when
+        num_drafted: samples in which the drafter proposed that token: its kind was
+            ``accepted`` or ``resampled``. The others were ``target`` tokens of rounds that
+            drafted nothing (e.g. an n-gram lookup that found nothing): a check with few drafted
+            samples says little about verification.
+        num_accepted: samples of kind ``accepted``; the other drafted samples were
+            ``resampled`` from the residual norm(max(0, p − q)), so both paths are exercised when
             0 < num_accepted < num_drafted.
     """
 
@@ -171,9 +172,8 @@ def sampled_check(
         done = events[-1]
         assert isinstance(done, DoneEvent)
         counts[done.token_ids[0]] += 1
-        first = next(e for e in events if isinstance(e, RoundEvent))
-        num_drafted += first.num_drafted > 0
-        num_accepted += first.num_accepted > 0
+        num_drafted += done.kinds[0] in (TokenKind.ACCEPTED, TokenKind.RESAMPLED)
+        num_accepted += done.kinds[0] is TokenKind.ACCEPTED
     return replace(chi_square(exact, counts), num_drafted=num_drafted, num_accepted=num_accepted)
 
 
@@ -220,7 +220,7 @@ def choose_position(
         prefix = input_ids + reference[:position]
         events = list(service.generate(prefix, drafter=drafter, config=_one_draft_config(config, config.seed or 0)))
         first = next(e for e in events if isinstance(e, TokenEvent))
-        if first.num_drafted == 0:
+        if first.kind is TokenKind.TARGET:  # no draft at this position
             continue
         p_draft = first.target_prob if first.kind is TokenKind.ACCEPTED else first.rejected_target_prob
         score = min(p_draft, 1.0 - p_draft)

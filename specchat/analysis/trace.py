@@ -25,7 +25,10 @@ from specchat.core.roundtrace import (
     TopList,
 )
 
-TRACE_VERSION = 1
+TRACE_VERSION = 2
+"""The format version this module writes. Version 2 (2026-12) gave the one token of a round that
+drafted nothing its own kind, ``target``; version 1 called it ``bonus``, and :func:`read_trace`
+reads such a file as if it were version 2 (the kind follows from the round having no draft)."""
 
 # ---- the trace file ---------------------------------------------------------------------------
 def _top_json(top: TopList | None) -> list | None:
@@ -160,8 +163,9 @@ def read_trace(source: str | Path | Iterable[str]) -> TraceFile:
     """Read a trace file (a path, or its lines) back into events.
 
     Raises:
-        TraceError: not JSON lines, no header first, an unknown record type, or a round
-            record that lacks a field the views need (the message gives the line number).
+        TraceError: not JSON lines, no header first, an unknown record type, a round
+            record that lacks a field the views need (the message gives the line number), or
+            a version newer than :data:`TRACE_VERSION` (written by a newer specchat).
         OSError: the file cannot be opened.
     """
     if isinstance(source, (str, Path)):
@@ -189,12 +193,19 @@ def read_trace(source: str | Path | Iterable[str]) -> TraceFile:
             if kind != "header":
                 raise TraceError(f"line {number}: a trace starts with a header line, got {kind!r}")
             header = record
+            version = header.get("version", 1)
+            if not isinstance(version, int) or version > TRACE_VERSION:
+                raise TraceError(f"line {number}: trace version {version!r}; this specchat reads versions up to "
+                                 f"{TRACE_VERSION}: upgrade specchat to open it")
             continue
         try:
             if kind == "round":
-                events.extend(_round_events(record))
+                events.extend(_round_events(record if version >= 2 else _round_v1(record)))
             elif kind == "done":
-                events.append(_done_event(record))
+                done = _done_event(record)
+                if version < 2:
+                    done = _done_v1(done, events)
+                events.append(done)
             else:
                 raise TraceError(f"line {number}: unknown record type {kind!r}")
         except (KeyError, TypeError, ValueError) as exc:
@@ -254,6 +265,26 @@ def _round_events(r: dict[str, Any]) -> list[Any]:
         drafting_paused=bool(r.get("drafting_paused", False)), trace=trace,
     ))
     return out
+
+
+def _round_v1(r: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 round record as version 2: in a round that drafted nothing, the "bonus" next
+    token and committed token become "target" (version 1 had no such kind)."""
+    if r.get("drafted"):
+        return r
+    as_target = lambda kind: "target" if kind == "bonus" else kind  # noqa: E731
+    return {**r, "next": {**r["next"], "kind": as_target(r["next"].get("kind"))},
+            "committed": [{**c, "kind": as_target(c.get("kind"))} for c in r["committed"]]}
+
+
+def _done_v1(done: DoneEvent, events: list[Any]) -> DoneEvent:
+    """A version-1 done record's kinds, with the target tokens its rounds now carry."""
+    tokens = [e.kind for e in events if isinstance(e, TokenEvent)]
+    if len(tokens) != len(done.kinds):  # a file cut short: keep what it says
+        return done
+    kinds = tuple(TokenKind.TARGET if k is TokenKind.BONUS and t is TokenKind.TARGET else k
+                  for k, t in zip(done.kinds, tokens))
+    return dataclasses.replace(done, kinds=kinds)
 
 
 def _proof_from(value: Any) -> ProofTrace | None:

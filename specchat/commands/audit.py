@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
             f"[2/2] sampled, {check.num_samples} draws of reply token {position} (after …{context!r}; "
             f"T={args.temperature}, top-k={args.top_k}, top-p={args.top_p}): chi-square {check.statistic:.2f}, "
             f"dof {check.dof}, p-value {check.p_value:.4f}, drafted in {check.num_drafted} of {check.num_samples} "
-            f"draws ({check.num_accepted} accepted, {check.num_drafted - check.num_accepted} resampled), "
+            f"draws ({check.num_accepted} accepted, {check.num_drafted - check.num_accepted} resampled, "
+            f"{check.num_samples - check.num_drafted} target), "
             f"outside the target's support {check.outside_support}  "
             f"{'PASS' if sampled_ok else 'FAIL'} (fails when p < {args.significance})"
         )

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                     events.append(event)
                 metrics.update(event)
                 if isinstance(event, TokenEvent) and not args.json:
-                    kind = event.kind.value if event.num_drafted else "target"
+                    kind = event.kind.value
                     sys.stdout.write(f"{_ANSI[kind]}{event.text}\033[0m" if color else event.text)
                     sys.stdout.flush()
             done = metrics.done

@@ -268,12 +268,12 @@ class SpeculativeEngine:
         the target checks them all in ONE forward pass and accepts a prefix, both caches are
         cut back to the verified prefix, and the tokens are committed. Returns the round's
         TokenEvents, then its RoundEvent. With no drafter (or γ = 0, a timing round) the round
-        is a plain target-only decode step that commits one bonus token."""
+        is a plain target-only decode step that commits one target token."""
         num_committed_before = len(state.ids)
         t_start = self._now()
         draft = self._draft(state, config, generator, num_speculative_tokens)  # 1. x1..xγ and q
         t_verify = self._now()
-        target_logits, target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample or bonus
+        target_logits, target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample, bonus or target
         verify_ms = (self._now() - t_verify) * 1000
         self._roll_back(state, num_committed_before + result.num_accepted)  # keep the verified prefix only
         token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
@@ -316,7 +316,7 @@ class SpeculativeEngine:
         """Steps 2-4: the target scores the last committed token and the γ drafts in one
         forward pass, giving raw logits and ``target_probs`` ``[γ + 1, V]`` float32 (p after the
         warpers), and :func:`~specchat.core.sampling.verify_draft` accepts a prefix, then resamples
-        or adds a bonus. Returns (logits, p, the result)."""
+        or adds a bonus (or, with no draft, draws the target's token). Returns (logits, p, the result)."""
         token_ids = [state.ids[-1], *draft.token_ids.tolist()]
         target_logits = self.target.forward(token_ids, num_logits=len(token_ids))
         target_probs = logits_to_probs(
@@ -339,7 +339,7 @@ class SpeculativeEngine:
         result: VerifyResult,
         target_probs: torch.Tensor,
     ) -> list[TokenEvent]:
-        """Append the accepted drafts and the resampled or bonus token to the reply, one
+        """Append the accepted drafts and the resampled, bonus or target token to the reply, one
         TokenEvent each. A stop (EOS, max_new_tokens, full context, stop string) may fall inside
         the commit: the reply ends there, nothing after it is committed, and the caches are cut
         to match (ALGORITHM.md)."""

@@ -6,12 +6,15 @@ The event stream is the heart of specchat: every committed token says how it was
 * ``accepted``  -- a draft token the target kept (``u < target_prob / draft_prob``);
 * ``resampled`` -- drawn from the residual ``norm(max(0, target_probs - draft_probs))`` after
   the first rejection in a round;
-* ``bonus``     -- drawn from the target's extra position ``target_probs[γ]`` after all drafts
-  were accepted. A round that drafted nothing (target-only decoding, or an n-gram lookup that
-  found nothing) is Algorithm 1 with γ = 0 and commits exactly one bonus token.
+* ``bonus``     -- drawn from the target's extra position ``target_probs[γ]`` after all γ ≥ 1
+  drafts were accepted: the drafter was right every time, and the round gained a token;
+* ``target``    -- drawn from ``target_probs[0]`` by a round that drafted nothing (the drafter
+  ``none``, an n-gram lookup that found nothing, a timing round, drafting paused by adaptive γ).
+  It is Algorithm 1 with γ = 0, a plain target decode step; calling it a bonus would credit the
+  drafter with a token it had no part in.
 
-Each round commits 0…γ accepted tokens followed by exactly one resampled or bonus token,
-unless a stop (EOS, stop string, max_new_tokens) truncates it.
+Each round commits 0…γ accepted tokens followed by exactly one resampled, bonus or target
+token, unless a stop (EOS, stop string, max_new_tokens) truncates it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class TokenKind(str, enum.Enum):
     ACCEPTED = "accepted"
     RESAMPLED = "resampled"
     BONUS = "bonus"
+    TARGET = "target"
 
 
 class StopReason(str, enum.Enum):
@@ -45,13 +49,13 @@ class TokenEvent:
 
     Attributes:
         token_id: the committed token id.
-        kind: accepted, resampled or bonus.
+        kind: accepted, resampled, bonus or target (see the module docstring).
         text: the text this token adds to the reply, safe to display now. It may be "" when
             the token ends mid-character (the text arrives with a later token), for special
             tokens, or while the text could still be the start of a stop string.
         target_prob: p(token) after the warpers (temperature, top-k, top-p), in [0, 1].
-        draft_prob: q(token) for an accepted draft token, in [0, 1]; None for resampled and
-            bonus tokens (they are not drawn from the drafter).
+        draft_prob: q(token) for an accepted draft token, in [0, 1]; None for resampled, bonus
+            and target tokens (they are not drawn from the drafter).
         rejected_token_id: for a resampled token, the draft token the target rejected.
         rejected_target_prob / rejected_draft_prob: p and q of that rejected draft token.
         round_index: 0-based index of the round that committed this token.

@@ -245,6 +245,7 @@ class SpeculationMetrics:
             "num_accepted": self.num_accepted,
             "num_resampled": self.kind_counts[TokenKind.RESAMPLED.value],
             "num_bonus": self.kind_counts[TokenKind.BONUS.value],
+            "num_target": self.kind_counts[TokenKind.TARGET.value],
             "acceptance_rate": self.acceptance_rate,
             "accepted_per_drafted": self.accepted_per_drafted,
             "mean_tokens_per_round": self.mean_tokens_per_round,

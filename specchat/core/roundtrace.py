@@ -60,7 +60,8 @@ class DraftedToken:
 
 @dataclass(frozen=True)
 class PositionTrace:
-    """One position of a round: draft position i < n, or the extra position n (bonus).
+    """One position of a round: draft position i < n, or the extra position n (bonus; in a round that
+    drafted nothing, n = 0 is the target's one position).
 
     Attributes:
         target_top / target_top_raw: top-k of p as used, and of the target's raw softmax (T = 1).
@@ -116,7 +117,8 @@ class RoundTrace:
     Attributes:
         drafted: the whole draft, in order.
         next_token_id / next_kind: the token verification added after the accepted drafts
-            ("resampled" or "bonus"); a stop inside the round may have cut it from the commit.
+            ("resampled", "bonus", or "target" for a round that drafted nothing); a stop inside
+            the round may have cut it from the commit.
         committed: the tokens the round committed, as shown.
         positions: ``len(drafted) + 1`` positions.
         draft_step_ms: each draft step's time, milliseconds (empty for n-gram and target-only).

@@ -98,8 +98,9 @@ class VerifyResult:
             the first rejection are never committed; they are kept for the per-position chart
             only as far as the first rejection (see ``RoundEvent.accepted_mask``).
         next_token_id: the token committed after the accepted ones.
-        next_kind: RESAMPLED (drawn from the residual after a rejection) or BONUS (drawn from
-            ``target_probs[γ]`` after full acceptance).
+        next_kind: RESAMPLED (drawn from the residual after a rejection), BONUS (drawn from
+            ``target_probs[γ]`` after full acceptance of γ ≥ 1 drafts) or TARGET (γ = 0: drawn
+            from ``target_probs[0]``, a plain target decode step).
         draws: ``[γ]`` float32, the uniform draws u of the accept test (all γ are drawn; those
             after the first rejection decide nothing); None when γ = 0. Kept for the trace.
     """
@@ -123,7 +124,8 @@ def verify_draft(
     ``u < p/q`` without a division: q(x) = 0 never divides, and p(x) = 0 is never accepted
     (0 < 0 is false, also at u = 0). At the first rejection sample from the residual
     ``norm(max(0, p − q))``; if it has no mass (p = q up to rounding) sample from p. After
-    full acceptance sample a bonus token from ``target_probs[γ]``.
+    full acceptance sample a bonus token from ``target_probs[γ]``. With γ = 0 there is nothing to
+    accept: the one token is drawn from ``target_probs[0]`` and is a TARGET token, not a bonus.
 
     Args:
         draft_token_ids: ``[γ]`` int64, the proposed tokens (γ may be 0).
@@ -145,7 +147,7 @@ def verify_draft(
     if draft_probs is not None and tuple(draft_probs.shape) != (gamma, target_probs.shape[1]):
         raise ValueError(f"draft_probs shape {tuple(draft_probs.shape)} != ({gamma}, {target_probs.shape[1]})")
     if gamma == 0:
-        return VerifyResult(0, (), sample(target_probs[0], generator), TokenKind.BONUS)
+        return VerifyResult(0, (), sample(target_probs[0], generator), TokenKind.TARGET)
 
     rows = torch.arange(gamma, device=target_probs.device)
     p_x = target_probs[rows, draft_token_ids]

@@ -139,7 +139,7 @@ def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, 
                 "recorded inside its rounds.</div>")
     first = rr.first_token.get(tok.round_index, token_index)
     ref = lambda pos: f"{reply_number}:{first + pos}"  # noqa: E731
-    kind = "target" if tok.num_drafted == 0 else tok.kind.value
+    kind = tok.kind.value
     kind_words = {
         "accepted": f"accepted draft (draft {tok.position + 1} of {len(tr.drafted)})",
         "resampled": f"resampled after draft {tok.position + 1} of {len(tr.drafted)} was rejected",
@@ -167,7 +167,7 @@ def inspector_html(reply_number: int, rr: ReplyRounds, token_index: int | None, 
     n_acc = sum(1 for d in tr.drafted if d.accepted) if rejected_at is None else rejected_at
     next_pos = n_acc
     if next_pos < len(tr.committed):
-        nk = "target" if not tr.drafted else tr.next_kind
+        nk = tr.next_kind
         sel = " spec-sel" if tok.position == next_pos else ""
         chips.append('<span class="spec-arrow">→</span>'
                      + token_chip(tr, tr.next_token_id, f"tok-{nk}{sel}", ref=ref(next_pos), title=tr.next_kind))

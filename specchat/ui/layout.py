@@ -27,7 +27,7 @@ Each round the **drafter** proposes γ tokens; the **target** model scores all o
 forward pass and keeps the longest prefix it agrees with (token *x* is kept with probability
 min(1, p(x)/q(x))). At the first rejection it draws a replacement from the residual
 norm(max(0, p − q)) (**resampled**); if all γ were accepted it adds one **bonus** token of its
-own. So every round commits 1 … γ+1 tokens and the output has exactly the target's distribution
+own. A round that drafted nothing commits one **target** token (grey underline), a plain target step. So every round commits 1 … γ+1 tokens and the output has exactly the target's distribution
 (at temperature 0: exactly the target's greedy text).
 
 | symbol | meaning |
@@ -199,7 +199,8 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
         f"## specchat · speculative decoding, token by token\n"
         f"A cheap drafter proposes γ tokens, the target model "
         f"(`{service.target_name}`) checks them all in one pass: the colors show which tokens "
-        f"it accepted, resampled, or added as a bonus. The output is exactly the target's.",
+        f"it accepted, resampled, or added as a bonus (grey: a round with no draft). "
+        f"The output is exactly the target's.",
         elem_classes="spec-subtitle",
     )
     with gr.Accordion("How to read this page", open=False, elem_id="spec-explain"):

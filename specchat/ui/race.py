@@ -49,7 +49,7 @@ class RaceLane:
     def text_until(self, t_ms: float) -> tuple[str, int]:
         n = sum(1 for t in self.times_ms if t <= t_ms)
         return "".join(
-            f'<span class="tok tok-{"target" if e.num_drafted == 0 else e.kind.value}">{escape_text(e.text)}</span>'
+            f'<span class="tok tok-{e.kind.value}">{escape_text(e.text)}</span>'
             for e in self.tokens[:n] if e.text
         ), n
 

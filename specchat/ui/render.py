@@ -66,8 +66,8 @@ def escape_text(text: str) -> str:
 
 
 def token_class(event: TokenEvent) -> str:
-    """CSS kind of a token: its TokenKind value, or "target" for a round that drafted nothing."""
-    return "target" if event.num_drafted == 0 else event.kind.value
+    """CSS kind of a token: its TokenKind value ("target" for a round that drafted nothing)."""
+    return event.kind.value
 
 
 def token_title(event: TokenEvent) -> str:
@@ -316,12 +316,12 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
     )
     head = f'<span class="stat stat-label">{html.escape(label)}</span>' if label else ""
     counts = metrics.kind_counts
-    target_only = sum(r.num_committed for r in metrics.rounds if r.num_drafted == 0)
+    target_only = counts["target"]
     tail = (
         f'<span class="stat stat-muted">{_count(metrics.num_committed, "token")} in {_count(metrics.num_rounds, "round")}: '
         f'<span class="c-accepted">{counts["accepted"]} accepted</span>, '
         f'<span class="c-resampled">{counts["resampled"]} resampled</span>, '
-        f'<span class="c-bonus">{counts["bonus"] - target_only} bonus</span>'
+        f'<span class="c-bonus">{counts["bonus"]} bonus</span>'
         + (f', <span class="c-target">{target_only} target only</span>' if target_only else "")
         + ("" if not running else " …")
         + "</span>"

@@ -46,7 +46,7 @@ def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | N
         toks = ""
         if first is not None:
             toks = "".join(
-                f'<span class="tok tok-{"target" if t.num_drafted == 0 else t.kind.value}">{token_label(t.text)}</span>'
+                f'<span class="tok tok-{t.kind.value}">{token_label(t.text)}</span>'
                 for t in rr.tokens[first: first + r.num_committed]
             )
         if r.num_drafted == 0:
