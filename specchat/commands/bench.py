@@ -24,10 +24,15 @@ What is measured per run (one configuration, one prompt, one repeat), all wall-c
 - ``speedup_predicted_same_run`` (specchat runs): the speedup predicted from the same run's α
   and measured costs (t₁, drafting time d, verify time v(n)), as the app and the CLI show it
   (:attr:`SpeculationMetrics.predicted_speedup`); None without a drafted round and t₁;
-- α, tokens per round, c and the predicted S(γ) (specchat runs only; transformers exposes no
-  per-round acceptance). The prediction is Leviathan et al. 2023, Theorem 3.8, summed over the
-  rounds actually run: S = Σ_r E[N](α, γ_r) / Σ_r (γ_r·c + 1), which for a fixed γ is S(γ);
-  c = drafter time per drafted token ÷ target-only time per token (same prompt and repeat);
+- ``measured_over_predicted`` (specchat runs): ``speedup_same_run`` ÷ ``speedup_predicted_same_run``,
+  the measured-cost S(γ) the page shows against what the same run measured: both use the same
+  t₁, so the ratio checks the model (E[N] at the measured α, and T(γ) = γ·d + v(γ + 1) against
+  the round times), with no timing from another moment in it;
+- α, tokens per round, c and the textbook S(γ) (specchat runs only; transformers exposes no
+  per-round acceptance): ``textbook_speedup`` is Leviathan et al. 2023, Theorem 3.8, summed over
+  the rounds actually run, S = Σ_r E[N](α, γ_r) / Σ_r (γ_r·c + 1), which assumes a verify pass
+  costs one target step whatever its length; c = drafter time per drafted token ÷ target-only
+  time per token (same prompt and repeat); ``measured_over_textbook`` = ``speedup`` ÷ it;
 - ``peak_mem_mb``: the process's peak resident memory during the run on CPU (all loaded models
   included, sampled every 10 ms), or the peak CUDA memory allocated on a GPU;
 - ``identical``: greedy output equals specchat target-only output token for token (sampled
@@ -205,7 +210,9 @@ class RunResult:
     # filled in against the target-only run of the same prompt and repeat
     speedup: float | None = None
     cost_ratio: float | None = None
-    predicted_speedup: float | None = None
+    textbook_speedup: float | None = None
+    measured_over_textbook: float | None = None
+    # the same run's measured speedup ÷ its measured-cost prediction (the page's two numbers)
     measured_over_predicted: float | None = None
     identical: bool | None = None
 
@@ -249,11 +256,13 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         target_step_ms=metrics.target_step_ms,
         speedup_same_run=metrics.measured_speedup,
         speedup_predicted_same_run=metrics.predicted_speedup,
+        measured_over_predicted=(metrics.measured_speedup / metrics.predicted_speedup
+                                 if metrics.measured_speedup and metrics.predicted_speedup else None),
     )
 
 
 def _fill_relative(results: list[RunResult]) -> None:
-    """Speedup, c, predicted S and identical, against the target-only run of the same prompt;
+    """Speedup, c, the textbook S and identical, against the target-only run of the same prompt;
     transformers' prefill and decode rate from the specchat run with the same drafter."""
     base = {(r.prompt, r.repeat): r for r in results if r.engine == SPECCHAT and r.drafter == "none"}
     ours = {(r.drafter, r.prompt, r.repeat): r for r in results if r.engine == SPECCHAT}
@@ -276,9 +285,9 @@ def _fill_relative(results: list[RunResult]) -> None:
         if r.alpha is not None and r.gammas:
             tokens = sum(theory.expected_tokens_per_round(r.alpha, g) for g in r.gammas)
             steps = sum(g * r.cost_ratio + 1.0 for g in r.gammas)
-            r.predicted_speedup = tokens / steps
+            r.textbook_speedup = tokens / steps
             if r.speedup is not None:
-                r.measured_over_predicted = r.speedup / r.predicted_speedup
+                r.measured_over_textbook = r.speedup / r.textbook_speedup
 
 
 # ---- the multi-turn scenario ----------------------------------------------------------------
