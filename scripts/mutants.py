@@ -45,7 +45,7 @@ FAMILY = {
     7: ["tests/test_kind7_context_bounds.py", "tests/test_text_chat.py"],
     8: ["tests/test_kind8_numerical_invariance.py"],
     9: ["tests/test_kind9_lifecycle.py"],
-    10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py"],
+    10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py", "tests/test_charts.py"],
     11: ["tests/test_session.py"],
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
     13: ["tests/test_ledger.py"],
@@ -1049,6 +1049,14 @@ MUTANTS = [
         "        self.costs.update(event, draft=not self._probing)\n",
         "        self.costs.update(event)\n",
         "a probe's drafting time, which includes catching up on the paused rounds, inflates d",
+    ),
+    Mutant(
+        "verify-cost-curve-counts-drafting",
+        10,
+        "specchat/core/metrics.py",
+        "sums.setdefault(r.num_drafted + 1, []).append((r.round_ms - r.draft_ms) / t1)",
+        "sums.setdefault(r.num_drafted + 1, []).append(r.round_ms / t1)",
+        "the verify-cost curve T(k)/T(1) on the theory chart includes the drafting time",
     ),
     # -- 18. token kinds ----------------------------------------------------------------------
     Mutant(

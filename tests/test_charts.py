@@ -311,3 +311,24 @@ def test_stats_line_wording_for_short_and_finished_replies():
     stopped = stats_html(SpeculationMetrics(), label="#2 · ngram", running=False)
     assert "no tokens: the reply ended before its first round" in stopped and "no reply yet" not in stopped
     assert "no reply yet: send a message" in stats_html(None)
+
+
+def test_verify_cost_panel_shows_the_reply_curve_next_to_the_textbook_line():
+    """Hand-made rounds, t₁ = 100 ms: γ = 1 rounds take 10 + 160 ms (a pass over 2 tokens: 1.6
+    steps), γ = 3 rounds 30 + 240 and 30 + 260 ms (a pass over 4: 2.4 and 2.6, mean 2.5). The
+    panel's dots are those means; the textbook line is 1 for every k."""
+    rounds = [_round(0, 0, 0), _round(1, 1, 1, round_ms=170.0), _round(2, 3, 2, round_ms=270.0),
+              _round(3, 3, 3, round_ms=290.0), _round(4, 1, 0, round_ms=170.0)]
+    m = _metrics(rounds)
+    assert m.verify_cost_curve() == [(1, 1.0, 1), (2, pytest.approx(1.6), 2), (4, pytest.approx(2.5), 2)]
+    fig = charts.theory_figure(m)
+    dots = _trace(fig, "verify cost, measured")
+    assert list(dots.x) == [1, 2, 4] and list(dots.y) == pytest.approx([1.0, 1.6, 2.5])
+    assert (dots.xaxis, dots.yaxis) == ("x2", "y2") and list(dots.customdata) == [1, 2, 2]
+    line = _trace(fig, "v(k)/t₁ used by S(γ)")  # the straight line S(γ) divides by
+    assert list(line.x) == [2, 3, 4]
+    assert list(line.y) == pytest.approx([m.costs.verify_ms(k) / 100.0 for k in (2, 3, 4)], abs=1e-3)
+    textbook = [s for s in fig.layout.shapes if s.yref == "y2"]
+    assert len(textbook) == 1 and textbook[0].y0 == textbook[0].y1 == 1
+    # no t₁ yet: no panel, and no curve to show
+    assert _metrics(rounds[1:]).verify_cost_curve() is None

@@ -175,6 +175,27 @@ class SpeculationMetrics:
             return None
         return self.costs.verify_ms(2) / t1, round_ms / t1 - 1.0
 
+    def verify_cost_curve(self) -> list[tuple[int, float, int]] | None:
+        """The verify-cost curve T(k)/T(1) as measured in this stream: for each k = γ + 1 that
+        a drafting round verified, ``(k, mean (round_ms − draft_ms) / t₁, rounds)``, k ascending,
+        and ``(1, 1.0, n)`` for the n target-only steps that timed t₁. The textbook assumption
+        (Leviathan et al. 2023, §3.3) is 1 for every k; ``costs.verify_ms(k) / t₁`` is the
+        straight line the predictions use. None until t₁ was timed.
+
+        A round's time less its drafting is its verify pass plus bookkeeping, as in
+        :class:`~specchat.core.costs.CostEstimator`; rounds cut by a stop count at the k they
+        verified."""
+        t1 = self.target_step_ms
+        if not t1:
+            return None
+        sums: dict[int, list[float]] = {}
+        for r in self.rounds:
+            if r.num_drafted:
+                sums.setdefault(r.num_drafted + 1, []).append((r.round_ms - r.draft_ms) / t1)
+        points = [(1, 1.0, self.num_target_only_rounds)]
+        points += [(k, sum(v) / len(v), len(v)) for k, v in sorted(sums.items())]
+        return points
+
     @property
     def target_step_ms(self) -> float | None:
         """t₁: mean time of a target-only decode step in this stream (its rounds that drafted

@@ -1,7 +1,8 @@
 """The charts of the theory, drawn with a reply's measured numbers. No gradio import.
 
 :func:`theory_figure`: the predicted speedup S(γ) for γ = 1..10 from the reply's α and costs,
-its best γ and the measured speedup (docs/ALGORITHM.md). :func:`worth_figure`: "is this drafter
+its best γ and the measured speedup (docs/ALGORITHM.md), and beside it the verify-cost curve
+T(k)/T(1) measured in the reply, with the textbook's 1 step for every k. :func:`worth_figure`: "is this drafter
 worth it?", α against c for each drafter used in the conversation, with the line α = c
 (Leviathan et al. 2023: some γ gives a speedup iff α > c).
 """
@@ -18,6 +19,7 @@ from specchat.ui.chart_style import RESAMPLED, TEXT, axis, empty_figure, figure,
 from specchat.ui.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
 
 THEORY_MAX_GAMMA = 10
+MAIN_RIGHT = 0.62  # the S(γ) panel's right edge (paper x); the verify-cost panel is to its right
 
 
 def theory_curve(alpha: float, cost_ratio: float, max_gamma: int = THEORY_MAX_GAMMA) -> list[float]:
@@ -84,27 +86,64 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     # (both below: above it; both above: below it; one each side: the side of the one farther away)
     far = curve[-1] if abs(curve[-1] - 1) >= abs(textbook[-1] - 1) else textbook[-1]
     above = (curve[-1] < 1 and textbook[-1] < 1) or (far >= 1 and not (curve[-1] >= 1 and textbook[-1] >= 1))
-    notes = [note("S = 1 (target only)", 1, 1, BASELINE_COLOR, yref="y", xanchor="right",
+    notes = [note("S = 1 (target only)", MAIN_RIGHT, 1, BASELINE_COLOR, yref="y", xanchor="right",
                    yanchor="bottom" if above else "top")]
     if curve[best - 1] < 1:
         # the star still marks the best γ ≥ 1: the one adaptive γ probes while drafting is paused
         why = "α ≤ c" if alpha <= cost else "at the measured costs"
-        notes.append(note(f"{why}: no γ gives a speedup", 0.5, 0.95, RESAMPLED, size=11))
-        notes.append(note("adaptive γ pauses drafting (γ = 0) and probes this best γ now and then, to keep measuring α",
-                          0.5, 0.87, TEXT, size=9))
+        notes.append(note(f"{why}: no γ gives a speedup", MAIN_RIGHT / 2, 0.95, RESAMPLED, size=11))
+        notes.append(note("adaptive γ pauses drafting (γ = 0) and probes<br>this best γ now and then, to keep measuring α",
+                          MAIN_RIGHT / 2, 0.85, TEXT, size=9))
     elif gamma and abs(gamma - best) >= 2:
         notes.append(note(
             "adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
-            0.5, 0.02, TEXT, size=9, yanchor="bottom",
+            MAIN_RIGHT / 2, 0.02, TEXT, size=9, yanchor="bottom",
         ))
     top = max(curve + textbook + [1.0, measured or 0.0])
     headroom = 1.5 if curve[best - 1] < 1 else 1.15  # room for the notes above the curves
+    cost_data, cost_axes, cost_shapes = _verify_cost_panel(metrics)
+    if cost_shapes:
+        notes.append(note("textbook: 1 step for any k", 1.0, 1, BASELINE_COLOR, xref="x2 domain", yref="y2",
+                          xanchor="right", yanchor="top", size=9))
     return figure(
-        data, f"Theory: S(γ) at α = {alpha:.2f}, c = {cost:.2f}", show_legend=True,
-        xaxis=axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2),
+        data + cost_data, f"Theory: S(γ) at α = {alpha:.2f}, c = {cost:.2f}", show_legend=True,
+        xaxis=axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2, domain=[0, MAIN_RIGHT]),
         yaxis=axis("speedup ×", range=[0, top * headroom]),
-        shapes=[hline(1, BASELINE_COLOR)], annotations=notes,
+        shapes=[hline(1, BASELINE_COLOR, xref="x domain"), *cost_shapes], annotations=notes, **cost_axes,
     )
+
+
+def _verify_cost_panel(metrics: SpeculationMetrics) -> tuple[list[dict], dict, list[dict]]:
+    """The right-hand panel: the verify-cost curve T(k)/T(1), measured in this reply for the k
+    its rounds verified (dots: mean of (round − drafting) / t₁; k = 1 is t₁ itself), the
+    straight line v(k)/t₁ that S(γ) uses, and the textbook assumption, 1 for every k (dashed).
+    Where the dots climb, a longer draft costs more than one target step to verify, which is
+    why the measured-cost S(γ) peaks at a smaller γ than the textbook one."""
+    points, t1 = metrics.verify_cost_curve(), metrics.target_step_ms
+    if not points or len(points) < 2 or not t1:
+        return [], {}, []
+    ks = [k for k, _, _ in points]
+    fit = [metrics.costs.verify_ms(k) for k in range(1, ks[-1] + 1)]
+    data = [dict(
+        type="scatter", x=ks, y=[round(v, 3) for _, v, _ in points], mode="markers", name="verify cost, measured",
+        xaxis="x2", yaxis="y2", marker=dict(size=7, color=MEASURED_COLOR),
+        customdata=[n for _, _, n in points],
+        hovertemplate="a pass over %{x} tokens: %{y:.2f} target steps (%{customdata} rounds)<extra></extra>",
+    )]
+    if all(v is not None for v in fit[1:]):
+        data.append(dict(
+            type="scatter", x=list(range(2, ks[-1] + 1)), y=[round(v / t1, 3) for v in fit[1:]], mode="lines",
+            name="v(k)/t₁ used by S(γ)", xaxis="x2", yaxis="y2", line=dict(color=PREDICTED_COLOR, width=1.5),
+            hovertemplate="v(%{x})/t₁ = %{y:.2f}<extra></extra>",
+        ))
+    top = max([v for _, v, _ in points] + [v / t1 for v in fit[1:] if v is not None] + [1.0])
+    axes = dict(
+        xaxis2=axis("k (tokens per pass)", domain=[MAIN_RIGHT + 0.1, 1.0], dtick=max(1, round(ks[-1] / 5)),
+                    range=[0.5, ks[-1] + 0.5], anchor="y2"),
+        yaxis2=axis("T(k) / T(1)", range=[0, top * 1.2], anchor="x2"),
+    )
+    textbook = hline(1, BASELINE_COLOR, xref="x2 domain", yref="y2")
+    return data, axes, [textbook]
 
 
 def _free_spot(points: list, top: float) -> tuple[float, float]:
