@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from specchat.core.config import GenerationConfig
-from specchat.core.events import DoneEvent, TokenKind
+from specchat.core.events import DoneEvent, TokenEvent, TokenKind
 from specchat.core.runtime import ModelRuntime
 
 
@@ -207,7 +207,6 @@ def choose_position(
     """
     if not reference:
         raise ValueError("the greedy reply is empty: there is no position to sample at")
-    from specchat.core.events import TokenEvent, TokenKind
     from specchat.core.sampling import logits_to_probs
 
     with torch.inference_mode():

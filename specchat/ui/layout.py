@@ -27,8 +27,9 @@ Each round the **drafter** proposes γ tokens; the **target** model scores all o
 forward pass and keeps the longest prefix it agrees with (token *x* is kept with probability
 min(1, p(x)/q(x))). At the first rejection it draws a replacement from the residual
 norm(max(0, p − q)) (**resampled**); if all γ were accepted it adds one **bonus** token of its
-own. A round that drafted nothing commits one **target** token (grey underline), a plain target step. So every round commits 1 … γ+1 tokens and the output has exactly the target's distribution
-(at temperature 0: exactly the target's greedy text).
+own. A round that drafted nothing commits one **target** token (grey underline), a plain
+target step. So every round commits 1 … γ+1 tokens and the output has exactly the target's
+distribution (at temperature 0: exactly the target's greedy text).
 
 | symbol | meaning |
 |---|---|
