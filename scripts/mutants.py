@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 FAMILY = {
-    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py", "tests/test_prefix_cache.py", "tests/test_runtime.py"],
+    1: ["tests/test_kind1_bookkeeping.py", "tests/test_greedy_identity.py", "tests/test_prefix_cache.py", "tests/test_runtime.py",
+        "tests/test_catch_up.py"],
     2: ["tests/test_kind2_verify_alignment.py", "tests/test_greedy_identity.py"],
     3: ["tests/test_kind3_pq_consistency.py", "tests/test_audit.py", "tests/test_distribution.py"],
     4: ["tests/test_kind4_accept_numerics.py", "tests/test_distribution.py"],
@@ -120,10 +121,34 @@ MUTANTS = [
         "the drafter's cache keeps its rejected drafts",
     ),
     Mutant(
+        "catch-up-unbounded",
+        1,
+        "specchat/drafters/model.py",
+        "        if len(pending) > MAX_CATCH_UP_TOKENS:\n",
+        "        if False:\n",
+        "a drafter far behind reads every committed id it missed (a probe after a long pause costs many target steps)",
+    ),
+    Mutant(
+        "catch-up-cut-ignores-gap",
+        1,
+        "specchat/drafters/model.py",
+        "        keep = num_valid - self._skipped\n",
+        "        keep = num_valid\n",
+        "a drafter with a gap in its cache is cut as if it had none (rejected drafts stay in it)",
+    ),
+    Mutant(
+        "kept-prefix-past-the-gap",
+        1,
+        "specchat/drafters/model.py",
+        "        ids = ids if self._gap_at is None else ids[: self._gap_at + 1]\n",
+        "        pass\n",
+        "the conversation prefix kept for the next reply runs past the drafter's gap",
+    ),
+    Mutant(
         "drafter-no-catch-up",
         1,
         "specchat/drafters/model.py",
-        "        pending = ids[self.cache_len :]\n",
+        "        pending = ids[fed:]\n",
         "        pending = ids[-1:]\n",
         "after full acceptance the drafter feeds only the bonus token, skipping the last draft",
     ),
@@ -1046,8 +1071,8 @@ MUTANTS = [
         "probe-counts-its-catch-up-as-drafting",
         17,
         "specchat/core/adaptive.py",
-        "        self.costs.update(event, draft=not self._probing)\n",
-        "        self.costs.update(event)\n",
+        "            self.costs.update(event, draft=not catching_up)\n",
+        "            self.costs.update(event)\n",
         "a probe's drafting time, which includes catching up on the paused rounds, inflates d",
     ),
     Mutant(
@@ -1098,6 +1123,30 @@ MUTANTS = [
         "        num_drafted += done.kinds[0] in (TokenKind.ACCEPTED, TokenKind.RESAMPLED)\n",
         "        num_drafted += 1\n",
         "the sampled audit counts draws of target-only rounds as drafted, overstating what it checked",
+    ),
+    Mutant(
+        "probe-at-the-best-gamma",
+        17,
+        "specchat/core/adaptive.py",
+        "        probe = self.probe_gamma()\n",
+        "        probe = best\n",
+        "a probe drafts the γ with the best S, not the one that loses least while paused",
+    ),
+    Mutant(
+        "warm-up-rounds-fitted",
+        17,
+        "specchat/core/adaptive.py",
+        "        if not (self._num_replies == 1 and event.round_index < WARMUP_ROUNDS):\n",
+        "        if True:\n",
+        "a fresh controller fits the slow first rounds' costs (an inflated v(n) can keep drafting paused)",
+    ),
+    Mutant(
+        "reply-probe-charged-as-catch-up",
+        17,
+        "specchat/core/adaptive.py",
+        "        catching_up = self._probing and not self._reply_probe\n",
+        "        catching_up = self._probing\n",
+        "a reply's first probe (nothing to catch up) resets the catch-up charged to the probe interval",
     ),
 ]
 

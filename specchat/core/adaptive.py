@@ -20,9 +20,10 @@ stands in for it.
 
 **Drafting pauses when it cannot pay** (γ = 0 with probes): once t₁ has been timed, if every γ in
 1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a target-only step, and
-drafts the best γ as a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the
-least P for which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only
-throughput. Probes keep α measured, so drafting resumes when the text turns predictable (a code
+drafts a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the least P for
+which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only throughput. A probe
+drafts the γ that loses least against target-only steps (:meth:`AdaptiveGamma.probe_gamma`;
+usually 1: on a CPU a verify pass over more positions costs more target steps). Probes keep α measured, so drafting resumes when the text turns predictable (a code
 block that repeats the prompt).
 
 All estimates are exponentially weighted (recent rounds count more), so the choice follows a
@@ -44,8 +45,15 @@ PRIOR_ACCEPTANCE = 0.6
 PRIOR_WEIGHT = 2.0
 # Per-round decay of all running sums: a round 20 rounds ago weighs 0.9^20 ≈ 0.12.
 DECAY = 0.9
-# While drafting is paused, the probes may cost at most this share of target-only throughput.
-PROBE_BUDGET = 0.03
+# While drafting is paused, the probes may cost at most this share of target-only throughput
+# (2 %, so that with each reply's first probe, outside the schedule, a paused drafter stays
+# within 3 % of target-only).
+PROBE_BUDGET = 0.02
+# A fresh controller leaves the round costs of its first reply's first rounds out of its fit: the
+# first forward passes of a process, or of a new batch shape, are slower (costs.py's timing-round
+# schedule skips them for the same reason), and while drafting is paused only probes could
+# correct an inflated v(n).
+WARMUP_ROUNDS = 2
 
 
 @dataclass
@@ -73,6 +81,8 @@ class AdaptiveGamma:
     _since_probe: int = 0  # paused rounds since the last probe
     _probing: bool = False  # the last choice was a probe
     probe_catch_up_ms: float = 0.0  # a probe's drafting time beyond γ·d (the drafter catching up), last probe
+    _num_replies: int = 0  # new_reply() calls
+    _reply_probe: bool = False  # the last choice was a reply's first probe (no catch-up owed)
 
     def __post_init__(self) -> None:
         if self.max_num_speculative_tokens < 1:
@@ -165,12 +175,21 @@ class AdaptiveGamma:
         """A reply starts: its drafter has just read the prompt (no catch-up is owed), so while
         paused the first choice of the reply is a probe: a new prompt may be predictable."""
         self._since_probe = 1 << 30
+        self._num_replies += 1
+
+    def probe_gamma(self) -> int:
+        """The γ a probe drafts: the least loss T(γ) − E[N](γ)·t₁ against target-only steps
+        over 1…γ_max (ties: the smaller γ). Needs t₁ and the round costs timed."""
+        t1 = self.costs.target_step_ms
+        losses = [self.costs.round_ms(g) - self.expected_tokens_per_round(g) * t1
+                  for g in range(1, self.max_num_speculative_tokens + 1)]
+        return 1 + min(range(len(losses)), key=lambda i: (round(losses[i], 9), i))
 
     def choose(self) -> int:
         """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties:
         smaller); 0 (a target-only step) when t₁ is timed and even the best γ is predicted to
-        lose, but for a probe of that γ every :meth:`probe_interval` rounds."""
-        self._probing = False
+        lose, but for a probe of :meth:`probe_gamma` every :meth:`probe_interval` rounds."""
+        self._probing = self._reply_probe = False
         if self.predicted_speedup(1) is None:
             return max(1, min(self.initial_num_speculative_tokens, self.max_num_speculative_tokens))
         best, best_s = 1, float("-inf")
@@ -183,9 +202,11 @@ class AdaptiveGamma:
             return best
         self.paused = True
         self._since_probe += 1
-        if self._since_probe >= self.probe_interval(best):
+        probe = self.probe_gamma()
+        if self._since_probe >= self.probe_interval(probe):
+            self._reply_probe = self._since_probe >= 1 << 30
             self._since_probe, self._probing = 0, True
-            return best
+            return probe
         return 0
 
     def update(self, event: RoundEvent) -> None:
@@ -195,9 +216,11 @@ class AdaptiveGamma:
         carries no news about acceptance; it only times t₁. Timings that are not finite and
         non-negative are ignored.
         """
-        self.costs.update(event, draft=not self._probing)
+        catching_up = self._probing and not self._reply_probe
+        if not (self._num_replies == 1 and event.round_index < WARMUP_ROUNDS):
+            self.costs.update(event, draft=not catching_up)
         d = self.costs.draft_ms_per_token
-        if self._probing and event.num_drafted and d is not None:
+        if catching_up and event.num_drafted and d is not None:
             self.probe_catch_up_ms = max(0.0, event.draft_ms - event.num_drafted * d)
         if not event.num_drafted:
             return

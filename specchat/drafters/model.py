@@ -5,6 +5,15 @@ KV cache of its own) and never touches a model object. Invariant between calls: 
 holds a prefix of the committed sequence that is at most ``len(ids) - 1`` long; ``propose`` feeds whatever committed tokens it
 has not seen (one normally; two after full acceptance, since the last draft token is never fed
 to the drafter; the whole prompt on the first call) and then one token per further draft.
+
+**Bounded catch-up.** A drafter that sat out many rounds (adaptive γ paused it, or the hybrid's
+lookup drafted a long copy) would have to read every token committed meanwhile before it can
+draft: on llama.cpp with the 0.5B sibling, ~50 tokens cost ~730 ms, 12 target steps, which no
+probe budget can carry. It reads only the last :data:`MAX_CATCH_UP_TOKENS` of them instead and
+its cache skips the rest (a gap: the cache then holds the committed ids up to the gap, then the
+ids after it). Lossless all the same: the target accepts or rejects against the q the drafter
+actually drew from (Leviathan et al. 2023, Theorem 3.5 holds for any q); only α may drop a
+little. The kept conversation prefix ends at the gap.
 """
 
 from __future__ import annotations
@@ -23,6 +32,9 @@ from specchat.core.sampling import logits_to_probs
 # there acceptance depends on how close q is to p, not on how peaked q is (a flat q equal to p
 # is always accepted), so the γ controller alone decides.
 CONFIDENCE_THRESHOLD = 0.4
+# A drafter that is behind by more tokens than this reads only the last this many (see above);
+# 16 covers a full hybrid lookup round (at most 12 accepted drafts and the token after them).
+MAX_CATCH_UP_TOKENS = 16
 
 
 class ModelDrafter:
@@ -58,6 +70,14 @@ class ModelDrafter:
         self.num_input_ids = int(runtime.num_input_ids)
         self.active = False  # between begin() and end(): the runtime's cache is this generation's
         self._kept = False  # the runtime's cache holds a finished generation's prefix, for the next begin()
+        self._skipped = 0  # committed ids never fed (bounded catch-up): cache position i + skipped past the gap
+        self._gap_at: int | None = None  # the cache position where the first gap is, if any
+        self._window_at = 0  # the cache position right after the latest gap
+
+    @property
+    def num_skipped(self) -> int:
+        """Committed ids of this generation the drafter never read (bounded catch-up)."""
+        return self._skipped
 
     @property
     def cache_len(self) -> int:
@@ -75,6 +95,7 @@ class ModelDrafter:
         prefix = prompt_ids[:-1]
         reuse, self._kept = self._kept, False  # in use until the generation ends normally
         self.active = True
+        self._skipped, self._gap_at, self._window_at = 0, None, 0
         if prefix and max(prefix) >= self.num_input_ids:  # an id the drafter cannot read: no prefill
             self.runtime.start([], max_positions=self.runtime.context_length, reuse=False)
             return
@@ -85,7 +106,9 @@ class ModelDrafter:
     def keep_prefix(self, ids: list[int]) -> None:
         """Keep the cache for the next :meth:`begin` (the engine calls this after a generation that
         ended normally, before :meth:`end`): it holds the states of ``ids[:L]``, L = min(cached,
-        len(ids) − 1). A cache that cannot be cut is not kept (:meth:`end` releases it)."""
+        len(ids) − 1), or up to its gap (bounded catch-up). A cache that cannot be cut is not kept
+        (:meth:`end` releases it)."""
+        ids = ids if self._gap_at is None else ids[: self._gap_at + 1]
         self._kept = keep_for_reuse(self.runtime, ids)
 
     def forget_prefix(self) -> None:
@@ -103,13 +126,21 @@ class ModelDrafter:
         With ``config.adaptive_gamma`` and greedy decoding, drafting stops after a token whose
         drafter top probability is below :data:`CONFIDENCE_THRESHOLD` (at least one is drafted).
         How many tokens are drafted never changes which are committed (verification decides),
-        so the output distribution is unchanged.
+        so the output distribution is unchanged. More than :data:`MAX_CATCH_UP_TOKENS` unread
+        committed ids: only the last that many are read (bounded catch-up, module docstring).
         """
         if not self.active:
             raise RuntimeError("ModelDrafter.propose called before begin()")
-        if self.cache_len >= len(ids):
+        fed = self.cache_len + self._skipped  # committed ids accounted for: read, or skipped
+        if fed >= len(ids):
             raise RuntimeError(f"drafter cache ({self.cache_len}) must be shorter than ids ({len(ids)})")
-        pending = ids[self.cache_len :]
+        pending = ids[fed:]
+        if len(pending) > MAX_CATCH_UP_TOKENS:
+            if self._gap_at is None:
+                self._gap_at = self.cache_len
+            self._skipped += len(pending) - MAX_CATCH_UP_TOKENS
+            self._window_at = self.cache_len
+            pending = pending[-MAX_CATCH_UP_TOKENS:]
         if max(pending) >= self.num_input_ids:
             # the target committed an id past the drafter's embedding (a padding row of the
             # target's larger vocab): the drafter cannot read it, so it drafts nothing now
@@ -144,9 +175,16 @@ class ModelDrafter:
         return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), draft_probs, len(tokens), trace)
 
     def rollback(self, num_valid: int) -> None:
-        """Cut the cache to at most ``num_valid`` tokens (the engine passes committed_len − 1)."""
-        if self.active and self.cache_len > num_valid:
-            self.runtime.truncate(num_valid)
+        """Cut the cache to the first ``num_valid`` committed ids at most (the engine passes
+        committed_len − 1): cache position ``num_valid − skipped`` past a gap."""
+        if not self.active:
+            return
+        keep = num_valid - self._skipped
+        if self._gap_at is not None and keep < self._window_at:
+            # below the latest gap (the engine never cuts there): keep the prefix before the first
+            keep, self._skipped, self._gap_at = min(num_valid, self._gap_at), 0, None
+        if self.cache_len > keep:
+            self.runtime.truncate(keep)
 
     def end(self) -> None:
         """End the generation: its cache is released unless :meth:`keep_prefix` kept it."""
