@@ -1125,6 +1125,14 @@ MUTANTS = [
         "the sampled audit counts draws of target-only rounds as drafted, overstating what it checked",
     ),
     Mutant(
+        "verify-fit-without-t1",
+        17,
+        "specchat/core/costs.py",
+        "        t1 = self.target_step_ms if self.anchor_target_step else None\n",
+        "        t1 = None\n",
+        "the controller's verify-cost fit ignores t₁: rounds of one γ give a flat v(n), so a pass over 9 positions looks as cheap as over 2",
+    ),
+    Mutant(
         "probe-at-the-best-gamma",
         17,
         "specchat/core/adaptive.py",

@@ -23,6 +23,7 @@ from lossless import (
 
 from specchat.core import adaptive
 from specchat.core.adaptive import AdaptiveGamma
+from specchat.core.costs import CostEstimator
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent
 from specchat.runtimes.transformers import TransformersRuntime
@@ -73,6 +74,7 @@ def test_verify_cost_fit_on_a_line_is_the_shrunk_slope_and_ignores_rounds_withou
     S_nn/(S_nn + SLOPE_PRIOR) with S_nn = Σw(n − n̄)²; the line passes through the weighted
     means."""
     c = AdaptiveGamma(8)
+    c.costs.anchor_target_step = False  # the plain fit (with t₁ as a point: the test after this one)
     c.update(_round([True, False], verify_ms=120.0))  # n = 2
     c.update(_round([True] * 6, verify_ms=160.0))  # n = 6
     c.update(_round([], drafted=0, verify_ms=500.0))  # no drafts: not part of the fit
@@ -222,14 +224,32 @@ def test_drafting_pauses_at_the_break_even_and_probes_on_a_hand_computed_schedul
     assert [c.choose() for _ in range(3)] == [1, 0, 0]
 
 
+def test_the_controllers_verify_fit_takes_its_slope_from_t1_at_one_position():
+    """Rounds that all check n = 3 positions (20 ms) and t₁ = 10 ms: the least-squares line
+    through (1, 10) and (3, 20), equally weighted, has slope 5; S_nn = 2·1² = 2 shrinks it to
+    5·2/22; the line passes through the drafting rounds' (3, 20). A flat fit would say v(9) = 20."""
+    costs = CostEstimator(anchor_target_step=True)
+    costs.update(_target_step(10.0))
+    costs.update(_round([False, False], drafted=2, draft_ms=0.0, verify_ms=20.0, gamma=2))
+    slope = 5.0 * 2 / (2 + adaptive.SLOPE_PRIOR)
+    assert costs.verify_fit() == pytest.approx((20.0 - 3 * slope, slope))
+    assert costs.verify_ms(9) == pytest.approx(20.0 + 6 * slope)
+    assert CostEstimator().verify_fit() is None
+
+
 def test_break_even_acceptance_solves_leviathan_equation_1_against_the_round_time():
-    """t₁ = 10, d = 1, v flat 12: γ = 1 breaks even at 1 + α = 13/10 → α = 0.3; γ = 2 at
-    1 + α + α² = 14/10 → α = (−1 + √2.6)/2 = 0.30623."""
+    """t₁ = 10, d = 1, v(2) = 12: γ = 1 breaks even at 1 + α = 13/10 → α = 0.3. v(3) follows the
+    line through (2, 12) whose slope is the least-squares one with t₁ at n = 1 (weight W = 1 + 0.9
+    + 0.81 for both), 2, shrunk by S_nn/(S_nn + 20), S_nn = W/2; γ = 2 breaks even at
+    1 + α + α² = (2 + v(3))/10."""
     c = AdaptiveGamma(4)
     c.update(_target_step(10.0))
     _rejected_rounds(c, 3, draft_ms=1.0, verify_ms=12.0)
     assert c.break_even_acceptance(1) == pytest.approx(0.3)
-    assert c.break_even_acceptance(2) == pytest.approx((-1 + 2.6**0.5) / 2)
+    w = 1 + 0.9 + 0.81
+    v3 = 12.0 + 2.0 * (w / 2) / (w / 2 + adaptive.SLOPE_PRIOR)
+    need = (2.0 + v3) / 10.0
+    assert c.break_even_acceptance(2) == pytest.approx((-1 + (1 + 4 * (need - 1)) ** 0.5) / 2)
 
 
 def test_probes_resume_drafting_when_the_drafter_turns_right():
@@ -293,9 +313,7 @@ def test_a_probe_leaves_the_draft_cost_alone():
 
 def test_a_probe_drafts_the_gamma_that_loses_least():
     """Paused at t₁ 10, d 5, v flat 16: a probe of γ loses 5γ + 16 − 10·E[N](γ) ms, least at γ = 1
-    (21 − 10.33 = 10.67 vs 26 − 10.34 for γ = 2), not at the γ with the best S. With an almost free
-    drafter (d 0.1, v flat 12) and β ≈ 0.2 every γ still loses (S(4) = 10·1.25/12.4 ≈ 1.0 − …) but a
-    longer probe loses less: loss(γ) = 0.1γ + 12 − 10·E[N](γ), E[N] from the estimated β."""
+    (21 − 10.33 = 10.67 vs 26 − 10.34 for γ = 2), which need not be the γ with the best S."""
     c = AdaptiveGamma(4)
     c.update(_target_step(10.0))
     _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
@@ -303,26 +321,17 @@ def test_a_probe_drafts_the_gamma_that_loses_least():
     c.new_reply()
     assert c.choose() == 1 and c.paused  # the reply's first probe drafts that γ
 
-    cheap = AdaptiveGamma(4)
-    cheap.update(_target_step(10.0))
-    for i in range(30):  # one accepted draft in five, at γ = 4: β ≈ 0.2 at every position
-        mask = [True, False] if i % 5 == 0 else [False]
-        cheap.update(_round(mask, drafted=4, draft_ms=0.4, verify_ms=12.0, gamma=4))
-    beta = cheap.acceptance_by_position()
-    expected = [1 + sum(math.prod(beta[:k]) for k in range(1, g + 1)) for g in range(1, 5)]
-    losses = [0.1 * g + 12.0 - 10.0 * e for g, e in zip(range(1, 5), expected)]
-    assert max(cheap.predicted_speedup(g) for g in range(1, 5)) < 1  # every γ loses: paused
-    assert cheap.probe_gamma() == 1 + losses.index(min(losses)) > 1
-
-    # the best S and the least loss part: t₁ 10, d 3, v flat 17 (T(1) = 20, T(2) = 23), β ≈ 0.5:
-    # S(2) = 10·E[N](2)/23 > S(1) = 10·E[N](1)/20, yet a γ = 2 probe loses more (23 − 10·E[N](2))
+    # the best S and the least loss part: t₁ 10, d 0.5, v(3) = 20 at γ = 2 and β ≈ 0.5 (T(1), T(2)
+    # from the fitted line): S(2) > S(1), yet a γ = 2 probe loses more than a γ = 1 probe
     mixed = AdaptiveGamma(2)
     mixed.update(_target_step(10.0))
     for mask in [[False], [True, False], [True, True], [False]] * 10:
-        mixed.update(_round(mask, drafted=2, draft_ms=6.0, verify_ms=17.0, gamma=2))
+        mixed.update(_round(mask, drafted=2, draft_ms=1.0, verify_ms=20.0, gamma=2))
     b1, b2 = mixed.acceptance_by_position()
-    assert 10 * (1 + b1) / 20 < 10 * (1 + b1 + b1 * b2) / 23 < 1
-    assert 20 - 10 * (1 + b1) < 23 - 10 * (1 + b1 + b1 * b2)
+    t_1, t_2 = mixed.costs.round_ms(1), mixed.costs.round_ms(2)
+    assert t_2 == pytest.approx(21.0)  # the line passes through the measured rounds
+    assert 10 * (1 + b1) / t_1 < 10 * (1 + b1 + b1 * b2) / t_2 < 1
+    assert t_1 - 10 * (1 + b1) < t_2 - 10 * (1 + b1 + b1 * b2)
     assert mixed.probe_gamma() == 1
     mixed.new_reply()
     assert mixed.choose() == 1 and mixed.paused
@@ -342,10 +351,10 @@ def test_a_fresh_controllers_first_two_rounds_leave_the_cost_fit_alone():
     assert c.acceptance_by_position()[0] < adaptive.PRIOR_ACCEPTANCE  # their acceptance counts
     c.update(at(2, _target_step(10.0)))
     c.update(at(3, _round([False], drafted=1, draft_ms=5.0, verify_ms=16.0, gamma=1)))
-    assert c.costs.target_step_ms == 10.0 and c.draft_ms_per_token == 5.0 and c.verify_ms_fit() == (16.0, 0.0)
+    assert c.costs.target_step_ms == 10.0 and c.draft_ms_per_token == 5.0 and c.costs.verify_ms(2) == 16.0
     c.new_reply()
     c.update(at(0, _round([False], drafted=1, draft_ms=5.0, verify_ms=26.0, gamma=1)))
-    assert c.verify_ms_fit()[0] == pytest.approx((0.9 * 16.0 + 26.0) / 1.9)
+    assert c.costs.verify_ms(2) == pytest.approx((0.9 * 16.0 + 26.0) / 1.9)
 
 
 def test_a_replys_first_probe_keeps_the_catch_up_of_the_last_one():

@@ -76,7 +76,7 @@ class AdaptiveGamma:
     # exponentially weighted sums: per position i, [accepted, reached]
     _accepted: list[float] = field(default_factory=list)
     _reached: list[float] = field(default_factory=list)
-    costs: CostEstimator = field(default_factory=lambda: CostEstimator(decay=DECAY))
+    costs: CostEstimator = field(default_factory=lambda: CostEstimator(decay=DECAY, anchor_target_step=True))
     paused: bool = False  # the last choice found every γ >= 1 predicted to lose
     _since_probe: int = 0  # paused rounds since the last probe
     _probing: bool = False  # the last choice was a probe

@@ -104,6 +104,12 @@ class CostEstimator:
             (0, 1]. 1 gives plain averages over everything seen (a reply's statistics); below 1
             recent rounds count more (the adaptive controller follows changing load).
 
+        anchor_target_step: fit v(n)'s slope with t₁ as one more point at n = 1 (a target-only
+            step is a verify pass over one position), weighted like all drafting rounds
+            together; the line still passes through the drafting rounds' mean. Rounds that all
+            draft one γ then still tell how v grows with n: on a CPU a pass over 9 positions
+            can cost 9 target steps, which a flat fit would miss (the adaptive controller).
+
     Rounds whose timings are not finite and non-negative are ignored. Units: milliseconds.
 
     Raises:
@@ -111,6 +117,7 @@ class CostEstimator:
     """
 
     decay: float = 1.0
+    anchor_target_step: bool = False
     _t1: list[float] = field(default_factory=lambda: [0.0] * 4)  # weighted Σ ms, Σ w, Σ ms², Σ w²
     _draft: list[float] = field(default_factory=lambda: [0.0, 0.0])  # weighted Σ ms, Σ drafted tokens
     _fit: list[float] = field(default_factory=lambda: [0.0] * 5)  # weighted Σ 1, n, n², y, n·y
@@ -180,10 +187,15 @@ class CostEstimator:
         s0, s1, s2, sy, sny = self._fit
         if s0 <= 0:
             return None
+        draft_n, draft_y = s1 / s0, sy / s0  # the drafting rounds' mean: the line goes through it
+        t1 = self.target_step_ms if self.anchor_target_step else None
+        if t1 is not None:  # one more point (1, t₁), weighted like all drafting rounds together
+            s0, s1, s2, sy, sny = 2 * s0, s1 + s0, s2 + s0, sy + s0 * t1, sny + s0 * t1
         mean_n, mean_y = s1 / s0, sy / s0
         s_nn = max(s2 - s0 * mean_n**2, 0.0)
         slope = (sny - s0 * mean_n * mean_y) / s_nn if s_nn > 1e-9 else 0.0
         slope = max(slope, 0.0) * s_nn / (s_nn + SLOPE_PRIOR)
+        mean_n, mean_y = draft_n, draft_y
         intercept = mean_y - slope * mean_n
         if intercept <= 0:  # a convex cost curve: keep the mean, drop the slope
             return mean_y, 0.0
