@@ -23,8 +23,9 @@ stands in for it.
 drafts a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the least P for
 which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only throughput. A probe
 drafts the γ that loses least against target-only steps (:meth:`AdaptiveGamma.probe_gamma`;
-usually 1: on a CPU a verify pass over more positions costs more target steps). Probes keep α measured, so drafting resumes when the text turns predictable (a code
-block that repeats the prompt).
+usually 1: on a CPU a verify pass over more positions costs more target steps). Probes keep α
+measured, so drafting resumes when the text turns predictable (a code block that repeats the
+prompt).
 
 All estimates are exponentially weighted (recent rounds count more), so the choice follows a
 prompt whose predictability changes. A controller lives for one drafter and may be carried
