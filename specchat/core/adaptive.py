@@ -184,7 +184,7 @@ class AdaptiveGamma:
         t1 = self.costs.target_step_ms
         losses = [self.costs.round_ms(g) - self.expected_tokens_per_round(g) * t1
                   for g in range(1, self.max_num_speculative_tokens + 1)]
-        return 1 + min(range(len(losses)), key=lambda i: (round(losses[i], 9), i))
+        return 1 + min(range(len(losses)), key=lambda i: round(losses[i], 9))  # min keeps the first of a tie
 
     def choose(self) -> int:
         """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties:

@@ -133,7 +133,7 @@ class ModelDrafter:
             raise RuntimeError("ModelDrafter.propose called before begin()")
         fed = self.cache_len + self._skipped  # committed ids accounted for: read, or skipped
         if fed >= len(ids):
-            raise RuntimeError(f"drafter cache ({self.cache_len}) must be shorter than ids ({len(ids)})")
+            raise RuntimeError(f"drafter cache ({self.cache_len}, {self._skipped} skipped) must be shorter than ids ({len(ids)})")
         pending = ids[fed:]
         if len(pending) > MAX_CATCH_UP_TOKENS:
             if self._gap_at is None:
