@@ -1156,6 +1156,22 @@ MUTANTS = [
         "        catching_up = self._probing\n",
         "a reply's first probe (nothing to catch up) resets the catch-up charged to the probe interval",
     ),
+    Mutant(
+        "controller-never-times-t1",
+        17,
+        "specchat/core/adaptive.py",
+        "        if self.costs.target_step_ms is None and self._num_replies and not self._asked_target_step:\n",
+        "        if False:\n",
+        "without timing rounds adaptive γ never times t₁, so a losing drafter can never pause",
+    ),
+    Mutant(
+        "fresh-controller-starts-at-four",
+        17,
+        "specchat/core/adaptive.py",
+        "    initial_num_speculative_tokens: int = 1\n",
+        "    initial_num_speculative_tokens: int = 4\n",
+        "a fresh controller's first rounds draft γ = 4 (on a CPU a 5-position pass can cost 4 target steps)",
+    ),
 ]
 
 

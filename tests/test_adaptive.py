@@ -46,7 +46,9 @@ def test_one_round_gives_the_hand_computed_estimates_and_choice():
     S(γ) = E[N](γ)·100/(10γ + 100): S(1) = 1.6, S(2) = 1.948, S(3) = 1.98772, S(4) = 1.95840."""
     assert adaptive.PRIOR_ACCEPTANCE == 0.6 and adaptive.PRIOR_WEIGHT == 2.0  # the numbers below use them
     c = AdaptiveGamma(8)
-    assert c.choose() == 4  # nothing timed yet: the initial γ
+    assert c.choose() == 1  # nothing timed yet: the initial γ, the cheapest round that measures
+    assert AdaptiveGamma(8, initial_num_speculative_tokens=4).choose() == 4
+    assert AdaptiveGamma(3, initial_num_speculative_tokens=6).choose() == 3  # clipped to γ_max
     c.update(_round([True, True, False]))
     assert c.pooled_acceptance == pytest.approx(0.64)
     beta = c.acceptance_by_position()
@@ -148,9 +150,11 @@ def test_adaptive_greedy_output_is_target_only_greedy(kind):
                            adaptive_gamma=True)
         assert list(events[-1].token_ids) == expected
         rounds = [e for e in events if isinstance(e, RoundEvent)]
-        # γ in 1..6, or 0 where drafting paused (a real clock: the fake models' timings decide)
-        assert all(r.num_drafted <= r.num_speculative_tokens <= 6 and (r.num_speculative_tokens or r.drafting_paused)
-                   for r in rounds)
+        # γ in 1..6, or 0 where drafting paused (a real clock: the fake models' timings decide) or
+        # where the controller timed t₁ (no timing rounds here: measure_speedup is off)
+        assert all(r.num_drafted <= r.num_speculative_tokens <= 6
+                   and (r.num_speculative_tokens or r.drafting_paused or r.timing) for r in rounds)
+        assert sum(r.timing for r in rounds) <= 1
     assert (make_drafter(kind).name, 6, True, "") in engine.gamma_controllers
 
 
@@ -161,7 +165,10 @@ def test_confidence_stop_is_greedy_only():
     engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
     drafter = model_drafter(FakeLM(V, fn_t), V)
     greedy = events_of(engine, [3, 1], drafter, num_speculative_tokens=5, max_new_tokens=20, adaptive_gamma=True)
-    assert {e.num_drafted for e in greedy if isinstance(e, RoundEvent)} <= {1}
+    # (the controller's one target-only round that times t₁ drafts nothing)
+    assert {e.num_drafted for e in greedy if isinstance(e, RoundEvent) and not (e.timing or e.drafting_paused)} <= {1}
+    # a sampled reply's controller, set to start at γ = 4 (the default starts at 1)
+    engine.gamma_controllers[(drafter.name, 5, False, "")] = AdaptiveGamma(5, initial_num_speculative_tokens=4)
     sampled = events_of(engine, [3, 1], drafter, num_speculative_tokens=5, max_new_tokens=20, adaptive_gamma=True,
                         temperature=1.0, seed=0)
     first = next(e for e in sampled if isinstance(e, RoundEvent))
@@ -222,6 +229,25 @@ def test_drafting_pauses_at_the_break_even_and_probes_on_a_hand_computed_schedul
     assert [i for i, g in enumerate(choices) if g] == [53, 107] and set(choices) == {0, 1}
     c.new_reply()  # a new reply's first round probes (its drafter has just read the prompt)
     assert [c.choose() for _ in range(3)] == [1, 0, 0]
+
+
+def test_without_timing_rounds_the_controller_times_t1_itself_once_per_reply_then_pauses():
+    """No target-only step timed, one rejected γ = 1 round (5 ms drafting, 16 ms verify): the
+    next choice is 0, a target-only step that times t₁; with t₁ = 10 ms, S(1) = (1 + β1)·10/21
+    < 1 (β1 = 2·pooled/3, pooled = 1.2/3): paused. Until t₁ arrives it asks once per reply, then
+    drafts the formula's γ (v(1) standing in for t₁); outside a reply it never asks."""
+    c = AdaptiveGamma(4)
+    _rejected_rounds(c, 1, draft_ms=5.0, verify_ms=16.0)
+    assert c.choose() == 1  # outside a reply (no new_reply yet) it never asks
+    c.new_reply()
+    assert c.choose() == 0 and not c.paused  # timing t₁, not a pause
+    assert c.choose() == 1  # asked once: this reply's t₁ round did not arrive, so draft on
+    c.new_reply()
+    assert c.choose() == 0  # a new reply asks again
+    c.update(dataclasses.replace(_target_step(10.0), round_index=5))  # past the warm-up rounds
+    assert c.predicted_speedup(1) == pytest.approx((1 + 2 * 0.4 / 3) * 10 / 21)
+    assert c.choose() == 1 and c.paused  # paused; the reply's first paused round is its probe
+    assert c.choose() == 0 and c.paused
 
 
 def test_the_controllers_verify_fit_takes_its_slope_from_t1_at_one_position():

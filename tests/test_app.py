@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -594,6 +595,15 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     last = list(show())[-1]
     assert "picked by measurement" not in last[_by_id(named, "spec-drafter-status")]
     assert "hybrid" not in last.values()
+    # a drafter the user picked on this page before the load ended stays picked: the start-up
+    # pick writes neither the menu nor the status line (that pick's own status follows)
+    note = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "note_pick")
+    show = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "show_loading")
+    note(SimpleNamespace(session_hash="tab-1"))
+    last = list(show(SimpleNamespace(session_hash="tab-1")))[-1]
+    assert "hybrid" not in last.values() and _by_id(demo, "spec-drafter-status") not in last
+    last = list(show(SimpleNamespace(session_hash="tab-2")))[-1]  # another tab: the pick is shown
+    assert sum(v == "hybrid" for v in last.values()) == 2
 
 
 def test_the_drafter_line_says_where_compile_stands():

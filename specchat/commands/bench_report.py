@@ -215,7 +215,7 @@ def chart_summary(summary: dict) -> dict:
 
 
 def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
-    """Issue 4's and issue 14's goals on the default pair: (goal, measured value, met). None = not
+    """The issues' goals (4, 14, 24, 25) on the default pair: (goal, measured value, met). None = not
     measured. ``summary["hybrid_part"]`` names the hybrid's model drafter (set by the CLI)."""
     configs = summary["configs"]
 
@@ -247,6 +247,20 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
             for group, block in entry["groups"].items():
                 goal(f"{entry['drafter']} on {group}: measured ÷ predicted (measured costs) in 0.9–1.1",
                      block.get("measured_over_predicted"), lambda v: 0.9 <= v <= 1.1)
+    # issue 25: a drafter that loses costs at most 3 %; where speculation wins, adaptive γ keeps
+    # within 3 % of the best fixed γ (same prompts: the sweep's)
+    for entry in configs.values():
+        if entry["engine"] != SPECCHAT or entry["gamma"] != "adaptive" or entry.get("measure_speedup") is False:
+            continue
+        fixed = [e for e in configs.values() if e["engine"] == SPECCHAT and e["drafter"] == entry["drafter"]
+                 and e["gamma"].isdigit() and e.get("measure_speedup") is not False]
+        for group, block in entry["groups"].items():
+            goal(f"{entry['drafter']} adaptive on {group} >= 0.97x target-only", block.get("speedup"),
+                 lambda v: v >= 0.97)
+            best = max((e["groups"].get(group, {}).get("speedup") or 0.0 for e in fixed), default=0.0)
+            if best > 1.0 and block.get("speedup") is not None:
+                goal(f"{entry['drafter']} adaptive on {group} >= 0.97x its best fixed γ", block["speedup"] / best,
+                     lambda v: v >= 0.97)
     # issue 14: ahead of transformers' best, and the hybrid ahead of its parts
     for group, entry in summary.get("best_vs_best", {}).items():
         if group != "all":

@@ -64,6 +64,10 @@ class AdaptiveGamma:
     Args:
         max_num_speculative_tokens: γ_max, the largest γ ever chosen (>= 1).
         initial_num_speculative_tokens: γ used until a round has been timed (clipped to γ_max).
+            1 by default: the cheapest round that still measures α and the drafting costs, so a
+            drafter that loses (on a CPU a verify pass over 5 positions can cost 4 target steps)
+            costs little before the controller knows; where drafting pays, the fit moves to a
+            larger γ from the second timed round on.
 
     Feed each :class:`RoundEvent` to :meth:`update`; :meth:`choose` returns the next γ, 0 while
     drafting is paused (:attr:`paused`) between probes.
@@ -73,7 +77,7 @@ class AdaptiveGamma:
     """
 
     max_num_speculative_tokens: int
-    initial_num_speculative_tokens: int = 4
+    initial_num_speculative_tokens: int = 1
     # exponentially weighted sums: per position i, [accepted, reached]
     _accepted: list[float] = field(default_factory=list)
     _reached: list[float] = field(default_factory=list)
@@ -84,6 +88,7 @@ class AdaptiveGamma:
     probe_catch_up_ms: float = 0.0  # a probe's drafting time beyond γ·d (the drafter catching up), last probe
     _num_replies: int = 0  # new_reply() calls
     _reply_probe: bool = False  # the last choice was a reply's first probe (no catch-up owed)
+    _asked_target_step: bool = False  # this reply already chose one target-only round to time t₁
 
     def __post_init__(self) -> None:
         if self.max_num_speculative_tokens < 1:
@@ -177,6 +182,7 @@ class AdaptiveGamma:
         paused the first choice of the reply is a probe: a new prompt may be predictable."""
         self._since_probe = 1 << 30
         self._num_replies += 1
+        self._asked_target_step = False
 
     def probe_gamma(self) -> int:
         """The γ a probe drafts: the least loss T(γ) − E[N](γ)·t₁ against target-only steps
@@ -189,10 +195,17 @@ class AdaptiveGamma:
     def choose(self) -> int:
         """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties:
         smaller); 0 (a target-only step) when t₁ is timed and even the best γ is predicted to
-        lose, but for a probe of :meth:`probe_gamma` every :meth:`probe_interval` rounds."""
+        lose, but for a probe of :meth:`probe_gamma` every :meth:`probe_interval` rounds. Once per
+        reply, 0 also when a drafting round was timed but no target-only step was (no timing
+        rounds): that step times t₁."""
         self._probing = self._reply_probe = False
         if self.predicted_speedup(1) is None:
             return max(1, min(self.initial_num_speculative_tokens, self.max_num_speculative_tokens))
+        if self.costs.target_step_ms is None and self._num_replies and not self._asked_target_step:
+            # no target-only step timed (a run without timing rounds: measure_speedup off): one
+            # target-only round times t₁, without which a losing drafter could never pause
+            self._asked_target_step = True
+            return 0
         best, best_s = 1, float("-inf")
         for gamma in range(1, self.max_num_speculative_tokens + 1):
             s = self.predicted_speedup(gamma)

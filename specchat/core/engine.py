@@ -229,7 +229,9 @@ class SpeculativeEngine:
                 gamma = 0
             else:
                 gamma = controller.choose() if controller is not None else config.num_speculative_tokens
-            drafting_paused = controller is not None and not timing and gamma == 0  # no γ pays
+            drafting_paused = controller is not None and not timing and gamma == 0 and controller.paused  # no γ pays
+            # the controller's own target-only round to time t₁ (a run without timing rounds)
+            timing = timing or (controller is not None and gamma == 0 and not controller.paused)
             with torch.inference_mode():
                 events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused)
             if drafting and state.drafter is None:  # the drafter failed this round

@@ -148,12 +148,22 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
         yield {page.drafter_status: status_html(f"drafter '{kind}' ready{compile_note(service, kind)}"), page.active_drafter: kind}
 
-    def show_loading():
+    picked_here: set = set()  # pages (session hashes) where the user picked a drafter
+
+    def note_pick(request: gr.Request = None):
+        """The user picked a drafter on this page: the start-up pick must not overwrite it."""
+        picked_here.add(getattr(request, "session_hash", None))
+
+    def show_loading(request: gr.Request = None):
         """On page load: mirror the background loading progress until the models are ready;
-        if the start-up drafter failed to load, switch this page to target-only and say why."""
+        if the start-up drafter failed to load, switch this page to target-only and say why. A
+        drafter the user picked while the models loaded stays picked."""
         for banner in wait_until_ready(service):
             yield {page.load_banner: banner}
         if getattr(service, "startup_error", None) is not None:
+            return
+        if getattr(request, "session_hash", None) in picked_here:  # that pick's own status follows
+            yield {page.load_banner: getattr(service, "banner", "")}
             return
         picked = getattr(service, "picked", None) if auto else None
         first = picked[0] if picked and picked[0] in kinds else drafter0
@@ -213,6 +223,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
 
     def drop_session(request: gr.Request = None):
         sessions.drop(getattr(request, "session_hash", None))
+        picked_here.discard(getattr(request, "session_hash", None))
 
     inside = [page.inspector, page.timeline, page.race, page.download, page.ledger, page.plot_worth]
     everything = [page.textbox, page.chatbot, page.stats, page.table, *page.plots, *inside]
@@ -238,6 +249,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         trigger_mode="always_last",  # picks made while one waits: the last one wins ("once" dropped them)
         api_name="prepare_drafter",
     )
+    # a second listener, outside the model queue: it runs at once, even while a reply streams
+    page.drafter.select(note_pick, None, None, concurrency_limit=None, show_progress="hidden", api_visibility="private")
     page.scope.input(set_scope, inputs=[page.scope], outputs=list(page.plots), concurrency_limit=None,
                      show_progress="hidden", api_name="charts")
     demo.load(
