@@ -154,30 +154,37 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         """The user picked a drafter on this page: the start-up pick must not overwrite it."""
         picked_here.add(getattr(request, "session_hash", None))
 
-    def show_loading(request: gr.Request = None):
-        """On page load: mirror the background loading progress until the models are ready;
-        if the start-up drafter failed to load, switch this page to target-only and say why. A
-        drafter the user picked while the models loaded stays picked."""
+    def show_loading():
+        """On page load: mirror the background loading progress until the models are ready
+        (:func:`apply_startup_pick` follows)."""
         for banner in wait_until_ready(service):
             yield {page.load_banner: banner}
-        if getattr(service, "startup_error", None) is not None:
-            return
-        if getattr(request, "session_hash", None) in picked_here:  # that pick's own status follows
+        if getattr(service, "startup_error", None) is None:  # else the last banner says what failed
             yield {page.load_banner: getattr(service, "banner", "")}
-            return
+
+    def apply_startup_pick(current, request: gr.Request = None):
+        """Once the models are ready: show the start-up drafter (the one picked by measurement,
+        and why), or, if it failed to load, switch this page to target-only and say why. A
+        drafter the user picked on this page while the models loaded stays picked, with that
+        pick's own status line: ``current`` is the menu's value when loading ended (read then, so
+        no event order can hide a pick), and :func:`note_pick` covers a pick of the menu's first
+        value."""
+        unchanged = {page.drafter_status: gr.skip()}  # Gradio needs one output at least
+        if getattr(service, "startup_error", None) is not None:
+            return unchanged
+        if current != drafter0 or getattr(request, "session_hash", None) in picked_here:
+            return unchanged
         picked = getattr(service, "picked", None) if auto else None
         first = picked[0] if picked and picked[0] in kinds else drafter0
         error = getattr(service, "drafter_errors", {}).get(first)
         if error is not None:
             text = f"drafter '{first}' could not be loaded ({error}): answering with the target only"
             gr.Warning(text)
-            yield {page.load_banner: "", page.drafter_status: status_html(text, error=True),
-                   page.drafter: "none", page.active_drafter: "none"}
-            return
+            return {page.drafter_status: status_html(text, error=True), page.drafter: "none", page.active_drafter: "none"}
         why = f" · picked by measurement: {picked[1]}" if picked else ""
         why += compile_note(service, first)
-        yield {page.load_banner: getattr(service, "banner", ""), page.drafter_status: status_html(f"drafter '{first}' ready{why}"),
-               **({page.drafter: first, page.active_drafter: first} if picked else {})}
+        return {page.drafter_status: status_html(f"drafter '{first}' ready{why}"),
+                **({page.drafter: first, page.active_drafter: first} if picked else {})}
 
     def select(ref, request: gr.Request = None):
         try:
@@ -254,9 +261,11 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     page.scope.input(set_scope, inputs=[page.scope], outputs=list(page.plots), concurrency_limit=None,
                      show_progress="hidden", api_name="charts")
     demo.load(
-        show_loading, None, [page.load_banner, page.drafter_status, page.drafter, page.active_drafter],
-        show_progress="hidden", api_visibility="private",
+        show_loading, None, [page.load_banner], show_progress="hidden", api_visibility="private",
         concurrency_limit=None,  # every open tab polls; no model work happens here
+    ).then(  # the menu's value is read when loading ends, after any pick made meanwhile
+        apply_startup_pick, [page.drafter], [page.drafter_status, page.drafter, page.active_drafter],
+        show_progress="hidden", api_visibility="private", concurrency_limit=None,
     )
     cleared = [page.chatbot, page.stats, page.table, *page.plots, page.inspector, page.timeline, page.ledger, page.plot_worth]
     page.clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
