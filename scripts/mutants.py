@@ -951,6 +951,14 @@ MUTANTS = [
         "matches shorter than min_match make lookup rounds",
     ),
     Mutant(
+        "hybrid-one-lookup-controller",
+        14,
+        "specchat/drafters/hybrid.py",
+        'return "lookup-long" if match_len >= self.long_match else "lookup-short"',
+        'return "lookup-long"',
+        "lookups after short and long matches share one adaptive-γ controller",
+    ),
+    Mutant(
         "calibration-against-one-baseline",
         14,
         "specchat/analysis/calibrate.py",

@@ -79,6 +79,20 @@ def test_the_copy_is_where_the_trace_says_on_random_contexts():
     assert found > 200
 
 
+def test_a_round_is_named_by_its_source_and_match_length():
+    # adaptive γ keeps one controller per name: a lookup after a long match is right far more
+    # often than one after a short match, and a model round costs a drafter step per token
+    drafter = HybridDrafter(model_drafter(FakeLM(V, hashed_logits(V, seed=1, scale=2.0)), V))  # min 3, long 8
+    long_ids = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4, 5, 6, 7, 8]  # the last 8 ids occurred at 0
+    assert drafter.round_source(long_ids) == "lookup-long"
+    short_ids = [1, 2, 3, 4, 9, 1, 2, 3]  # [1, 2, 3] occurred, [9, 1, 2, 3] did not
+    assert drafter.round_source(short_ids) == "lookup-short"
+    assert drafter.round_source(short_ids[:-1]) == "model"  # [1, 2]: shorter than min_match
+    assert HybridDrafter(drafter.model_drafter, long_match=3).round_source(short_ids) == "lookup-long"
+    with pytest.raises(ValueError, match="long_match"):
+        HybridDrafter(drafter.model_drafter, min_match=3, long_match=2)
+
+
 def test_the_kind_is_in_the_table():
     kind = drafter_kinds.get("hybrid")
     assert kind.is_model and not kind.needs_sibling
@@ -109,7 +123,8 @@ def test_hybrid_greedy_output_is_target_only_output(tiny_pair, gamma):
     assert sum(r.num_drafted for r in rounds) >= 10
     if gamma == 8:  # adaptive γ: one controller per source, since their acceptance and costs differ
         events_of(engine, prompt, drafter, num_speculative_tokens=8, adaptive_gamma=True, max_new_tokens=40)
-        assert {k[3] for k in engine.gamma_controllers if k[0] == "hybrid"} == {"lookup", "model"}
+        # the prompt repeated whole: its lookups follow long matches
+        assert {k[3] for k in engine.gamma_controllers if k[0] == "hybrid"} == {"lookup-long", "model"}
     # the model part kept the conversation's cache for the next turn; forgetting it reaches the part
     assert drafter.kept_ids is not None and part.kept_ids == drafter.kept_ids
     drafter.forget_prefix()
