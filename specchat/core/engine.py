@@ -205,8 +205,9 @@ class SpeculativeEngine:
 
         controller = None
         adaptive = state.drafter is not None and config.adaptive_gamma
-        # a drafter with several sources (the hybrid: lookup or model) names each round's source,
-        # and each source gets a controller of its own: their acceptance and costs differ
+        # a drafter with several sources (the hybrid: a lookup after a long or a short match, or
+        # the model) names each round's source, and each source gets a controller of its own:
+        # their acceptance and costs differ
         round_source = getattr(state.drafter, "round_source", None) if adaptive else None
         replied: set = set()  # the controllers that chose a γ in this reply
 
