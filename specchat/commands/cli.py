@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.commands import audit, bench_cli, calibrate, chat, generate
+from specchat.commands import audit, bench_cli, bench_page, calibrate, chat, generate
 from specchat.options import PROG, Parser, add_app_arguments, use_model_sources
 
-_COMMANDS = {"generate": generate, "chat": chat, "calibrate": calibrate, "audit": audit, "bench": bench_cli}
+_COMMANDS = {"generate": generate, "chat": chat, "calibrate": calibrate, "audit": audit, "bench": bench_cli,
+             "bench-page": bench_page}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,335 @@
+"""``specchat bench-page``: how fast the page streams a reply, against the engine on the same reply.
+
+For each drafter asked for, the command starts the app (``python -m specchat app``) in a process
+of its own, opens the real page in headless Chromium and sends N messages in one conversation.
+After each reply in the page, the same reply (the same history, message and settings) runs
+through the engine in this process with no page and no browser: at temperature 0 both make the
+same tokens, so the two rates compare like for like, one right after the other. Per reply it
+reports:
+
+- page tokens/s: the reply's tokens ÷ the time from Send to the page's last change of the chat
+  (a MutationObserver in the page, on the browser's own clock);
+- engine tokens/s: the same tokens ÷ the time from the call to the last event (prefill included
+  in both);
+- bytes per update: the data of each streamed server-sent event the browser received (Chrome's
+  DevTools network events), median and largest;
+- CPU: the browser's (every Chromium process) and the app's, in seconds and in % of one core
+  over the page time, beside the engine's own CPU time for the same reply.
+
+Writes ``page-bench.json`` to ``--out`` and prints a table and the goals of issue 34. Needs
+Debian's chromium and chromium-driver and selenium (``requirements-bench.txt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
+from specchat.drafters.kinds import KIND_NAMES
+from specchat.options import PROG, add_models_argument, add_runtime_argument, ranged
+
+CHAT_SCRIPT = Path(__file__).with_name("bench_page_chat.json")
+
+# Installed once per page: the time of every change inside the chat (the reply's tokens, its
+# summary); the time of Send is taken in the same script that clicks it.
+OBSERVE_JS = """
+if (!window.__specObs) {
+  window.__specLast = 0;
+  window.__specObs = new MutationObserver(() => { window.__specLast = performance.now(); });
+  window.__specObs.observe(document.querySelector('#spec-chat'), {subtree: true, childList: true, characterData: true});
+}
+"""
+SEND_JS = """
+const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Send');
+window.__specT0 = performance.now(); window.__specLast = 0;
+button.click();
+"""
+# The latest reply: its summary (it reads "generating…" while the reply streams) and how many
+# replies there are; the page's size.
+REPLY_JS = """
+const bots = document.querySelectorAll('#spec-chat [data-testid=bot]');
+const last = bots[bots.length - 1];
+const summary = last ? last.querySelector('.spec-summary') : null;
+return {replies: bots.length, summary: summary ? summary.innerText : '', t0: window.__specT0,
+        last: window.__specLast, nodes: document.getElementsByTagName('*').length,
+        chat_html: document.querySelector('#spec-chat').innerHTML.length};
+"""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "bench-page", help="time replies streamed in the real page (headless Chromium) against the engine alone",
+        description="Starts the app, drives the page in headless Chromium through one conversation, and after each "
+                    "reply runs the same reply through the engine with no page: page tokens/s ÷ engine tokens/s, "
+                    "bytes per streamed update, and the browser's and the app's CPU time, per reply.",
+    )
+    p.add_argument("--target", help="models.yaml name, local directory or .gguf file (default: the models.yaml default)")
+    add_runtime_argument(p, threads=True)
+    p.set_defaults(runtime="llamacpp")
+    p.add_argument("--drafters", nargs="+", choices=KIND_NAMES, default=["none", "hybrid"],
+                   help="one conversation per drafter, each in a fresh app (default: none hybrid)")
+    p.add_argument("--messages", type=ranged(int, 1, 200, "1..200"), default=20,
+                   help="messages in the conversation (default 20; the shipped script has 20, more repeat it)")
+    p.add_argument("--max-new-tokens", type=ranged(int, 16, MAX_NEW_TOKENS_LIMIT, f"16..{MAX_NEW_TOKENS_LIMIT}"),
+                   default=256, help="per reply (default 256, the page's default)")
+    p.add_argument("--gamma", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                   default=12, help="the most γ adaptive γ may choose (default 12, the page's default)")
+    p.add_argument("--port", type=ranged(int, 1024, 65535, "1024..65535"), default=7870)
+    p.add_argument("--out", default="bench-results", metavar="DIR", help="folder for page-bench.json")
+    p.add_argument("--timeout", type=ranged(float, 10, 3600, "10..3600"), default=600,
+                   help="seconds a reply (or the app's start) may take (default 600)")
+    add_models_argument(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """``specchat bench-page``; the exit status (2: a usage or set-up error, 1: a failed run)."""
+    from specchat.commands import browser
+
+    lacking = browser.missing()
+    if lacking:
+        print(f"{PROG} bench-page: error: the browser is missing: {', '.join(lacking)} "
+              "(apt-get install chromium chromium-driver; pip install -r requirements-bench.txt)", file=sys.stderr)
+        return 2
+    messages = json.loads(CHAT_SCRIPT.read_text())
+    messages = [messages[i % len(messages)] for i in range(args.messages)]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    from specchat.service import ChatService
+
+    service = ChatService(target=args.target, runtime=args.runtime, threads=args.threads)
+    service.load()
+    results = []
+    for drafter in args.drafters:
+        service.prepare_drafter(drafter)
+        say(f"bench-page: drafter {drafter}: {len(messages)} messages, {args.max_new_tokens} new tokens each")
+        results.append({"drafter": drafter, "replies": conversation(service, drafter, messages, args, out, say)})
+    meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "runtime": service.runtime,
+            "target": service.target_name, "cpu_count": os.cpu_count(), "processor": _processor(),
+            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "date": time.strftime("%Y-%m-%d %H:%M")}
+    summary = summarize(results)
+    (out / "page-bench.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1))
+    print(format_report(results, summary))
+    print(f"\nwrote {out / 'page-bench.json'}")
+    return 0
+
+
+def conversation(service, drafter: str, messages: list[str], args, out: Path, say) -> list[dict]:
+    """One conversation in a fresh app on ``drafter``: each message in the page, then the same
+    reply through ``service``'s engine; a row per reply."""
+    from specchat.commands import browser
+
+    log = open(out / f"page-bench-app-{drafter}.log", "w")  # noqa: SIM115 (closed below)
+    cmd = [sys.executable, "-m", "specchat", "app", "--runtime", args.runtime, "--drafter", drafter,
+           "--port", str(args.port)]
+    cmd += ["--target", args.target] if args.target else []
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    app = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    d = None
+    try:
+        _wait_for_ready(out / f"page-bench-app-{drafter}.log", app, args.timeout)
+        d = browser.driver(1440, 1000, performance_log=True)
+        d.get(f"http://127.0.0.1:{args.port}")
+        browser.wait_ready(d, args.timeout)
+        if args.max_new_tokens != 256:
+            browser.set_number(d, "max new tokens", args.max_new_tokens)
+        if args.gamma != 12:
+            browser.set_number(d, "γ: draft tokens", args.gamma)
+        d.execute_script(OBSERVE_JS)
+        d.get_log("performance")  # drop what loading the page logged
+        history: list[dict] = []
+        rows = []
+        for number, message in enumerate(messages, 1):
+            row = page_reply(d, app.pid, message, number, args.timeout)
+            engine = engine_reply(service, history, message, drafter, args)
+            history += [{"role": "user", "content": message}, {"role": "assistant", "content": engine.pop("text")}]
+            row.update(engine)
+            row["page_over_engine"] = row["page_tokens_per_s"] / engine["engine_tokens_per_s"]
+            rows.append(row)
+            say(f"  reply {number:>2}: {row['tokens']:>3} tokens, page {row['page_tokens_per_s']:.2f} tok/s, engine "
+                f"{engine['engine_tokens_per_s']:.2f} tok/s ({row['page_over_engine']:.2f}×), browser "
+                f"{row['browser_cpu_pct']:.0f}% of a core, {row['updates']} updates of median "
+                f"{row['update_bytes_median']} B")
+        return rows
+    finally:
+        if d is not None:
+            d.quit()
+        app.terminate()
+        try:
+            app.wait(30)
+        except subprocess.TimeoutExpired:
+            app.kill()
+        log.close()
+
+
+def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> dict:
+    """Send ``message`` in the page and wait for reply ``number`` to finish: its timing, bytes
+    per streamed update and CPU times."""
+    from selenium.webdriver.common.by import By
+
+    box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+    box.send_keys(message)
+    browsers = _descendants(d.service.process.pid)
+    cpu0 = {pid: _cpu_s(pid) for pid in browsers + [app_pid]}
+    d.execute_script(SEND_JS)
+    deadline = time.time() + timeout
+    while True:
+        time.sleep(0.5)
+        state = d.execute_script(REPLY_JS)
+        if state["replies"] >= number and state["summary"] and "generating" not in state["summary"]:
+            break
+        if time.time() > deadline:
+            raise TimeoutError(f"reply {number} did not finish in {timeout:.0f} s")
+    cpu1 = {pid: _cpu_s(pid) for pid in cpu0}
+    page_s = (state["last"] - state["t0"]) / 1000
+    match = re.match(r"(\d+) tokens", state["summary"])
+    tokens = int(match.group(1)) if match else 0
+    sizes = _update_sizes(d.get_log("performance"))
+    browser_s = sum(cpu1[p] - cpu0[p] for p in browsers)
+    app_s = cpu1[app_pid] - cpu0[app_pid]
+    return {
+        "reply": number, "tokens": tokens, "page_s": round(page_s, 3), "page_tokens_per_s": tokens / page_s,
+        "updates": len(sizes), "update_bytes_median": int(statistics.median(sizes)) if sizes else 0,
+        "update_bytes_max": max(sizes, default=0), "update_bytes_total": sum(sizes),
+        "browser_cpu_s": round(browser_s, 3), "browser_cpu_pct": 100 * browser_s / page_s,
+        "app_cpu_s": round(app_s, 3), "app_cpu_pct": 100 * app_s / page_s,
+        "dom_nodes": state["nodes"], "chat_html_chars": state["chat_html"],
+    }
+
+
+def engine_reply(service, history: list[dict], message: str, drafter: str, args) -> dict:
+    """The same reply through the engine alone (greedy, the page's settings): its rate and CPU time."""
+    import threading
+
+    from specchat.core.events import DoneEvent
+    from specchat.ui.reply import ReplySettings
+
+    config = ReplySettings(drafter, args.gamma, True, 0.0, 1.0, args.max_new_tokens).config(seed=0)
+    cpu0, start = time.process_time(), time.perf_counter()
+    done = None
+    for item in service.stream_chat(history, message, drafter=drafter, config=config, cancel=threading.Event()):
+        if isinstance(item, DoneEvent):
+            done = item
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
+    tokens = len(done.kinds) if done is not None else 0
+    return {"engine_tokens": tokens, "engine_s": round(seconds, 3), "engine_tokens_per_s": tokens / seconds,
+            "engine_cpu_s": round(cpu, 3), "text": done.text if done is not None else ""}
+
+
+def summarize(results: list[dict]) -> dict:
+    """Per drafter: page ÷ engine at the first and the last reply and their median, the browser's
+    CPU, and bytes per update against the reply's length and its place in the conversation."""
+    out = {}
+    for run in results:
+        rows = run["replies"]
+        if not rows:
+            continue
+        ratios = [r["page_over_engine"] for r in rows]
+        out[run["drafter"]] = {
+            "replies": len(rows),
+            "first_page_over_engine": ratios[0], "last_page_over_engine": ratios[-1],
+            "median_page_over_engine": statistics.median(ratios),
+            "browser_cpu_pct_median": statistics.median(r["browser_cpu_pct"] for r in rows),
+            "browser_cpu_pct_max": max(r["browser_cpu_pct"] for r in rows),
+            "bytes_per_update_first": rows[0]["update_bytes_median"],
+            "bytes_per_update_last": rows[-1]["update_bytes_median"],
+            "same_tokens": all(r["tokens"] == r["engine_tokens"] for r in rows),
+        }
+    return out
+
+
+def format_report(results: list[dict], summary: dict) -> str:
+    lines = []
+    for run in results:
+        lines.append(f"\ndrafter {run['drafter']}:")
+        lines.append(f"{'reply':>5} {'tokens':>6} {'page tok/s':>10} {'engine tok/s':>12} {'page÷engine':>11} "
+                     f"{'updates':>7} {'B/update':>8} {'browser CPU':>11} {'app CPU':>8} {'engine CPU':>10} {'DOM nodes':>9}")
+        for r in run["replies"]:
+            lines.append(f"{r['reply']:>5} {r['tokens']:>6} {r['page_tokens_per_s']:>10.2f} {r['engine_tokens_per_s']:>12.2f} "
+                         f"{r['page_over_engine']:>10.2f}× {r['updates']:>7} {r['update_bytes_median']:>8} "
+                         f"{r['browser_cpu_pct']:>10.0f}% {r['app_cpu_s']:>7.1f}s {r['engine_cpu_s']:>9.1f}s "
+                         f"{r['dom_nodes']:>9}")
+    lines.append("\ngoals (issue 34):")
+    for drafter, s in summary.items():
+        n = s["replies"]
+        for text, value, met in (
+            (f"{drafter}: page ÷ engine, reply 1 >= 0.95", s["first_page_over_engine"], s["first_page_over_engine"] >= 0.95),
+            (f"{drafter}: page ÷ engine, reply {n} >= 0.90", s["last_page_over_engine"], s["last_page_over_engine"] >= 0.90),
+            (f"{drafter}: browser CPU while streaming <= 15 % (median)", s["browser_cpu_pct_median"],
+             s["browser_cpu_pct_median"] <= 15),
+        ):
+            lines.append(f"  {text:<58} {value:>7.2f}  {'met' if met else 'NOT met'}")
+        lines.append(f"  {drafter}: bytes per update, reply 1 / reply {n}: {s['bytes_per_update_first']} / "
+                     f"{s['bytes_per_update_last']}; same tokens in page and engine: {s['same_tokens']}")
+    return "\n".join(lines)
+
+
+def _wait_for_ready(log_path: Path, app: subprocess.Popen, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = log_path.read_text(errors="replace")
+        if "Ready:" in text:
+            return
+        if app.poll() is not None or "error: loading the models failed" in text:
+            raise RuntimeError(f"the app did not start (exit {app.poll()}); its output is in {log_path}")
+        time.sleep(1)
+    raise TimeoutError(f"the app was not ready in {timeout:.0f} s; its output is in {log_path}")
+
+
+def _update_sizes(entries: list[dict]) -> list[int]:
+    """Bytes of each streamed update (a server-sent event of the queue's data stream) in Chrome's
+    DevTools log entries."""
+    sizes = []
+    for entry in entries:
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.eventSourceMessageReceived":
+            data = message["params"].get("data", "")
+            if '"process_generating"' in data or '"process_completed"' in data:
+                sizes.append(len(data.encode()))
+    return sizes
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (chromedriver's Chromium processes)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _processor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
