@@ -63,7 +63,8 @@ def llama_greedy(gguf_path, weights):
 
     # flash attention on: what llama.cpp's default (auto, the runtime's) resolves to on a CPU; llama-cpp-python's
     # own default is off, whose logits differ by up to ~0.4 here (f16 rounding inside attention)
-    llm = llama_cpp.Llama(str(gguf_path), n_ctx=1024, n_threads=1, flash_attn=True, verbose=False)
+    with llamacpp.plain_buffers():  # loaded as the runtime loads it (an AMX build: no AMX kernels)
+        llm = llama_cpp.Llama(str(gguf_path), n_ctx=1024, n_threads=1, flash_attn=True, verbose=False)
     eos = weights.end_of_generation_ids()
 
     def decode(prompt: list[int], n: int = NUM_TOKENS) -> list[int]:
@@ -132,8 +133,9 @@ def test_greedy_speculation_equals_llama_cpps_greedy_decode_for_every_drafter(en
 
 
 def test_adaptive_gamma_and_a_kept_prefix_across_turns(engine, llama_greedy):
-    """Turn 2 extends turn 1's prompt and reply: the target's cache is reused, and the reply is
-    still llama.cpp's own greedy decode of the whole conversation."""
+    """Turn 2 extends turn 1's prompt and reply: the target's cache is reused; the speculative
+    reply equals the target alone's from the same cached states, and llama.cpp's own greedy decode
+    of the whole conversation up to where a fresh pass's top logits were too close to call."""
     drafter = drafters(engine)["tempered"]
     first, _ = reply(engine, CHAT_PROMPT, drafter, adaptive_gamma=True)
     assert first == llama_greedy(CHAT_PROMPT)
@@ -141,7 +143,20 @@ def test_adaptive_gamma_and_a_kept_prefix_across_turns(engine, llama_greedy):
     kept = engine.target.num_cached
     assert kept >= len(CHAT_PROMPT)  # the first turn's states were kept for the next prompt
     second, _ = reply(engine, second_prompt, drafter, adaptive_gamma=True)
-    assert second == llama_greedy(second_prompt)
+    # the target alone, from the same cached positions (the prompt's are kept, the reply's cut)
+    alone, _ = reply(engine, second_prompt, None)
+    assert second == alone
+    expected = llama_greedy(second_prompt)
+    if second != expected:
+        # The cached prompt was computed in other batches than one fresh pass over it, and llama.cpp's
+        # sums round by batch and by CPU: on an AVX-512 Xeon the target alone from the kept prefix
+        # took a token whose fresh logit was 0.35 below the fresh top one (three within 0.35 there).
+        # Allowed only where the fresh pass's top logits were that close; nothing after it compares.
+        i = next(k for k, (a, b) in enumerate(zip(second, expected)) if a != b)
+        fresh = uncached_logits(llamacpp.LlamaCppRuntime(engine.target.weights, context_length=256, threads=1))
+        logits = fresh(second_prompt + expected[:i])
+        assert int(logits.argmax()) == expected[i]
+        assert float(logits[expected[i]] - logits[second[i]]) < 0.5, (i, torch.topk(logits, 3))
 
 
 def uncached_logits(runtime):

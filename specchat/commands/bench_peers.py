@@ -153,10 +153,13 @@ def _llama(service, drafter: str, n_ctx: int):
     key = (drafter, n_ctx)
     if key not in cache:
         draft = LlamaPromptLookupDecoding(num_pred_tokens=PROMPT_LOOKUP_NUM_TOKENS) if drafter == "ngram" else None
-        cache[key] = llama_cpp.Llama(
-            str(service.target_path), n_ctx=n_ctx, n_threads=service.engine.target.threads,
-            n_threads_batch=service.engine.target.threads, flash_attn=True, draft_model=draft, verbose=False,
-        )
+        from specchat.runtimes.llamacpp import plain_buffers
+
+        with plain_buffers():  # as the runtime loads it (no AMX kernels on an AMX build)
+            cache[key] = llama_cpp.Llama(
+                str(service.target_path), n_ctx=n_ctx, n_threads=service.engine.target.threads,
+                n_threads_batch=service.engine.target.threads, flash_attn=True, draft_model=draft, verbose=False,
+            )
     return cache[key]
 
 

@@ -367,12 +367,9 @@ def _save_tokenizer(gguf_path: Path, directory: Path, entry: ModelEntry) -> None
 
 def _gguf_chat_template(gguf_path: Path) -> str | None:
     """``tokenizer.chat_template`` from the GGUF metadata, or None."""
-    from gguf import GGUFReader
+    from specchat.runtimes.gguf_header import read_header
 
-    field = GGUFReader(str(gguf_path)).fields.get("tokenizer.chat_template")
-    if field is None:
-        return None
-    value = field.contents()
+    value = read_header(gguf_path).fields.get("tokenizer.chat_template")
     return value if isinstance(value, str) and value else None
 
 

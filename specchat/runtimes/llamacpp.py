@@ -22,6 +22,7 @@ says why this runtime is not offered when it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -113,6 +114,31 @@ def amx_build() -> bool:
 _amx_warned = False
 
 
+@contextlib.contextmanager
+def plain_buffers():
+    """While inside, llama-cpp-python's ``Llama`` loads a model as :class:`LlamaCppModel` does on
+    an AMX build (:func:`amx_build`): without extra buffer types, so that it cannot crash in the
+    AMX kernels. ``Llama`` does not take ``use_extra_bufts``; its ``llama_model_default_params``
+    is wrapped instead (for the bench's llama.cpp peer and the tests' reference decode)."""
+    from llama_cpp import llama_cpp as bindings  # the module llama_cpp.Llama calls
+
+    if not amx_build():
+        yield
+        return
+    default = bindings.llama_model_default_params
+
+    def params():
+        out = default()
+        out.use_extra_bufts = False
+        return out
+
+    bindings.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = default
+
+
 def default_threads() -> int:
     """Threads llama.cpp uses by default: every CPU this process may run on (as ``llama-bench -t``)."""
     try:
@@ -125,10 +151,11 @@ def gguf_model_size(path: Path) -> ModelSize:
     """Matmul weights of a GGUF file and their bytes as stored (the real quantization: Q4_K_M
     ≈ 4.8 bits per weight). Every 2-D ``*.weight`` tensor (and the bias next to one) counts,
     except the input embedding ``token_embd.weight`` (a lookup), which counts as the LM head
-    when the file has no ``output.weight`` (tied embeddings). Read from the GGUF header."""
-    from gguf import GGUFReader
+    when the file has no ``output.weight`` (tied embeddings). Read from the GGUF header
+    (:func:`specchat.runtimes.gguf_header.read_header`: 0.1 s, not gguf.GGUFReader's 5.7 s)."""
+    from specchat.runtimes.gguf_header import read_header
 
-    tensors = {t.name: t for t in GGUFReader(str(path)).tensors}
+    tensors = {t.name: t for t in read_header(path).tensors}
     matmul = {name for name, t in tensors.items() if name.endswith(".weight") and len(t.shape) >= 2}
     matmul.discard("token_embd.weight")
     if "output.weight" not in tensors and "token_embd.weight" in tensors:
@@ -152,10 +179,12 @@ def lower_bit_file_type(path: Path) -> str:
     Raises:
         ValueError: the file is 3 bits or fewer already (or says no file type): no lower-bit copy.
     """
-    from gguf import GGUFReader, LlamaFileType
+    from gguf import LlamaFileType
 
-    field = GGUFReader(str(path)).fields.get("general.file_type")
-    name = LlamaFileType(int(field.parts[-1][0])).name if field is not None else "unknown"
+    from specchat.runtimes.gguf_header import read_header
+
+    field = read_header(path).fields.get("general.file_type")
+    name = LlamaFileType(int(field)).name if field is not None else "unknown"
     if name in _ABOVE_4_BITS:
         return "Q4_0"
     if name in _4_BITS:
