@@ -20,7 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from specchat.commands.browser import (  # noqa: E402,F401 (the tests' names)
-    PAGE_STATE, button, driver, pick_drafter, screenshot, send, set_checkbox, set_number, shown_speedup, wait_done,
+    PAGE_STATE,
+    button,
+    driver,
+    pick_drafter,
+    screenshot,
+    send,
+    set_checkbox,
+    set_number,
+    shown_speedup,
+    wait_done,
     wait_ready,
 )
 

@@ -32,6 +32,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import DRAFTER_KINDS, Notice
 from specchat.ui import app
+from specchat.ui.transcript import feed_messages
 
 A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 
@@ -244,16 +245,17 @@ def test_token_span_escapes_text_and_title():
     assert 'class="tok tok-target"' in target_only and ">a&#10;&#9;b<" in target_only
 
 
-def test_chatbot_keeps_indentation_and_tabs():
-    """Gradio's Chatbot runs inspect.cleandoc on string content; escape_text makes it a no-op."""
+def test_a_reply_keeps_indentation_and_tabs_in_code_and_its_plain_text():
+    """A code block keeps the model's indentation and tabs; the reply's plain text (its copy
+    button, the history) is exactly what the model wrote."""
     from specchat.ui.render import ReplyRenderer
 
     reply = ReplyRenderer()
-    for i, text in enumerate(["def f():", "\n   ", " return 1", "\n\tx", "\n\n"]):
+    for i, text in enumerate(["```\n", "def f():", "\n   ", " return 1", "\n\tx", "\n```\n"]):
         reply.add_token(TokenEvent(i, A, text, 0.9, 0.9, None, None, None, 0, i, 4))
-    message = gr.Chatbot().postprocess([{"role": "assistant", "content": reply.html()}]).root[0]
-    shown = message.content[0].text if isinstance(message.content, list) else message.content.text
-    assert html.unescape(re.sub(r"<[^>]*>", "", shown)) == "def f():\n    return 1\n\tx\n\n"
+    code = reply.blocks()[0]
+    assert [html.unescape(re.sub(r"<[^>]*>", "", line)) for line in code["lines"]] == ["def f():", "    return 1", "\tx"]
+    assert reply.text == "```\ndef f():\n    return 1\n\tx\n```\n"
 
 
 def test_drafter_choices_come_from_the_one_table():
@@ -268,16 +270,16 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     client, fake, _ = served
     out = _chat(_new_session(client), "hello <b>there</b>")
     assert out["textbox"] is None  # a reply never writes into the box (the user may be typing the next message)
-    chat = out["chat"]
+    chat = feed_messages(out["chat"])
     assert [m["role"] for m in chat] == ["user", "assistant"]
-    user, reply = _text(chat[0]["content"]), _text(chat[1]["content"])
+    user, reply = chat[0]["content"], chat[1]["content"]
     assert "hello &lt;b&gt;there&lt;/b&gt;" in user
     for cls in ("tok-accepted", "tok-resampled", "tok-bonus", "tok-target"):
-        assert f'class="tok {cls} tref-1-' in reply, cls  # tref-R-I: the click target of the inspector
+        assert f'class="tok {cls}' in reply and "tref-1-" in reply, cls  # tref-R-I: the click target of the inspector
     assert "<script>" not in reply and "&lt;script&gt;alert(1)&lt;/script&gt;" in reply
-    assert "<b>" not in reply
-    assert "*done* &amp; &lt;b&gt;ok&lt;/b&gt;" in reply  # markdown characters kept literally
-    assert "```" in reply and ":&#10;" in reply and "\n" not in reply  # newlines as references
+    assert "<b>" not in reply and "&lt;b&gt;ok&lt;/b&gt;" in reply  # model HTML stays text
+    assert "<em>" in reply and "done" in reply  # Markdown rendered: *done* is emphasis
+    assert '<div class="spec-code" data-lang="python">' in reply and '<span class="k">' in reply  # highlighted code
     assert 'title="resampled · p=0.90 (rejected draft: p=0.10 q=0.70)"' in reply
     assert 'title="accepted · p=0.90 q=0.80"' in reply
     # the label says what made the reply; the summary closes it
@@ -285,9 +287,8 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     # the fake's rounds: 100 ms per target step + 10 ms per drafted token; one target-only round
     # (t₁ = 100 ms); 18 tokens in 100 + 6 × 140 = 940 ms → 18 × 100 / 940 = 1.91×
     assert "18 tokens · α 0.69 · 2.57 tokens/round · 1.91× vs target-only steps timed during this reply" in reply
-    # the text inside the spans is exactly the model's text
-    body = re.search(r'<div class="spec-text spec-reply">(.*?)</div>', reply).group(1)
-    assert html.unescape(re.sub(r"<[^>]*>", "", body)) == REPLY_TEXT
+    # the finished reply carries the model's text exactly (its copy button, the history)
+    assert out["chat"]["items"][-1]["reply"]["text"] == REPLY_TEXT
     # stats: α = 11 accepted / 16 judged drafts (3+4+2+4+1+2), 18 tokens in 7 rounds
     stats = out["stats"]
     assert "#1 · int4 · γ adaptive ≤ 4" in stats and "α</b> 0.69" in stats
@@ -295,7 +296,6 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     assert "18 tokens in 7 rounds" in stats and "1 target only" in stats and "baseline" not in stats
     assert ">1 bonus<" in stats and ">11 accepted<" in stats and ">5 resampled<" in stats  # counted by hand from SCRIPT
     assert "<td>1</td><td>int4</td>" in out["table"] and "<td>1.91×</td>" in out["table"]
-    assert all(out[p] is not None for p in OUTPUTS[4:])
     assert fake.calls[-1]["drafter"] == "int4"
     config = fake.calls[-1]["config"]
     assert config.num_speculative_tokens == 4 and config.measure_speedup
@@ -318,9 +318,10 @@ def test_error_is_shown_and_message_is_kept(served):
     session = _new_session(client)
     out = _chat(session, "boom please")
     assert out["textbox"] == "boom please"  # put back for a retry
-    reply = _text(out["chat"][-1]["content"])
+    chat = feed_messages(out["chat"])
+    reply = chat[-1]["content"]
     assert 'class="spec-error"' in reply and "the engine failed on purpose" in reply
-    assert "boom please" in _text(out["chat"][0]["content"])  # the user's message stays visible
+    assert "boom please" in chat[0]["content"]  # the user's message stays visible
     _chat(session, "after")
     assert fake.calls[-1]["history"] == []  # the failed exchange is not sent to the model
 
@@ -328,7 +329,7 @@ def test_error_is_shown_and_message_is_kept(served):
 def test_notice_is_shown_in_the_reply(served):
     client, _, _ = served
     out = _chat(_new_session(client), "notice me")
-    reply = _text(out["chat"][-1]["content"])
+    reply = feed_messages(out["chat"])[-1]["content"]
     assert 'class="spec-notice"' in reply and "older turns were trimmed" in reply
 
 
@@ -389,7 +390,7 @@ def test_respond_yields_updates_keyed_by_component_and_stop_reaches_the_session(
     fake = FakeService(delay_s=0.01, rounds=50)
     demo = app.build_ui(fake)
     respond = _respond_fn(demo)
-    stop = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "stop_generation")
+    stop = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "stop_generation")
     mine, other = FakeRequest("session-a"), FakeRequest("session-b")
     gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, mine)
     first = next(gen)
@@ -401,7 +402,7 @@ def test_respond_yields_updates_keyed_by_component_and_stop_reaches_the_session(
     stop(mine)
     assert fake.cancels[-1].is_set()
     last = list(gen)[-1]
-    assert 'class="spec-status">stopped<' in last[chatbot][-1]["content"] and "#1 · int4" in last[stats]
+    assert 'class="spec-status">stopped<' in feed_messages(last[chatbot])[-1]["content"] and "#1 · int4" in last[stats]
     assert "session-a" in demo.sessions and not demo.sessions.get("session-a").busy
 
 
@@ -411,7 +412,7 @@ def test_unload_drops_the_session_and_stops_its_reply():
     respond = _respond_fn(demo)
     gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, FakeRequest("tab"))
     next(gen), next(gen)
-    unload = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "drop_session")
+    unload = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "drop_session")
     unload(FakeRequest("tab"))
     assert "tab" not in demo.sessions and fake.cancels[-1].is_set()
     gen.close()
@@ -509,10 +510,10 @@ def test_reply_waits_for_background_loading_and_shows_progress():
     chatbot, textbox = _by_id(demo, "spec-chat"), _by_id(demo, "spec-input")
     stream = _respond_fn(demo)("hello", "ngram", 4, 0.0, 1.0, 64)
     first = next(stream)
-    assert "waiting for the models" in str(first[chatbot][-1]["content"]) and textbox not in first
+    assert "waiting for the models" in feed_messages(first[chatbot])[-1]["content"] and textbox not in first
     fake.ready.set()
     updates = list(stream)
-    assert "tok-accepted" in str(updates[-1][chatbot][-1]["content"])
+    assert "tok-accepted" in feed_messages(next(u[chatbot] for u in reversed(updates) if chatbot in u))[-1]["content"]
     assert app.loading_html(fake) is None
 
 
@@ -584,9 +585,9 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     fake.start("auto")
     fake.ready.wait(5)
     demo = app.build_ui(fake, default_drafter="auto")
-    show = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "show_loading")
+    show = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "show_loading")
     assert list(show())[-1] == {_by_id(demo, "spec-loading"): getattr(fake, "banner", "")}  # loading: the banner only
-    apply = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "apply_startup_pick")
+    apply = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "apply_startup_pick")
     first = next(b.value for b in demo.blocks.values() if isinstance(b, gr.Dropdown) and b.label == "drafter")
     last = apply(first, SimpleNamespace(session_hash="tab-0"))  # the menu still shows its first value
     status = html.unescape(last[_by_id(demo, "spec-drafter-status")])
@@ -594,7 +595,7 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     assert sum(v == "hybrid" for v in last.values()) == 2  # the menu and the active drafter
     # a drafter asked for by name: no pick, no reason
     named = app.build_ui(fake, default_drafter="ngram")
-    apply_named = next(fn.fn for fn in named.fns.values() if fn.fn.__name__ == "apply_startup_pick")
+    apply_named = next(fn.fn for fn in named.fns.values() if fn.fn is not None and fn.fn.__name__ == "apply_startup_pick")
     last = apply_named("ngram", SimpleNamespace(session_hash="tab-0"))
     assert "picked by measurement" not in last[_by_id(named, "spec-drafter-status")]
     assert "hybrid" not in last.values()
@@ -603,7 +604,7 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     # the menu's value when loading ends shows it or the pick was of the menu's first value
     status = _by_id(demo, "spec-drafter-status")
     assert apply("none" if first != "none" else "ngram", SimpleNamespace(session_hash="tab-1")) == {status: gr.skip()}
-    note = next(fn.fn for fn in demo.fns.values() if fn.fn.__name__ == "note_pick")
+    note = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "note_pick")
     note(SimpleNamespace(session_hash="tab-2"))
     assert apply(first, SimpleNamespace(session_hash="tab-2")) == {status: gr.skip()}
     last = apply(first, SimpleNamespace(session_hash="tab-3"))  # another tab: the pick is shown

@@ -44,6 +44,7 @@ from specchat.runtimes.chat import build_chat_prompt  # noqa: E402
 from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry  # noqa: E402
 from specchat.service import ChatService, Notice  # noqa: E402
 from specchat.ui.render import ReplyRenderer, render_user  # noqa: E402
+from specchat.ui.transcript import feed_messages  # noqa: E402
 
 FFFD = "\ufffd"
 WINDOW = 8192  # SmolLM2-135M-Instruct: max_position_embeddings = 8192
@@ -372,17 +373,40 @@ class _Page(HTMLParser):
         return "".join(self.chunks)
 
 
-def _assert_only_app_markup(page: _Page):
+# what a reply's Markdown may produce (markdown-it with raw HTML and images off, Pygments' spans)
+MARKDOWN_TAGS = {"p", "em", "strong", "code", "pre", "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote",
+                 "hr", "br", "a", "s", "table", "thead", "tbody", "tr", "th", "td", "button"}
+APP_CLASS = re.compile(
+    r"spec-(text|text spec-reply|notice|status|error|label|summary|note|md|code|code-bar|code-lang|copy|line"
+    r"|rejected-run|dots)|tok tok-(accepted|resampled|bonus|target)( tok-ws)?( tref-\d+-\d+)?|tok-(rejected|unjudged)"
+    r"|language-[\w+#.-]+|[a-z]{1,3}[0-9]?"  # the last: Pygments' token classes (k, nf, s1, …)
+)
+
+
+def _assert_only_app_markup(page: _Page, *, markdown: bool = False):
     assert page.other == []
     for tag, attrs in page.elements:
-        assert tag in ("div", "span"), tag
-        assert set(attrs) <= {"class", "title"}, attrs  # no onerror, style, href, src
-        assert re.fullmatch(r"spec-(text|text spec-reply|notice|status|error|label|summary|note)|tok tok-(accepted|resampled|bonus|target)( tref-\d+-\d+)?", attrs["class"])  # noqa: E501
-        if "title" in attrs:
+        assert tag in ("div", "span") or (markdown and tag in MARKDOWN_TAGS), tag
+        allowed = {"class", "title"} | ({"href", "target", "rel", "type", "data-lang", "start"} if markdown else set())
+        assert set(attrs) <= allowed, attrs  # never onerror, style, src
+        if "href" in attrs:
+            assert re.match(r"(https?:|mailto:|[^:]*$)", attrs["href"]), attrs  # no javascript:, data:
+            assert attrs["target"] == "_blank" and attrs["rel"] == "noopener noreferrer"
+        if "class" in attrs:
+            assert APP_CLASS.fullmatch(attrs["class"]), attrs["class"]
+        if "title" in attrs and attrs.get("class", "").startswith("tok tok-"):
             assert re.fullmatch(
-                r"(accepted|resampled|bonus|target only \(no draft this round\)) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?",  # noqa: E501
+                r"(accepted|resampled|bonus|target only \(no draft this round\)) · p=\d\.\d\d( q=\d\.\d\d)?( \(rejected draft: p=\d\.\d\d( q=\d\.\d\d)?\))?"  # noqa: E501
+                r"|text held back until the reply ended",
                 attrs["title"],
             ), attrs["title"]
+
+
+def _markdown_text(source: str) -> str:
+    """What markdown-it alone shows of ``source`` (the reference: weaving tokens in changes no text)."""
+    from specchat.ui.markdown import MD
+
+    return re.sub(r"\n+", "\n", _Page(MD.render(source)).text)
 
 
 @pytest.mark.parametrize("text", [*HOSTILE, "".join(HOSTILE)])
@@ -405,7 +429,9 @@ def _token(i: int, text: str) -> TokenEvent:
     )
 
 
-def test_model_output_html_is_shown_verbatim_even_split_across_tokens():
+def test_model_output_html_stays_text_even_split_across_tokens():
+    """Model text is Markdown, never HTML: tags cut across tokens stay text, and the text shown is
+    exactly markdown-it's rendering of the reply (entities such as &lt; read as Markdown does)."""
     reply_text = "".join(HOSTILE)
     pieces = [reply_text[k : k + 5] for k in range(0, len(reply_text), 5)]  # tags cut across spans
     reply = ReplyRenderer()
@@ -413,11 +439,11 @@ def test_model_output_html_is_shown_verbatim_even_split_across_tokens():
         reply.add_token(_token(i, piece))
     reply.add_token(_token(len(pieces), ""))  # a mid-character token adds no span
     page = _Page(reply.html())
-    _assert_only_app_markup(page)
-    assert page.text == reply_text and reply.text == reply_text
-    assert [t for t, _ in page.elements] == ["div"] + ["span"] * len(pieces)
-    kinds = {a["class"] for t, a in page.elements if t == "span"}
+    _assert_only_app_markup(page, markdown=True)
+    assert re.sub(r"\n+", "\n", page.text) == _markdown_text(reply_text) and reply.text == reply_text
+    kinds = {a["class"].removesuffix(" tok-ws") for t, a in page.elements if t == "span"}
     assert kinds == {"tok tok-accepted", "tok tok-resampled", "tok tok-bonus", "tok tok-target"}
+    assert "alert(1)" in page.text and "covered" in page.text  # shown, as text
 
 
 def test_notice_error_and_final_text_are_escaped_too():
@@ -428,26 +454,10 @@ def test_notice_error_and_final_text_are_escaped_too():
                            final_text=HOSTILE[4]))
     reply.set_error(HOSTILE[1])
     page = _Page(reply.html())
-    _assert_only_app_markup(page)
-    assert page.text == HOSTILE[0] + HOSTILE[3] + HOSTILE[4] + "error: " + HOSTILE[1]
-    assert [a["class"] for _, a in page.elements] == [
-        "spec-notice", "spec-text spec-reply", "tok tok-accepted", "tok tok-target", "spec-error",
-    ]
-
-
-def test_chatbot_keeps_escaped_model_html_as_text():
-    """Through the app's Chatbot settings (no markdown): still only the app's markup, same text."""
-    import gradio as gr
-
-    reply = ReplyRenderer()
-    for i, piece in enumerate(HOSTILE):
-        reply.add_token(_token(i, piece))
-    chatbot = gr.Chatbot(render_markdown=False, latex_delimiters=[], sanitize_html=True)
-    message = chatbot.postprocess([{"role": "assistant", "content": reply.html()}]).root[0]
-    shown = message.content[0].text if isinstance(message.content, list) else message.content.text
-    page = _Page(shown)
-    _assert_only_app_markup(page)
-    assert page.text == "".join(HOSTILE)
+    _assert_only_app_markup(page, markdown=True)
+    assert page.text == HOSTILE[0] + _markdown_text(HOSTILE[3] + HOSTILE[4]).strip() + "\n" + "error: " + HOSTILE[1]
+    classes = [a.get("class") for _, a in page.elements]
+    assert classes[0] == "spec-notice" and classes[-1] == "spec-error" and "tok tok-target" in classes
 
 
 # ==== 5. out-of-range controls: the app's API and the CLI =====================================
@@ -481,9 +491,7 @@ def _assert_valid_message_still_works(client, fake):
         num_speculative_tokens=4, temperature=0.0, top_p=1.0, max_new_tokens=256, adaptive_gamma=True,
         measure_speedup=True, trace=True,
     )
-    reply = final[1][-1]["content"]
-    reply = reply if isinstance(reply, str) else "".join(part.get("text", "") for part in reply)
-    assert "tok-accepted" in reply
+    assert "tok-accepted" in feed_messages(final[1])[-1]["content"]
 
 
 @pytest.mark.parametrize(
@@ -874,6 +882,6 @@ def test_a_whole_reply_bubble_with_hostile_settings_and_message_is_only_app_mark
     list(s.respond(HOSTILE[2], ReplySettings("int4", 4, True, 0.0, 1.0, 64)))
     for message in s.chat():
         page = _Page(message["content"])
-        _assert_only_app_markup(page)
+        _assert_only_app_markup(page, markdown=True)
     assert HOSTILE[1] in _Page(s.chat()[1]["content"]).text  # the label, as text
     assert _Page(s.table()).other == [] and "<script" not in s.table().lower().replace("&lt;script", "")

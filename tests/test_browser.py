@@ -139,11 +139,44 @@ REPLY_TEXT = "const b = document.querySelectorAll('#spec-chat .message.bot, #spe
 USER_TEXTS = "return [...document.querySelectorAll('#spec-chat [data-testid=user]')].map(e => e.innerText);"
 
 
-def _tokens_text(d) -> str:
-    """The reply's text as the page shows it: the concatenated text of the colored token spans."""
-    return d.execute_script(
-        "const t = document.querySelectorAll('#spec-chat .tok'); return [...t].map(e => e.textContent).join('');"
-    )
+# The last reply: what it shows (the Markdown's text, without the code blocks' bars and the
+# hidden rejected drafts) and the model's own text it carries for its copy button.
+SHOWN = """
+const bots = document.querySelectorAll('#spec-chat [data-testid=bot]');
+const b = bots[bots.length - 1];
+if (!b) return null;
+const md = b.querySelector('.spec-md').cloneNode(true);
+md.querySelectorAll('.spec-code-bar, .spec-rejected-run').forEach(n => n.remove());
+return {shown: md.textContent, text: b.dataset.text ?? null};
+"""
+
+
+def _markdown_shown(text: str) -> str:
+    """What markdown-it alone shows of ``text`` (whitespace collapsed): the page must show the same."""
+    from html.parser import HTMLParser
+
+    from specchat.ui.markdown import MD
+
+    chunks: list[str] = []
+    parser = HTMLParser()
+    parser.handle_data = chunks.append
+    parser.feed(MD.render(text))
+    return " ".join("".join(chunks).split())
+
+
+def _assert_shows(d, text: str) -> None:
+    """The page's last reply is exactly ``text``: the text it carries is the model's, and what it
+    shows is markdown-it's rendering of it (no lost or doubled text)."""
+    got = d.execute_script(SHOWN)
+    assert got is not None and got["text"] == text, (got, text)
+    assert " ".join(got["shown"].split()) == _markdown_shown(text)
+
+
+def _kinds_agree(state: dict, run: dict) -> None:
+    """Every kind the page shows, it shows for at most as many tokens as the engine committed (a
+    token can be all markup, such as a code fence, and then shows nothing)."""
+    for kind, n in state["kinds"].items():
+        assert n <= run["kinds"][TokenKind(kind.removeprefix("tok-"))], (kind, state["kinds"], run["kinds"])
 
 
 def test_three_token_colors_match_the_legend_and_the_charts_render(served, browser):
@@ -160,7 +193,7 @@ def test_three_token_colors_match_the_legend_and_the_charts_render(served, brows
     run = service.run_for(PALINDROME)
     # every kind appears (SmolLM2 + its int4 copy, greedy: the CLI gave 45 accepted, 8 resampled, 17 bonus)
     assert {"tok-accepted", "tok-resampled", "tok-bonus"} <= set(state["kinds"]), state["kinds"]
-    assert sum(state["kinds"].values()) == run["shown"]
+    _kinds_agree(state, run)
     # the stats line counts what the engine committed
     k = run["kinds"]
     assert (
@@ -176,7 +209,7 @@ def test_three_token_colors_match_the_legend_and_the_charts_render(served, brows
         assert legend[kind] not in ("rgba(0, 0, 0, 0)", "transparent")
     assert len(set(legend[k] for k in ("accepted", "resampled", "bonus"))) == 3  # three different colors
     # the page shows exactly the reply the target produced (no lost or doubled text)
-    assert _tokens_text(d) == run["text"]
+    _assert_shows(d, run["text"])
     # four plotly charts with data: acceptance, per position, speed, theory
     plots = d.execute_script(
         "return [...document.querySelectorAll('.spec-plot .js-plotly-plot')].map(p => "
@@ -252,11 +285,16 @@ def test_clicking_tokens_and_rounds_opens_the_inspector_and_the_race_runs(served
     # the selected reply's trace can be downloaded
     assert "Download trace (reply #1)" in d.find_element(By.CSS_SELECTOR, "#spec-download").text
 
-    # rejected drafts inline: one struck-through run before each resampled token that replaced a draft
-    assert not d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected")
+    # rejected drafts inline: one struck-through run before each resampled token that replaced a draft,
+    # shown by the checkbox (in the browser, no round trip)
+    def shown_rejected():
+        return [e for e in d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected") if e.is_displayed()]
+
+    assert not shown_rejected()
     d.execute_script("[...document.querySelectorAll('label')].find(l => l.textContent.includes('show rejected drafts')).click()")
-    _wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected"), 20, "rejected drafts inline")
-    assert len(d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok-rejected")) == kinds["tok-resampled"]
+    _wait_for(shown_rejected, 20, "rejected drafts inline")
+    resampled = service.run_for(PALINDROME)["kinds"][TokenKind.RESAMPLED]
+    assert len(d.find_elements(By.CSS_SELECTOR, "#spec-chat .spec-rejected-run")) == resampled
 
     # the race, greedy: the target-only lane is the target's greedy reply; the texts agree
     _set_slider(d, "max new tokens", 24)
@@ -268,6 +306,46 @@ def test_clicking_tokens_and_rounds_opens_the_inspector_and_the_race_runs(served
     assert "target only" in verdict and "int4" in verdict and "done in" in verdict
     assert "Identical text, token for token" in verdict or "logits" in verdict, verdict
     assert d.find_element(By.CSS_SELECTOR, "#spec-input textarea").get_attribute("value") == "Say hello in French."
+
+
+def test_a_code_block_is_highlighted_with_a_copy_button_and_its_tokens_open_the_inspector(served, browser):
+    """SmolLM2 answers PALINDROME with a fenced Python block: the page shows it as code (Pygments'
+    keyword colour, no fence characters), its copy button copies the code exactly as the model
+    wrote it, a click on a token inside the code opens the inspector, and "plain" drops the tints."""
+    url, service = served
+    d = browser(url)
+    drive_app.send(d, PALINDROME)
+    drive_app.wait_done(d, 300)
+    run = service.run_for(PALINDROME)
+    code_text = run["text"].split("```", 2)[1].split("\n", 1)[1]  # the model's code, between the fences
+    assert code_text.strip(), run["text"]
+    block = d.find_element(By.CSS_SELECTOR, "#spec-chat .spec-code")
+    assert block.find_element(By.CSS_SELECTOR, ".spec-code-lang").text == "python"
+    keyword = next(e for e in block.find_elements(By.CSS_SELECTOR, "pre code span.k") if e.text == "def")
+    plain_colour = d.execute_script("return getComputedStyle(document.querySelector('#spec-chat .spec-md')).color")
+    assert keyword.value_of_css_property("color") != plain_colour  # highlighted
+    assert "```" not in block.text and "def" in block.text
+    drive_app.screenshot(d, str(OUT / "code_block.png"), width=1280)
+    # the copy button copies the code as written (captured: headless Chromium has no clipboard to read)
+    d.execute_script("window.__copied = null; navigator.clipboard.writeText = async (t) => { window.__copied = t; };")
+    button = block.find_element(By.CSS_SELECTOR, ".spec-copy")
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+    button.click()
+    assert _wait_for(lambda: d.execute_script("return window.__copied"), 10, "the copied code") == code_text
+    assert _wait_for(lambda: button.text == "copied ✓", 5, "the button's word")
+    # a token inside the code opens the inspector on its round
+    text = _inspect(d, "#spec-chat .spec-code .tok")
+    assert "reply #1 · round" in text
+    # colours, then plain: the tints go, the text stays
+    tinted = [e for e in block.find_elements(By.CSS_SELECTOR, ".tok:not(.tok-target):not(.tok-ws)")]
+    colours = {e.value_of_css_property("background-color") for e in tinted}
+    d.execute_script("[...document.querySelectorAll('#spec-colours label')].find(l => l.textContent.includes('plain')).click()")
+    _wait_for(lambda: d.execute_script("return document.querySelector('#spec-chat .spec-transcript')"
+                                       ".classList.contains('spec-plain')"), 10, "plain")
+    if tinted:
+        assert colours - {"rgba(0, 0, 0, 0)"}  # there were tints to drop
+        assert {e.value_of_css_property("background-color") for e in tinted} == {"rgba(0, 0, 0, 0)"}
+    assert "def" in block.text
 
 
 def test_html_in_the_prompt_and_in_the_reply_stays_inert_text(served, browser):
@@ -289,10 +367,12 @@ def test_html_in_the_prompt_and_in_the_reply_stays_inert_text(served, browser):
     assert d.execute_script("return window.__pwned") == 0
     chat = d.find_element(By.ID, "spec-chat")
     assert chat.find_elements(By.TAG_NAME, "script") == [] and chat.find_elements(By.TAG_NAME, "img") == []
-    assert chat.find_elements(By.TAG_NAME, "strong") == [] and chat.find_elements(By.TAG_NAME, "b") == []
+    assert chat.find_elements(By.TAG_NAME, "b") == []  # the model's <b> is text (Markdown bold is <strong>)
+    user = chat.find_elements(By.CSS_SELECTOR, "[data-testid=user]")[-1]
+    assert user.find_elements(By.TAG_NAME, "strong") == []  # the user's message is shown as typed, not as Markdown
     # shown as the literal text: the user's message whole, the reply exactly as generated
     assert d.execute_script(USER_TEXTS)[-1].strip() == message.strip()
-    assert _tokens_text(d) == run["text"]
+    _assert_shows(d, run["text"])
     # nothing covers the page: the textbox is still the element at its own center
     assert d.execute_script(
         "const e = document.querySelector('#spec-input textarea'); const r = e.getBoundingClientRect();"
@@ -310,9 +390,9 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     drive_app.button(d, "Stop").click()
     run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 30, "the run to end")
     assert run["stop"] is StopReason.CANCELLED and 8 <= run["tokens"] < 1024
-    state = drive_app.wait_done(d, 30)
+    drive_app.wait_done(d, 30)
     drive_app.screenshot(d, str(OUT / "stopped.png"), width=1280)
-    assert state["tokens"] == run["shown"]  # the partial reply stays on the page, whole
+    _assert_shows(d, run["text"])  # the partial reply stays on the page, whole
     assert "stopped" in d.execute_script(REPLY_TEXT)
     assert service.engine.released  # the engine released its state
     # the next message works and the stopped reply stays in the conversation
@@ -322,10 +402,7 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     assert d.execute_script(USER_TEXTS)[-2:] == [message, "Say hi."]
 
 
-BUBBLE_TOKENS = (
-    "return [...document.querySelectorAll('#spec-chat [data-testid=bot]')].map(b => "
-    "[...b.querySelectorAll('.tok')].map(e => e.textContent).join(''));"
-)
+BUBBLE_TOKENS = "return [...document.querySelectorAll('#spec-chat [data-testid=bot]')].map(b => b.dataset.text);"
 
 
 def test_a_message_sent_while_a_reply_streams_waits_and_nothing_typed_is_lost(served, browser):
@@ -385,7 +462,7 @@ def test_the_last_drafter_picked_while_a_reply_streams_is_the_one_used(served, b
     drive_app.wait_done(d, 180)
     status = "return document.querySelector('#spec-drafter-status').innerText"
     _wait_for(lambda: "'none' ready" in d.execute_script(status), 120, "the last pick to be prepared")
-    chosen = d.execute_script("return document.querySelector('input[role=listbox], .wrap input').value")
+    chosen = d.execute_script("return document.querySelector('input[role=combobox], input[role=listbox]').value")
     assert chosen == "none"
     drive_app.send(d, "Say hi.")
     drive_app.wait_done(d, 120)
@@ -421,8 +498,8 @@ def test_three_sessions_at_once_queue_and_stay_separate(served, browser):
     runs = [service.run_for(m) for m in messages]
     for d, message, state, run in zip(pages, messages, states, runs):
         assert d.execute_script(USER_TEXTS) == [message]  # only its own message
-        assert _tokens_text(d) == run["text"]  # only its own reply
-        assert state["tokens"] == run["shown"]
+        _assert_shows(d, run["text"])  # only its own reply
+        _kinds_agree(state, run)
         assert f"{run['tokens']} tokens in {run['rounds']} rounds" in state["stats"], state["stats"]  # its own stats
     # the model ran one request at a time (concurrency_limit=1): the runs never overlap
     spans = sorted((r["start"], r["end"]) for r in runs)
@@ -455,7 +532,8 @@ def test_a_drafter_that_fails_to_load_falls_back_to_target_only_visibly(smollm2_
             drive_app.screenshot(d, str(OUT / "drafter_fallback.png"), width=1280)
             run = service.run_for("Say hi.")
             assert state["kinds"].keys() == {"tok-target"}  # target-only rounds, drawn as such
-            assert _tokens_text(d) == run["text"] and run["text"]
+            assert run["text"]
+            _assert_shows(d, run["text"])
         finally:
             d.quit()
     finally:
@@ -487,7 +565,7 @@ def test_a_drafter_that_runs_out_of_memory_mid_reply_falls_back_visibly(served, 
     assert calls["n"] == 3  # never asked again in that reply
     reply = d.execute_script(REPLY_TEXT)
     assert "The drafter 'ngram' failed (MemoryError: simulated" in reply and "target alone" in reply
-    assert _tokens_text(d) == run["text"]
+    _assert_shows(d, run["text"])
     # the reply is the target's own greedy reply (as generated by the target alone)
     monkeypatch.undo()
     alone = [e for e in service.stream_chat([], PALINDROME, drafter="none", config=_greedy(256))]
@@ -613,7 +691,7 @@ def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(
 
     rect = json.loads(_wait_for(lambda: d.execute_script(toast), 10, "a toast"))
     menu = d.execute_script("return JSON.parse(JSON.stringify("
-                            "document.querySelector('input[role=listbox], .wrap input').getBoundingClientRect()));")
+                            "document.querySelector('input[role=combobox], input[role=listbox]').getBoundingClientRect()));")
     overlap = not (rect["right"] <= menu["left"] or menu["right"] <= rect["left"]
                    or rect["bottom"] <= menu["top"] or menu["bottom"] <= rect["top"])
     assert not overlap, (rect, menu)
@@ -648,7 +726,8 @@ def test_the_page_works_the_same_on_the_llamacpp_runtime(browser):
         drive_app.screenshot(d, str(OUT / "llamacpp_runtime.png"), width=1280)
         run = service.run_for(PALINDROME)
         assert {"tok-accepted", "tok-bonus"} <= set(state["kinds"]), state["kinds"]
-        assert sum(state["kinds"].values()) == run["shown"] and _tokens_text(d) == run["text"]
+        _kinds_agree(state, run)
+        _assert_shows(d, run["text"])
         plots = d.execute_script(
             "return [...document.querySelectorAll('.spec-plot .js-plotly-plot')].map(p => (p.data || []).length);")
         assert len(plots) == 5 and all(n >= 1 for n in plots), plots
@@ -703,11 +782,13 @@ def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, br
         d = browser(url)
         _wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok"), 30, "the replayed tokens")
         shown = d.execute_script(
-            "return [...document.querySelectorAll('#spec-chat .tok')].map(e => "
-            "[[...e.classList].find(c => c.startsWith('tok-')), e.textContent]);"
+            "return [...document.querySelectorAll('#spec-chat .tok')].map(e => [...e.classList].filter(c => "
+            "c.startsWith('tref-') || (c.startsWith('tok-') && c !== 'tok-ws')));"
         )
-        expected = [[f"tok-{'target' if t.num_drafted == 0 else t.kind.value}", t.text] for t in live.rounds.tokens if t.text]
-        assert shown == expected
+        kinds = {f"tref-1-{i}": f"tok-{'target' if t.num_drafted == 0 else t.kind.value}"
+                 for i, t in enumerate(live.rounds.tokens)}
+        assert shown and all(kinds[ref] == kind for kind, ref in (sorted(c, key=lambda x: x.startswith("tref")) for c in shown))
+        _assert_shows(d, live.renderer.text)
         assert "replayed from recorded.jsonl" in d.find_element(By.CSS_SELECTOR, "#spec-chat").text
         text = _inspect(d, "#spec-chat .tok", 1)
         assert "reply #1 · round" in text

@@ -41,6 +41,7 @@ target = sys.argv[1]
 
 from specchat.ui import app  # sets the offline environment before gradio is imported
 from gradio_client import Client
+from specchat.ui.transcript import feed_messages
 from specchat.service import ChatService
 from specchat.commands.cli import main as cli_main
 
@@ -55,7 +56,7 @@ try:
     client = Client(url, verbose=False, download_files=False, analytics_enabled=False)
     job = client.submit("Say hello.", "ngram", 4, 0.0, 1.0, 16, True, api_name="/chat")
     final = job.result(timeout=120)
-    reply = final[1][-1]["content"]
+    reply = [m["content"] for m in feed_messages(final[1])][-1]
 finally:
     demo.close()
 status = cli_main(["generate", "--target", target, "--drafter", "ngram", "--prompt", "Hi", "--max-new-tokens", "4",

@@ -16,6 +16,8 @@ from specchat.core.events import StopReason
 from specchat.service import Notice
 from specchat.ui import session as session_module
 from specchat.ui.session import CHART_SCOPES, ChatSession, Phase, ReplySettings, SessionStore, View
+from specchat.ui.session_views import LIVE_PANELS
+from specchat.ui.transcript import feed_messages
 
 
 def settings(drafter="int4", gamma=4, adaptive=True, temperature=0.0, top_p=1.0, max_new_tokens=256):
@@ -26,6 +28,11 @@ def run(session: ChatSession, message="go", **kw) -> list[View]:
     return list(session.respond(message, settings(**kw)))
 
 
+def last_message(views: list[View]) -> str:
+    """The last message the page's transcript was given (HTML), from the last view that had one."""
+    return feed_messages(next(v.transcript for v in reversed(views) if v.transcript))[-1]["content"]
+
+
 def test_a_reply_is_labeled_with_what_made_it_and_ends_with_its_own_summary():
     s = ChatSession(FakeService())
     views = run(s, drafter="sibling-int4", gamma=12, adaptive=True, temperature=0.7, top_p=0.9)
@@ -33,7 +40,7 @@ def test_a_reply_is_labeled_with_what_made_it_and_ends_with_its_own_summary():
     assert reply.label == "#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9"
     assert run(s, drafter="ngram", gamma=3, adaptive=False) and s.latest.label == "#2 · ngram · γ = 3 · T 0 (greedy) · top-p 1"
     assert run(s, drafter="none") and s.latest.label.startswith("#3 · none · γ — ·")
-    bubble = views[-1].chat[1]["content"]
+    bubble = feed_messages(views[-1].transcript)[1]["content"]
     assert bubble.startswith('<div class="spec-label">#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9</div>')
     # 18 tokens in 7 rounds; α = 11 accepted of 16 judged; t₁ = 100 ms (the target-only round);
     # decode time 100 + 6 × (100 + 40) = 940 ms → speedup 18 × 100 / 940
@@ -83,12 +90,15 @@ def test_streaming_is_throttled_and_ends_with_a_complete_view():
         return clock[0]
 
     s = ChatSession(FakeService(rounds=8), text_interval_s=0.25, plot_interval_s=1.0, clock=tick)
+    s.panels_visible = set(LIVE_PANELS)  # every panel on screen: each redraws live
     views = run(s)
     # 56 rounds, 144 tokens: at most one view per 0.25 s of the fake clock (plus the first and last)
     assert 3 <= len(views) < 60
     assert sum(v.figures is not None for v in views) < len(views)  # figures at most once a second
     last = views[-1]
-    assert last.chat and last.stats and last.table and last.figures and "144 tokens in 56 rounds" in last.stats
+    assert last.transcript and last.stats and last.table and last.figures and "144 tokens in 56 rounds" in last.stats
+    # the reply's end comes first alone (transcript and stats), then every panel
+    assert views[-2].transcript and views[-2].stats and views[-2].figures is None
     assert s.history[-1]["content"] == REPLY_TEXT * 8
 
 
@@ -102,12 +112,13 @@ def test_one_stop_stops_the_reply_and_cancels_the_message_waiting_behind_it():
     said = s.stop()
     assert said == "Stopped; your queued message was cancelled and not sent (shown in the chat)."
     views += list(streaming)
-    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in views[-1].chat[-1]["content"]
+    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last_message(views)
     stats_of_stopped = views[-1].stats
     waiting = list(s.respond("second", settings()))  # its turn in the queue comes: it was cancelled
     assert len(fake.calls) == 1  # it never reached the model
     assert waiting[-1].stats is None  # the stopped reply's stats stay on screen
-    assert "second" in waiting[-1].chat[-1]["content"] and "not sent" in waiting[-1].chat[-1]["content"]
+    note = feed_messages(waiting[-1].transcript)
+    assert len(note) == 1 and "second" in note[0]["content"] and "not sent" in note[0]["content"]
     assert [m["content"] for m in s.history if m["role"] == "user"] == ["first"]
     assert stats_of_stopped and "#1 · int4" in stats_of_stopped
     # the Stop was used up: the next message runs
@@ -134,11 +145,11 @@ def test_clear_mid_stream_ends_on_an_empty_chat_and_drops_waiting_messages():
     next(streaming), next(streaming)
     s.note_sent()  # waits
     cleared = s.clear()
-    assert cleared.chat == [] and "no reply yet" in cleared.stats
+    assert cleared.transcript["reset"] and cleared.transcript["items"] == [] and "no reply yet" in cleared.stats
     rest = list(streaming)
     # Gradio re-sends a stream's last update when it completes: it must be the empty chat
-    assert rest[-1].chat == [] and s.history == [] and s.exchanges == []
-    assert list(s.respond("waiting", settings()))[-1].chat == [] and len(fake.calls) == 1
+    assert rest[-1].transcript["reset"] and rest[-1].transcript["items"] == [] and s.history == [] and s.exchanges == []
+    assert list(s.respond("waiting", settings()))[-1].transcript is None and len(fake.calls) == 1
 
 
 def test_stop_then_clear_leaves_an_empty_chat_and_the_next_reply_is_number_one():
@@ -154,7 +165,7 @@ def test_stop_then_clear_leaves_an_empty_chat_and_the_next_reply_is_number_one()
     assert "your queued message was cancelled" in s.stop()
     s.clear()
     list(streaming)
-    assert list(s.respond("queued", settings()))[-1].chat == [] and s.exchanges == []
+    assert list(s.respond("queued", settings()))[-1].transcript is None and s.exchanges == []
     assert s.stop() is None  # nothing is left waiting
     s.note_sent("next")
     run(s, "next")
@@ -207,7 +218,7 @@ def test_a_failure_is_shown_kept_out_of_the_history_and_the_message_goes_back():
     views = run(s, "boom now")
     last = views[-1]
     assert last.textbox == "boom now" and last.toasts[0][0] == "warning"
-    assert "the engine failed on purpose" in last.chat[-1]["content"] and s.latest.phase is Phase.FAILED
+    assert "the engine failed on purpose" in last_message(views) and s.latest.phase is Phase.FAILED
     assert s.history == [] and s.table().count("<tr>") == 2  # header + the failed reply's row
 
 
@@ -250,7 +261,7 @@ def test_the_charts_show_this_reply_or_the_whole_conversation():
     reply_figures = s.figures()
     assert reply_figures[2].layout.title.text.startswith("Speed: ")
     view = s.set_chart_scope(CHART_SCOPES[1])
-    assert view.chat is None and len(view.figures) == 4
+    assert view.transcript is None and len(view.figures) == 4
     speedup = view.figures[2]
     assert list(speedup.data[0].x) == ["#1 ngram", "#2 int4"]
     assert list(speedup.data[0].y) == pytest.approx([round(1800 / 940, 3)] * 2)
@@ -265,11 +276,12 @@ def test_the_models_still_loading_then_failing_puts_the_message_back():
     s = ChatSession(fake)
     gen = s.respond("early", settings())
     first = next(gen)
-    assert "waiting for the models" in first.chat[-1]["content"]
+    assert "waiting for the models" in feed_messages(first.transcript)[-1]["content"]
     fake.startup_error = RuntimeError("disk full")
     fake.ready.set()
     last = list(gen)[-1]
     assert last.textbox == "early" and s.exchanges == [] and "disk full" in last.toasts[0][1]
+    assert last.transcript["items"] == [{"id": 1, "removed": True}]  # the page takes the waiting message out
 
 
 def test_session_store_keeps_one_session_per_tab_and_evicts_only_idle_ones():
@@ -309,8 +321,8 @@ def test_a_cancelled_done_event_marks_the_reply_stopped():
 
     fake.stream_chat = stopped
     s = ChatSession(fake)
-    last = run(s)[-1]
-    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last.chat[-1]["content"]
+    views = run(s)
+    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last_message(views)
     assert session_module.Phase.STOPPED.value in s.latest.row()["state"]
 
 
@@ -346,6 +358,7 @@ def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_draft
     service = FakeService()
     service.model_sizes = lambda drafter: ModelSizes(ModelSize(1000, 2000), ModelSize(250, 500))
     s = ChatSession(service)
+    s.panels_visible = {"ledger"}  # on screen: drawn at each reply's end
     views = run(s, drafter="int4")
     ledger = views[-1].ledger
     assert "Reply #1" in ledger and "2.57× fewer" in ledger and "ĉ = 0.25" in ledger
@@ -357,10 +370,13 @@ def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_draft
     assert "Reply #1" in s.select("1:0").ledger  # a click on reply #1 shows its ledger
     # a service that cannot say (or fails to): the ledger says ĉ is unknown, the reply is fine
     bare = ChatSession(FakeService())
-    assert "ĉ unknown" in run(bare)[-1].ledger
+    run(bare)
+    assert "ĉ unknown" in bare.analysis()[0]
     broken = FakeService()
     broken.model_sizes = lambda drafter: 1 / 0
-    assert "ĉ unknown" in run(ChatSession(broken))[-1].ledger
+    broken_session = ChatSession(broken)
+    run(broken_session)
+    assert "ĉ unknown" in broken_session.analysis()[0]
 
 
 def test_each_race_lane_prefills_the_whole_prompt():

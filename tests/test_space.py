@@ -66,11 +66,13 @@ def test_space_serves_a_chat_from_a_venv_of_requirements_txt(tmp_path):
 
         from gradio_client import Client
 
+        from specchat.ui.transcript import feed_messages
+
         client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False, analytics_enabled=False)
         job = client.submit("Write a Python function that adds two numbers.", "ngram", 4, 0.0, 1.0, 24, True,
                             api_name="/chat")
         final = job.result(timeout=600)
-        reply = str(final[1][-1]["content"])
+        reply = str([m["content"] for m in feed_messages(final[1])][-1])
         assert "def" in reply, reply[:500]  # the reply is the colored tokens' HTML; the code starts with def
     finally:
         app.terminate()

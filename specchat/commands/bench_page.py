@@ -11,8 +11,8 @@ reports:
   (a MutationObserver in the page, on the browser's own clock);
 - engine tokens/s: the same tokens ÷ the time from the call to the last event (prefill included
   in both);
-- bytes per update: the data of each streamed server-sent event the browser received (Chrome's
-  DevTools network events), median and largest;
+- bytes per update: each chunk of the queue's server-sent-event stream the browser received
+  (Chrome's DevTools network events), median and largest;
 - CPU: the browser's (every Chromium process) and the app's, in seconds and in % of one core
   over the page time, beside the engine's own CPU time for the same reply.
 
@@ -43,13 +43,19 @@ CHAT_SCRIPT = Path(__file__).with_name("bench_page_chat.json")
 OBSERVE_JS = """
 if (!window.__specObs) {
   window.__specLast = 0;
-  window.__specObs = new MutationObserver(() => { window.__specLast = performance.now(); });
+  window.__specObs = new MutationObserver(() => {
+    window.__specLast = performance.now();
+    if (!window.__specEcho && document.querySelectorAll('#spec-chat [data-testid=user]').length > window.__specUsers)
+      window.__specEcho = window.__specLast;
+    if (!window.__specFirst && document.querySelector('#spec-chat .spec-running .tok')) window.__specFirst = window.__specLast;
+  });
   window.__specObs.observe(document.querySelector('#spec-chat'), {subtree: true, childList: true, characterData: true});
 }
 """
 SEND_JS = """
 const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim() === 'Send');
-window.__specT0 = performance.now(); window.__specLast = 0;
+window.__specUsers = document.querySelectorAll('#spec-chat [data-testid=user]').length;
+window.__specT0 = performance.now(); window.__specLast = 0; window.__specFirst = 0; window.__specEcho = 0;
 button.click();
 """
 # The latest reply: its summary (it reads "generating…" while the reply streams) and how many
@@ -59,7 +65,9 @@ const bots = document.querySelectorAll('#spec-chat [data-testid=bot]');
 const last = bots[bots.length - 1];
 const summary = last ? last.querySelector('.spec-summary') : null;
 return {replies: bots.length, summary: summary ? summary.innerText : '', t0: window.__specT0,
-        last: window.__specLast, nodes: document.getElementsByTagName('*').length,
+        stats: (document.querySelector('#spec-stats') || {}).innerText || '',
+        text: last ? (last.dataset.text ?? null) : null,
+        last: window.__specLast, first: window.__specFirst, echo: window.__specEcho, nodes: document.getElementsByTagName('*').length,
         chat_html: document.querySelector('#spec-chat').innerHTML.length};
 """
 
@@ -82,6 +90,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    default=256, help="per reply (default 256, the page's default)")
     p.add_argument("--gamma", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
                    default=12, help="the most γ adaptive γ may choose (default 12, the page's default)")
+    p.add_argument("--window", type=ranged(int, 600, 8000, "600..8000"), default=1000, metavar="HEIGHT",
+                   help="the browser window's height in pixels (default 1000: the chat and the stats line on "
+                        "screen, the charts below; 3200: every panel on screen, so they redraw live too)")
     p.add_argument("--port", type=ranged(int, 1024, 65535, "1024..65535"), default=7870)
     p.add_argument("--out", default="bench-results", metavar="DIR", help="folder for page-bench.json")
     p.add_argument("--timeout", type=ranged(float, 10, 3600, "10..3600"), default=600,
@@ -106,16 +117,21 @@ def run(args: argparse.Namespace) -> int:
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     from specchat.service import ChatService
 
-    service = ChatService(target=args.target, runtime=args.runtime, threads=args.threads)
-    service.load()
     results = []
     for drafter in args.drafters:
-        service.prepare_drafter(drafter)
         say(f"bench-page: drafter {drafter}: {len(messages)} messages, {args.max_new_tokens} new tokens each")
+        # the engine's side starts as the app does (load, the drafter, the warm-up): the same cached
+        # prefix before the first reply, so that both compute the same numbers
+        service = ChatService(target=args.target, runtime=args.runtime, threads=args.threads)
+        service.start(drafter).join()
+        if service.startup_error is not None:
+            print(f"{PROG} bench-page: error: {service.startup_error}", file=sys.stderr)
+            return 1
         results.append({"drafter": drafter, "replies": conversation(service, drafter, messages, args, out, say)})
     meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "runtime": service.runtime,
             "target": service.target_name, "cpu_count": os.cpu_count(), "processor": _processor(),
-            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "date": time.strftime("%Y-%m-%d %H:%M")}
+            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "window": [1440, args.window],
+            "date": time.strftime("%Y-%m-%d %H:%M")}
     summary = summarize(results)
     (out / "page-bench.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1))
     print(format_report(results, summary))
@@ -137,7 +153,7 @@ def conversation(service, drafter: str, messages: list[str], args, out: Path, sa
     d = None
     try:
         _wait_for_ready(out / f"page-bench-app-{drafter}.log", app, args.timeout)
-        d = browser.driver(1440, 1000, performance_log=True)
+        d = browser.driver(1440, args.window, performance_log=True)
         d.get(f"http://127.0.0.1:{args.port}")
         browser.wait_ready(d, args.timeout)
         if args.max_new_tokens != 256:
@@ -149,9 +165,15 @@ def conversation(service, drafter: str, messages: list[str], args, out: Path, sa
         history: list[dict] = []
         rows = []
         for number, message in enumerate(messages, 1):
+            _wait_idle([os.getpid(), app.pid])  # the engine's threads at rest before the page's turn
             row = page_reply(d, app.pid, message, number, args.timeout)
+            _wait_idle(_descendants(d.service.process.pid) + [app.pid])  # the page's last drawing is not the engine's cost
             engine = engine_reply(service, history, message, drafter, args)
-            history += [{"role": "user", "content": message}, {"role": "assistant", "content": engine.pop("text")}]
+            # both go on from the page's reply (llama.cpp's sums can round differently in batches of
+            # other sizes, so a near-tie may rarely go the other way: same_text says when)
+            text = engine.pop("text")
+            row["same_text"] = text == row["text"]
+            history += [{"role": "user", "content": message}, {"role": "assistant", "content": row.pop("text") or text}]
             row.update(engine)
             row["page_over_engine"] = row["page_tokens_per_s"] / engine["engine_tokens_per_s"]
             rows.append(row)
@@ -180,6 +202,7 @@ def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> di
     box.send_keys(message)
     browsers = _descendants(d.service.process.pid)
     cpu0 = {pid: _cpu_s(pid) for pid in browsers + [app_pid]}
+    metrics0 = _browser_metrics(d)
     d.execute_script(SEND_JS)
     deadline = time.time() + timeout
     while True:
@@ -190,19 +213,27 @@ def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> di
         if time.time() > deadline:
             raise TimeoutError(f"reply {number} did not finish in {timeout:.0f} s")
     cpu1 = {pid: _cpu_s(pid) for pid in cpu0}
+    metrics1 = _browser_metrics(d)
+    spent = {k: round(metrics1.get(k, 0) - metrics0.get(k, 0), 3) for k in BROWSER_METRICS}
     page_s = (state["last"] - state["t0"]) / 1000
     match = re.match(r"(\d+) tokens", state["summary"])
     tokens = int(match.group(1)) if match else 0
+    speed = re.search(r"speed\s+([0-9.]+) tok/s", state["stats"])
     sizes = _update_sizes(d.get_log("performance"))
     browser_s = sum(cpu1[p] - cpu0[p] for p in browsers)
     app_s = cpu1[app_pid] - cpu0[app_pid]
     return {
-        "reply": number, "tokens": tokens, "page_s": round(page_s, 3), "page_tokens_per_s": tokens / page_s,
+        "reply": number, "tokens": tokens, "text": state["text"], "page_s": round(page_s, 3),
+        "page_tokens_per_s": tokens / page_s,
+        "page_first_s": round((state["first"] - state["t0"]) / 1000, 3) if state["first"] else None,
+        "page_echo_s": round((state["echo"] - state["t0"]) / 1000, 3) if state["echo"] else None,
         "updates": len(sizes), "update_bytes_median": int(statistics.median(sizes)) if sizes else 0,
         "update_bytes_max": max(sizes, default=0), "update_bytes_total": sum(sizes),
         "browser_cpu_s": round(browser_s, 3), "browser_cpu_pct": 100 * browser_s / page_s,
         "app_cpu_s": round(app_s, 3), "app_cpu_pct": 100 * app_s / page_s,
+        "app_decode_tokens_per_s": float(speed.group(1)) if speed else None,  # the page's stats line
         "dom_nodes": state["nodes"], "chat_html_chars": state["chat_html"],
+        "browser_s": spent,  # the renderer's own timings (DevTools Performance.getMetrics), seconds
     }
 
 
@@ -210,18 +241,23 @@ def engine_reply(service, history: list[dict], message: str, drafter: str, args)
     """The same reply through the engine alone (greedy, the page's settings): its rate and CPU time."""
     import threading
 
-    from specchat.core.events import DoneEvent
+    from specchat.core.events import DoneEvent, TokenEvent
     from specchat.ui.reply import ReplySettings
 
     config = ReplySettings(drafter, args.gamma, True, 0.0, 1.0, args.max_new_tokens).config(seed=0)
     cpu0, start = time.process_time(), time.perf_counter()
-    done = None
+    done = first = None
     for item in service.stream_chat(history, message, drafter=drafter, config=config, cancel=threading.Event()):
         if isinstance(item, DoneEvent):
             done = item
+        elif first is None and isinstance(item, TokenEvent):
+            first = time.perf_counter() - start
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
     tokens = len(done.kinds) if done is not None else 0
     return {"engine_tokens": tokens, "engine_s": round(seconds, 3), "engine_tokens_per_s": tokens / seconds,
+            "engine_decode_tokens_per_s": tokens / done.decode_ms * 1000 if done is not None and done.decode_ms else None,
+            "engine_prefill_s": round(done.prefill_ms / 1000, 3) if done is not None else None,
+            "engine_first_s": round(first, 3) if first is not None else None,
             "engine_cpu_s": round(cpu, 3), "text": done.text if done is not None else ""}
 
 
@@ -242,22 +278,33 @@ def summarize(results: list[dict]) -> dict:
             "browser_cpu_pct_max": max(r["browser_cpu_pct"] for r in rows),
             "bytes_per_update_first": rows[0]["update_bytes_median"],
             "bytes_per_update_last": rows[-1]["update_bytes_median"],
-            "same_tokens": all(r["tokens"] == r["engine_tokens"] for r in rows),
+            "same_text": sum(bool(r.get("same_text")) for r in rows),
         }
     return out
 
 
+COLUMNS = ("reply", "tokens", "first text page/engine s", "page tok/s", "engine tok/s", "page÷engine",
+           "decode app/engine tok/s", "updates", "B/update", "browser CPU", "script/layout/style s", "app CPU s",
+           "engine CPU s", "DOM nodes")
+
+
 def format_report(results: list[dict], summary: dict) -> str:
+    """The per-reply table of each drafter's conversation and the goals of issue 34."""
     lines = []
     for run in results:
         lines.append(f"\ndrafter {run['drafter']}:")
-        lines.append(f"{'reply':>5} {'tokens':>6} {'page tok/s':>10} {'engine tok/s':>12} {'page÷engine':>11} "
-                     f"{'updates':>7} {'B/update':>8} {'browser CPU':>11} {'app CPU':>8} {'engine CPU':>10} {'DOM nodes':>9}")
+        rows = [COLUMNS]
         for r in run["replies"]:
-            lines.append(f"{r['reply']:>5} {r['tokens']:>6} {r['page_tokens_per_s']:>10.2f} {r['engine_tokens_per_s']:>12.2f} "
-                         f"{r['page_over_engine']:>10.2f}× {r['updates']:>7} {r['update_bytes_median']:>8} "
-                         f"{r['browser_cpu_pct']:>10.0f}% {r['app_cpu_s']:>7.1f}s {r['engine_cpu_s']:>9.1f}s "
-                         f"{r['dom_nodes']:>9}")
+            b = r.get("browser_s", {})
+            rows.append((
+                str(r["reply"]), str(r["tokens"]), f"{_num(r.get('page_first_s'))}/{_num(r.get('engine_first_s'))}",
+                f"{r['page_tokens_per_s']:.2f}", f"{r['engine_tokens_per_s']:.2f}", f"{r['page_over_engine']:.2f}×",
+                _decode(r), str(r["updates"]), str(r["update_bytes_median"]), f"{r['browser_cpu_pct']:.0f}%",
+                f"{b.get('ScriptDuration', 0):.2f}/{b.get('LayoutDuration', 0):.2f}/{b.get('RecalcStyleDuration', 0):.2f}",
+                f"{r['app_cpu_s']:.1f}", f"{r['engine_cpu_s']:.1f}", str(r["dom_nodes"]),
+            ))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
     lines.append("\ngoals (issue 34):")
     for drafter, s in summary.items():
         n = s["replies"]
@@ -269,8 +316,17 @@ def format_report(results: list[dict], summary: dict) -> str:
         ):
             lines.append(f"  {text:<58} {value:>7.2f}  {'met' if met else 'NOT met'}")
         lines.append(f"  {drafter}: bytes per update, reply 1 / reply {n}: {s['bytes_per_update_first']} / "
-                     f"{s['bytes_per_update_last']}; same tokens in page and engine: {s['same_tokens']}")
+                     f"{s['bytes_per_update_last']}; the same text in page and engine: {s['same_text']} of {n} replies")
     return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def _decode(row: dict) -> str:
+    app, engine = row.get("app_decode_tokens_per_s"), row.get("engine_decode_tokens_per_s")
+    return f"{app:.1f}/{engine:.1f}" if app and engine else "–"
 
 
 def _wait_for_ready(log_path: Path, app: subprocess.Popen, timeout: float) -> None:
@@ -286,16 +342,41 @@ def _wait_for_ready(log_path: Path, app: subprocess.Popen, timeout: float) -> No
 
 
 def _update_sizes(entries: list[dict]) -> list[int]:
-    """Bytes of each streamed update (a server-sent event of the queue's data stream) in Chrome's
-    DevTools log entries."""
-    sizes = []
+    """Bytes of each streamed update in Chrome's DevTools log entries: each chunk the browser
+    received on the queue's server-sent-event streams (``/gradio_api/queue/data``; the server
+    flushes each event as it is yielded), without the keep-alive pings (under 40 bytes)."""
+    streams, sizes = set(), []
     for entry in entries:
         message = json.loads(entry["message"])["message"]
-        if message.get("method") == "Network.eventSourceMessageReceived":
-            data = message["params"].get("data", "")
-            if '"process_generating"' in data or '"process_completed"' in data:
-                sizes.append(len(data.encode()))
+        params = message.get("params", {})
+        if message.get("method") == "Network.requestWillBeSent" and "/queue/data" in params["request"]["url"]:
+            streams.add(params["requestId"])
+        elif message.get("method") == "Network.dataReceived" and params.get("requestId") in streams:
+            if params["dataLength"] >= 40:
+                sizes.append(int(params["dataLength"]))
     return sizes
+
+
+BROWSER_METRICS = ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration")
+
+
+def _browser_metrics(d) -> dict[str, float]:
+    """Chrome's own counters of the page's main thread (seconds spent in tasks, script, layout,
+    style), from DevTools ``Performance.getMetrics``."""
+    d.execute_cdp_cmd("Performance.enable", {})
+    return {m["name"]: m["value"] for m in d.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]}
+
+
+def _wait_idle(pids: list[int], timeout: float = 20.0) -> None:
+    """Wait until these processes use under 5 % of a core together (two half-second looks in a
+    row), at most ``timeout`` seconds."""
+    deadline, quiet = time.time() + timeout, 0
+    before = sum(_cpu_s(p) for p in pids)
+    while time.time() < deadline and quiet < 2:
+        time.sleep(0.5)
+        now = sum(_cpu_s(p) for p in pids)
+        quiet = quiet + 1 if now - before < 0.025 else 0
+        before = now
 
 
 def _descendants(pid: int) -> list[int]:

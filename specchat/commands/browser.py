@@ -43,15 +43,19 @@ FLAGS = (
 
 PAGE_STATE = """
 const toks = document.querySelectorAll('#spec-chat .tok');
-const kinds = {}; const colors = {};
-toks.forEach(t => { const k = [...t.classList].find(c => c.startsWith('tok-')); kinds[k] = (kinds[k] || 0) + 1;
-                    colors[k] = getComputedStyle(t).backgroundColor; });
-return {tokens: toks.length, kinds, colors,
+const kinds = {}; const colors = {}; const seen = new Set();
+toks.forEach((t, i) => {
+  const k = [...t.classList].find(c => c.startsWith('tok-') && c !== 'tok-ws');
+  const ref = [...t.classList].find(c => c.startsWith('tref-')) || ('piece-' + i);  // a token may span pieces
+  if (!seen.has(ref)) { seen.add(ref); kinds[k] = (kinds[k] || 0) + 1; }
+  // a kind's colour from a token with text (blank ones are tinted only when resampled or bonus)
+  if (!t.classList.contains('tok-ws') || !(k in colors)) colors[k] = getComputedStyle(t).backgroundColor;
+});
+return {tokens: seen.size, kinds, colors,
         stats: (document.querySelector('#spec-stats') || {}).innerText || '',
         plots: document.querySelectorAll('.spec-plot .js-plotly-plot').length,
         status: (document.querySelector('#spec-drafter-status') || {}).innerText || ''};
 """
-
 
 def driver(width: int = 1440, height: int = 1000, *, performance_log: bool = False):
     """A new headless Chromium (a fresh profile) driven by selenium. ``performance_log`` turns on
@@ -82,7 +86,9 @@ def button(d, label: str):
 
 
 def pick_drafter(d, kind: str, timeout: float) -> None:
-    d.find_element(By.CSS_SELECTOR, "input[role=listbox], .wrap input").click()
+    # the drafter menu: the dropdown's input (the first .wrap input is the colours / plain radio)
+    boxes = d.find_elements(By.CSS_SELECTOR, "input[role=combobox], input[role=listbox]")
+    boxes[0].click()
     time.sleep(0.5)
     # the selected option reads "✓\nsibling": match on the last line
     next(o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]") if o.text.strip().split()[-1] == kind).click()

@@ -21,6 +21,8 @@ from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
 from specchat.ui.session import ChatSession
 from specchat.ui.session_views import CHART_SCOPES
+from specchat.ui.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
+from specchat.ui.transcript import TRANSCRIPT_JS
 
 EXPLAIN_MD = """
 Each round the **drafter** proposes γ tokens; the **target** model scores all of them in **one**
@@ -139,6 +141,30 @@ document.addEventListener('click', (ev) => {
   box.value = ref + '|' + Date.now();
   box.dispatchEvent(new Event('input', {bubbles: true}));
 });
+// Which panels that redraw while a reply streams are on screen ("charts", "timeline", "ledger"):
+// written into the hidden #spec-panels box when it changes, so that the server redraws a panel
+// live only while someone can see it (every panel is complete at a reply's end).
+(function watchPanels() {
+  const groups = {'plot-alpha': 'charts', 'plot-position': 'charts', 'plot-speed': 'charts', 'plot-theory': 'charts',
+                  'spec-timeline': 'timeline', 'spec-ledger': 'ledger', 'plot-worth': 'ledger'};
+  const els = Object.keys(groups).map(id => document.getElementById(id)).filter(Boolean);
+  const box = document.querySelector('#spec-panels textarea, #spec-panels input');
+  if (els.length < Object.keys(groups).length || !box || !window.IntersectionObserver) {
+    setTimeout(watchPanels, 1000);
+    return;
+  }
+  const seen = new Set();
+  let last = null;
+  const observer = new IntersectionObserver((entries) => {
+    for (const e of entries) { if (e.isIntersecting) seen.add(e.target.id); else seen.delete(e.target.id); }
+    const now = [...new Set([...seen].map(id => groups[id]))].sort().join(',');
+    if (now === last) return;
+    last = now;
+    box.value = now;
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+  });
+  els.forEach(el => observer.observe(el));
+})();
 </script>
 """
 
@@ -150,14 +176,17 @@ RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with 
 class Page:
     """The page's components that events read or update, by name (made by :func:`build_page`).
 
-    ``active_drafter`` is the drafter the service has ready (the dropdown shows the latest pick);
+    ``transcript`` is the conversation (a feed, :mod:`specchat.ui.transcript`), ``colours`` its
+    "colours" / "plain" switch. ``active_drafter`` is the drafter the service has ready (the dropdown shows the latest pick);
     ``pending`` carries a sent message from the emptied box to the reply; ``pick`` is the hidden
-    box the click hook (:data:`CLICK_JS`) writes a token or round reference into; ``plots`` are
+    box the click hook (:data:`CLICK_JS`) writes a token or round reference into, ``panels`` the
+    one it writes the live panels on screen into ("charts,ledger,timeline", or ""); ``plots`` are
     the four charts (α over rounds, by position, speed, theory).
     """
 
     load_banner: gr.HTML
-    chatbot: gr.Chatbot
+    transcript: gr.HTML
+    colours: gr.Radio
     textbox: gr.Textbox
     send: gr.Button
     pending: gr.Textbox
@@ -180,6 +209,7 @@ class Page:
     timeline: gr.HTML
     race: gr.HTML
     pick: gr.Textbox
+    panels: gr.Textbox
     scope: gr.Radio
     plots: tuple[gr.Plot, gr.Plot, gr.Plot, gr.Plot]
     ledger: gr.HTML
@@ -209,14 +239,16 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     active_drafter = gr.State(drafter0)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=320):
-            gr.HTML(legend_html())
+            with gr.Row(equal_height=True, elem_classes="spec-view-row"):
+                gr.HTML(legend_html(), scale=4)
+                colours = gr.Radio(["colours", "plain"], value="colours", show_label=False, container=False,
+                                   scale=1, min_width=150, elem_id="spec-colours")
             load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
-            chatbot = gr.Chatbot(
-                label="chat", show_label=False, height=460,
-                render_markdown=False,  # show model text verbatim; see specchat/ui/render.py
-                latex_delimiters=[], sanitize_html=True, feedback_options=None, buttons=[],
-                placeholder="Ask for some code. Tokens appear colored by how they were produced.",
-                elem_id="spec-chat",
+            # the conversation: an empty container filled by its script, never re-sent whole
+            # (specchat/ui/transcript.py); its value is a feed of the exchanges that changed
+            transcript = gr.HTML(
+                value={"seq": 0, "reset": True, "items": []}, html_template=TRANSCRIPT_TEMPLATE,
+                js_on_load=TRANSCRIPT_JS, elem_id="spec-chat", padding=False,
             )
             with gr.Row(equal_height=True):
                 textbox = gr.Textbox(
@@ -269,6 +301,7 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     gr.Markdown(RACE_HINT, elem_classes="spec-race-hint")
     race = gr.HTML(elem_id="spec-race")
     pick = gr.Textbox(visible="hidden", elem_id="spec-pick", label="pick")
+    panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
     scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                      elem_id="spec-scope")
     figures0 = charts.all_figures(SpeculationMetrics())
@@ -289,10 +322,10 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     table = gr.HTML(table_html([]), elem_id="spec-table")
     plots = (plot_alpha, plot_position, plot_speed, plot_theory)
     return Page(
-        load_banner=load_banner, chatbot=chatbot, textbox=textbox, send=send, pending=pending, stop=stop,
+        load_banner=load_banner, transcript=transcript, colours=colours, textbox=textbox, send=send, pending=pending, stop=stop,
         stats=stats, active_drafter=active_drafter, drafter=drafter, drafter_status=drafter_status,
         adaptive=adaptive, gamma=gamma, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
         clear_btn=clear_btn, show_rejected=show_rejected, race_btn=race_btn, download=download, upload=upload,
-        inspector=inspector, timeline=timeline, race=race, pick=pick, scope=scope, plots=plots, ledger=ledger,
+        inspector=inspector, timeline=timeline, race=race, pick=pick, panels=panels, scope=scope, plots=plots, ledger=ledger,
         plot_worth=plot_worth, table=table,
     )

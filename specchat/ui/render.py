@@ -1,11 +1,10 @@
 """Token events → HTML for the chat, the legend and the stats line. No gradio import.
 
-Every piece of model or user text goes through :func:`escape_text` (``html.escape`` plus
-character references for newlines and tabs) before it reaches the page: the Chatbot's
-sanitizer keeps ``style=`` attributes (even ``position:fixed``), so escaping is the only safe
-way to show model output. The chat is rendered with ``render_markdown=False`` and
-``white-space: pre-wrap`` (see :data:`CSS`), so the text shows exactly as the model wrote it:
-fences, indentation, tabs, ``*``, ``#`` and ``_`` stay literal.
+Nothing a model or a user wrote reaches the page unescaped: user messages go through
+:func:`escape_text` and are shown verbatim (``white-space: pre-wrap``); a reply is rendered as
+Markdown with raw HTML off and each text run escaped again when its token's span is woven in
+(:mod:`specchat.ui.markdown`). The page's transcript is a ``gr.HTML``, which Gradio does not
+sanitise at all, so this escaping is the only guard.
 
 Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.ui.charts`.
 """
@@ -13,10 +12,13 @@ Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.
 from __future__ import annotations
 
 import html
+from array import array
 from dataclasses import dataclass, field
 
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
+from specchat.ui.markdown import Piece, block_html, code_css, render_blocks
+from specchat.ui.transcript import CSS as TRANSCRIPT_CSS
 
 # Solid colors per token kind (legend chips, chart series) and the tints used as token
 # backgrounds. "target" marks tokens of rounds that drafted nothing (target-only decoding).
@@ -36,7 +38,7 @@ KIND_LABELS: dict[str, tuple[str, str]] = {  # kind: (chip text, explanation)
     "accepted": ("accepted", "draft token the target kept"),
     "resampled": ("resampled", "drawn from the residual after a rejection"),
     "bonus": ("bonus", "extra target token after all drafts were accepted"),
-    "target": ("target only", "round drafted nothing (a timing round, or a lookup that found nothing)"),
+    "target": ("target only", "plain text: a round that drafted nothing (the target alone)"),
 }
 # Series that are not token kinds: measured numbers, predictions, target-only decoding.
 MEASURED_COLOR = "#343a40"
@@ -118,7 +120,8 @@ def rejected_run_html(trace, position: int) -> str:
     for i, d in enumerate(trace.drafted[position:], position):
         cls = "tok-rejected" if i == position else "tok-unjudged"
         title = "rejected draft" if i == position else "draft never judged (after the rejection)"
-        parts.append(f'<span class="{cls}" title="{title}">{escape_text(trace.token_texts.get(d.token_id, ""))}</span>')
+        text = trace.token_texts.get(d.token_id, "").replace("\r", "").replace("\n", "↵")  # never breaks a line
+        parts.append(f'<span class="{cls}" title="{title}">{escape_text(text)}</span>')
     return f'<span class="spec-rejected-run">{"".join(parts)}</span>' if parts else ""
 
 
@@ -129,39 +132,48 @@ def render_user(text: str) -> str:
 
 @dataclass
 class ReplyRenderer:
-    """Accumulates one streamed reply: token spans for the chat and the plain text for history.
+    """Accumulates one streamed reply: its text (what goes into the plain-text history) and each
+    token's place in it, rendered as Markdown with the tokens woven in (:mod:`specchat.ui.markdown`).
 
-    ``text`` is what the model wrote (what goes into the plain-text history); ``html()`` is the
-    chat bubble: notices, the colored tokens, and a status line when stopped or failed.
+    ``blocks()`` is the reply's body as one HTML string per top-level block (the page updates only
+    the blocks that changed); ``html()`` is the whole bubble body: notices, the text, and a status
+    line when stopped or failed. Each round's rejected drafts are kept with the token that
+    replaced them and rendered before it (the page shows them with "show rejected drafts").
     """
 
-    spans: list[str] = field(default_factory=list)
     text: str = ""
+    pieces: list[Piece] = field(default_factory=list)
+    tok_at: array = field(default_factory=lambda: array("i"))  # character → index in pieces (−1: none)
     notices: list[str] = field(default_factory=list)
     status: str | None = None  # "stopped", "error: …", or a stop reason worth showing
     status_is_error: bool = False
     key: int | None = None  # the reply's number: spans get the class tref-key-index
     num_tokens: int = 0
-    rejected: dict[int, str] = field(default_factory=dict)  # span index → the drafts thrown away before it
-    _resampled_span: int | None = None
+    rejected: dict[int, str] = field(default_factory=dict)  # piece index → the drafts thrown away before it
+    _resampled_piece: int | None = None
+    _cache: dict = field(default_factory=dict)
+
+    def _add_piece(self, text: str, kind: str, ref_class: str, title: str) -> None:
+        start = len(self.text)
+        self.tok_at.extend([len(self.pieces)] * len(text))
+        self.pieces.append(Piece(start, start + len(text), kind, ref_class, title))
+        self.text += text
 
     def add_token(self, event: TokenEvent) -> None:
         ref = None if self.key is None else f"{self.key}:{self.num_tokens}"
         self.num_tokens += 1
-        span = token_span(event, ref)
         if event.kind is TokenKind.RESAMPLED:
-            self._resampled_span = len(self.spans)
-        if span:
-            self.spans.append(span)
-            self.text += event.text
+            self._resampled_piece = len(self.pieces) if event.text else None
+        if event.text:  # mid-character pieces and special tokens add no text
+            self._add_piece(event.text, token_class(event), ref_class_of(ref) if ref else "", token_title(event))
 
     def add_round(self, event) -> None:
-        """A round ended: with a trace, keep its rejected drafts for :meth:`html` to show."""
+        """A round ended: with a trace, keep its rejected drafts for the token that replaced them."""
         trace = getattr(event, "trace", None)
         rejected_at = trace.rejected_index if trace is not None else None
-        if rejected_at is not None and self._resampled_span is not None:
-            self.rejected[self._resampled_span] = rejected_run_html(trace, rejected_at)
-        self._resampled_span = None
+        if rejected_at is not None and self._resampled_piece is not None:
+            self.rejected[self._resampled_piece] = rejected_run_html(trace, rejected_at)
+        self._resampled_piece = None
 
     def add_notice(self, text: str) -> None:
         self.notices.append(text)
@@ -169,8 +181,7 @@ class ReplyRenderer:
     def finish(self, done: DoneEvent) -> None:
         """Record why generation ended (only unusual endings are shown); show final_text."""
         if done.final_text:
-            self.spans.append(f'<span class="tok tok-target">{escape_text(done.final_text)}</span>')
-            self.text += done.final_text
+            self._add_piece(done.final_text, "target", "", "text held back until the reply ended")
         if done.error:
             self.set_error(done.error)
         elif done.stop_reason is StopReason.CANCELLED:
@@ -184,19 +195,28 @@ class ReplyRenderer:
         self.status = f"error: {message}"
         self.status_is_error = True
 
+    def blocks(self) -> list[str | dict]:
+        """The text as HTML, one item per top-level Markdown block (a string, or a code block's
+        lines: :func:`specchat.ui.markdown.code_lines`), tokens and rejected drafts woven in; a
+        block that has not changed since the last call is the same object."""
+        return render_blocks(self.text, self.tok_at, self.pieces, self.rejected, self._cache)
+
+    def notices_html(self) -> str:
+        return "".join(f'<div class="spec-notice">{escape_text(n)}</div>' for n in self.notices)
+
+    def status_html(self) -> str:
+        if not self.status:
+            return ""
+        return f'<div class="{"spec-error" if self.status_is_error else "spec-status"}">{escape_text(self.status)}</div>'
+
     def html(self, *, show_rejected: bool = False) -> str:
-        """The bubble's HTML; with ``show_rejected`` the drafts each round threw away appear
-        inline (struck through) where they were proposed."""
-        out = [f'<div class="spec-notice">{escape_text(n)}</div>' for n in self.notices]
-        if show_rejected and self.rejected:
-            body = "".join(self.rejected.get(i, "") + span for i, span in enumerate(self.spans))
-        else:
-            body = "".join(self.spans) if self.spans else ""
-        if body or not self.status:
-            out.append(f'<div class="spec-text spec-reply">{body or "…"}</div>')
-        if self.status:
-            cls = "spec-error" if self.status_is_error else "spec-status"
-            out.append(f'<div class="{cls}">{escape_text(self.status)}</div>')
+        """The bubble's body; with ``show_rejected`` the drafts each round threw away appear inline
+        (struck through) where they were proposed (the class ``spec-show-rejected`` shows them)."""
+        out = [self.notices_html()]
+        if self.text or not self.status:
+            cls = "spec-md spec-show-rejected" if show_rejected else "spec-md"
+            out.append(f'<div class="{cls}">{"".join(map(block_html, self.blocks())) or "…"}</div>')
+        out.append(self.status_html())
         return "".join(out)
 
 
@@ -331,19 +351,20 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
 
 
 def _css() -> str:
+    """Token kinds as a light layer over the text: a background tint (no underline), a hairline
+    between tokens; tokens of the target alone stay plain text; blank tokens are tinted only when
+    resampled or bonus (the rare kinds: there a blank matters, elsewhere it would tint indentation)."""
     rules = []
     for kind, color in KIND_COLORS.items():
         tint = KIND_TINTS[kind]
         if kind == "target":
-            # plain text with a thin grey underline, the same in the reply and in the legend
-            rules.append(f".tok-target {{ background: {tint}; box-shadow: inset 0 -1px 0 {color}; }}")
+            rules.append(".tok-target { background: none; }")
+            rules.append(f".spec-legend .tok-target {{ box-shadow: inset 0 0 0 1px {color}; }}")
         else:
-            rules.append(
-                # underline in the solid color; a hairline at the right edge separates tokens
-                f".tok-{kind} {{ background: {tint}; "
-                f"box-shadow: inset 0 -2px 0 {color}, inset -1px 0 0 rgba(255, 255, 255, 0.75); }}"
-            )
+            rules.append(f".tok-{kind} {{ background: {tint}; box-shadow: inset -1px 0 0 rgba(255, 255, 255, 0.7); }}")
         rules.append(f".c-{kind} {{ color: {color}; font-weight: 600; }}")
+    # blank tokens (spaces, indentation) are tinted only for the rare kinds, where it matters
+    rules.append(".tok-ws.tok-accepted, .tok-ws.tok-target { background: none; box-shadow: none; }")
     return "\n".join(rules)
 
 
@@ -477,5 +498,7 @@ CSS = (
     + _css()
     + INSPECTOR_CSS
     + LEDGER_CSS
+    + TRANSCRIPT_CSS
+    + code_css()
 )
 """CSS for the app; pass it to ``launch(css=...)`` (Gradio 6)."""

@@ -21,7 +21,7 @@ from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEven
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.ledger_view import ledger_html
-from specchat.ui.render import ReplyRenderer, reply_html, status_html
+from specchat.ui.render import ReplyRenderer, exchange_note_html, render_user, reply_html, reply_summary, status_html
 from specchat.ui.rounds import ReplyRounds
 
 
@@ -176,6 +176,21 @@ class Reply:
             body = self.renderer.html(show_rejected=show_rejected)
         return reply_html(self.label, body, self.metrics, running=self.running)
 
+    def parts(self) -> dict[str, Any]:
+        """The bubble in parts, for the page's transcript (:mod:`specchat.ui.transcript`): the
+        label and summary (text), the notices and status (HTML), the body as one item per
+        Markdown block (a streaming update changes the last block, or a code block's last lines,
+        only), and once the reply has ended its plain text."""
+        r = self.renderer
+        if self.phase is Phase.WAITING:
+            blocks = [status_html("waiting for the models to finish loading…")]
+        else:
+            blocks = r.blocks() if r.text else ([] if r.status else ['<p class="spec-dots">…</p>'])
+        return {"label": self.label, "notices": r.notices_html(), "blocks": blocks, "status": r.status_html(),
+                "summary": "generating…" if self.running else reply_summary(self.metrics), "running": self.running,
+                # the text as the model wrote it, once the reply has ended (its copy button)
+                "text": None if self.running else r.text}
+
     def ledger(self) -> Ledger:
         """What this reply's decoding spent and saved (:func:`specchat.analysis.ledger.count_ledger`)."""
         done = self.metrics.done
@@ -223,11 +238,19 @@ class Reply:
 
 @dataclass
 class Exchange:
-    """One user message and what came of it: a reply, or a note (not sent)."""
+    """One user message and what came of it: a reply, or a note (not sent). ``id`` is its
+    place in the page's transcript (given by the session, unique in it)."""
 
     message: str
     reply: Reply | None = None
     note: str | None = None
+    id: int = 0
+
+    def item(self) -> dict[str, Any]:
+        """The exchange as an item of the page's transcript: its id, the user's message (HTML,
+        with the note), and the reply's :meth:`Reply.parts` (None: no reply)."""
+        user = render_user(self.message) + (exchange_note_html(self.note) if self.note else "")
+        return {"id": self.id, "user": user, "reply": self.reply.parts() if self.reply is not None else None}
 
 
 class Run:

@@ -15,6 +15,7 @@ Handlers get a :class:`View` (what to change on the page, ``None`` = leave it) a
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -30,10 +31,12 @@ from specchat.ui.session_race import SessionRace
 from specchat.ui.session_views import CHART_SCOPES, SessionViews, View
 
 TEXT_INTERVAL_S = 0.25  # chat + stats refresh while streaming (4 Hz)
-# figure refresh while streaming (every 2 s; the final update is always full). The browser
-# redraws four plotly figures on the same CPU as the models: on a 2-core machine at 1 Hz that
-# drawing slowed the speculative rounds measurably.
-PLOT_INTERVAL_S = 2.0
+# While a reply streams, the charts, the timeline and the ledger redraw every 3 s, each only while
+# it is on screen (the page says so: ChatSession.panels_visible); the last update of a reply
+# always redraws them. The browser draws on the same CPU as the models: redrawing five
+# plotly figures every 2 s took the browser from 15 % to 20 % of a core on a 2-core machine
+# (specchat bench-page), CPU that llama.cpp's two threads then did not get.
+PLOT_INTERVAL_S = 3.0
 
 StreamFn = Callable[..., Iterator[Any]]
 
@@ -85,6 +88,11 @@ class ChatSession(SessionViews, SessionRace):
         self.race_greedy = True
         self._trace_dir: str | None = None
         self._race_stop = threading.Event()  # Stop during a race's replay
+        self._feed_seq = itertools.count(1)
+        self._exchange_ids = itertools.count(1)
+        self._settled: tuple[Exchange, float] | None = None  # the last reply that ended, and when
+        self.panels_visible: set[str] = set()  # live panels on screen: "charts", "timeline", "ledger" (the page says)
+        self._stale: set[str] = set()
 
     @property
     def busy(self) -> bool:
@@ -130,6 +138,7 @@ class ChatSession(SessionViews, SessionRace):
             self.history, self.exchanges = [], []
             self._reply_count = 0  # the new conversation's replies are #1, #2, …
             self.selected = self.selected_round = None
+            self._settled = None
         return self.view()
 
     def close(self) -> None:
@@ -164,7 +173,7 @@ class ChatSession(SessionViews, SessionRace):
             reply.add(event)
         if reply.running:  # a trace cut short (no done line)
             reply.phase = Phase.STOPPED
-        self.exchanges.append(Exchange(message, reply))
+        self.add_exchange(Exchange(message, reply))
         self.selected, self.selected_round = (number, 0 if reply.rounds.tokens else None), 0
         return self.view()
 
@@ -195,12 +204,12 @@ class ChatSession(SessionViews, SessionRace):
             else:
                 skipped = None
                 self._run = run
-        if skipped == "discard":
-            yield View(chat=self.chat())
+        if skipped == "discard":  # Clear emptied the transcript already
+            yield View()
             return
         if skipped == "cancel":
-            self.exchanges.append(Exchange(message, note="not sent: Stop cancelled it while it waited"))
-            yield View(chat=self.chat())
+            exchange = self.add_exchange(Exchange(message, note="not sent: Stop cancelled it while it waited"))
+            yield View(transcript=self.feed(exchange))
             return
         try:
             yield from self._respond(message, settings, run)
@@ -216,13 +225,15 @@ class ChatSession(SessionViews, SessionRace):
         reply = Reply(self._reply_count, message, settings, config=config)
         if self.selected is not None and self.selected[0] != reply.number:
             self.selected = self.selected_round = None  # the views follow the new reply
-        exchange = Exchange(message, reply)
         history = list(self.history)
-        self.exchanges.append(exchange)
+        exchange = self.add_exchange(Exchange(message, reply))
+        # the reply before, if it ended a moment ago: its last update and this one's first may reach
+        # the browser together (a message that waited), and the transcript must not miss its end
+        before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()
 
         if getattr(self.service, "loading", False):  # still loading in the background: wait, visibly
             reply.phase = Phase.WAITING
-            yield View(chat=self.chat(), stats=self.stats())
+            yield View(transcript=self.feed(*before, exchange), stats=self.stats())
             while getattr(self.service, "loading", False) and not run.cancel.is_set():
                 time.sleep(0.5)
                 yield View()
@@ -231,13 +242,14 @@ class ChatSession(SessionViews, SessionRace):
                 self.exchanges.remove(exchange)
                 self._reply_count -= 1
                 if run.discard:
-                    yield View(chat=self.chat())
+                    yield View()
                     return
                 toasts = (("warning", f"The models could not be loaded: {error}"),) if error else ()
-                yield View(chat=self.chat(), textbox=message, toasts=toasts)  # the message goes back
+                # the message goes back to the box
+                yield View(transcript=self.feed(removed=(exchange.id,)), textbox=message, toasts=toasts)
                 return
         reply.phase = Phase.RUNNING
-        yield View(chat=self.chat(), stats=self.stats(), table=self.table())
+        yield View(transcript=self.feed(*before, exchange), stats=self.stats(), table=self.table())
 
         stream = None
         last_text = last_plot = self.clock()
@@ -258,15 +270,20 @@ class ChatSession(SessionViews, SessionRace):
                 if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
                 figures = timeline = ledger = worth = None
-                if now - last_plot >= self.plot_interval_s:
-                    figures, timeline, last_plot = self.figures(), self.timeline(), now
-                    ledger, worth = self.analysis()
+                if self.panels_visible and now - last_plot >= self.plot_interval_s:
+                    last_plot = now
+                    if "charts" in self.panels_visible:
+                        figures = self.figures()
+                    if "timeline" in self.panels_visible:
+                        timeline = self.timeline(live=True)
+                    if "ledger" in self.panels_visible:
+                        ledger, worth = self.analysis()
                 last_text = now
-                yield View(chat=self.chat(), stats=self.stats(), figures=figures, timeline=timeline,
+                yield View(transcript=self.feed(exchange), stats=self.stats(), figures=figures, timeline=timeline,
                            ledger=ledger, worth=worth, toasts=(toast,) if toast else ())
         except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
             reply.fail(str(exc) or type(exc).__name__)
-            yield View(chat=self.chat(), stats=self.stats(), table=self.table(), figures=self.figures(),
+            yield View(transcript=self.feed(exchange), stats=self.stats(), table=self.table(), figures=self.figures(),
                        textbox=message, toasts=(("warning", f"Generation failed: {exc}"),))
             return
         finally:
@@ -279,10 +296,15 @@ class ChatSession(SessionViews, SessionRace):
                     {"role": "user", "content": message},
                     {"role": "assistant", "content": reply.renderer.text},
                 ]
+            if not run.discard:
+                self._settled = (exchange, self.clock())
         if run.discard:  # Clear: end on the empty chat (Gradio re-sends a stream's last update)
             yield self.view()
             return
-        yield self.view()  # the final update is always complete
+        # the reply's end at once, then the panels on screen (the charts take the browser a moment
+        # to draw); those off screen are drawn when they come on screen (show_panels)
+        yield View(transcript=self.feed(exchange), stats=self.stats())
+        yield self.view(transcript=self.feed(exchange), panels=self.panels_visible)
 
 
 class SessionStore:

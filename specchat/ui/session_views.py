@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from specchat.ui.rounds import ReplyRounds
 from specchat.ui.timeline import timeline_html
 
 CHART_SCOPES = ("this reply", "whole conversation")
+LIVE_TIMELINE_ROUNDS = 24  # rows of the timeline sent while a reply streams (all of them at its end)
+LIVE_PANELS = ("charts", "timeline", "ledger")  # the panels a reply redraws while it streams
 
 
 @dataclass
@@ -34,7 +37,8 @@ class View:
     """What to change on the page; None leaves a part as it is.
 
     Attributes:
-        chat: the Chatbot's messages (``[{"role", "content"}]``, content is HTML).
+        transcript: a feed for the page's transcript (:mod:`specchat.ui.transcript`): the
+            exchanges that changed, or everything after a reset.
         stats: the stats line (HTML) of the latest reply.
         table: the conversation table (HTML).
         figures: the four chart figures.
@@ -45,7 +49,7 @@ class View:
         ledger / worth: the focused reply's ledger (HTML) and the α-against-c figure.
     """
 
-    chat: list[dict] | None = None
+    transcript: dict | None = None
     stats: str | None = None
     table: str | None = None
     figures: tuple | None = None
@@ -70,6 +74,10 @@ class SessionViews:
     selected: tuple[int, int | None] | None  # (reply number, token index) in the inspector
     selected_round: int | None
     _trace_dir: str | None
+    _feed_seq: Iterator[int]  # itertools.count(1): every feed value gets the next
+    panels_visible: set[str]  # the live panels on screen (LIVE_PANELS), as the page last said
+    _stale: set[str]  # live panels whose data changed while they were off screen
+    _exchange_ids: Iterator[int]  # itertools.count(1): each exchange's id in the transcript
 
     # -- what the page shows ----------------------------------------------------------------
     @property
@@ -81,8 +89,21 @@ class SessionViews:
         replies = self.replies
         return replies[-1] if replies else None
 
+    def add_exchange(self, exchange: Exchange) -> Exchange:
+        """Append ``exchange`` to the conversation with a new transcript id."""
+        exchange.id = next(self._exchange_ids)
+        self.exchanges.append(exchange)
+        return exchange
+
+    def feed(self, *exchanges: Exchange, reset: bool = False, removed: tuple[int, ...] = ()) -> dict:
+        """A value for the page's transcript: these exchanges as they are now, the ids ``removed``
+        taken out, and with ``reset`` everything else dropped first (see :mod:`specchat.ui.transcript`)."""
+        items = [e.item() for e in exchanges] + [{"id": i, "removed": True} for i in removed]
+        return {"seq": next(self._feed_seq), "reset": reset, "items": items}
+
     def chat(self) -> list[dict]:
-        """The Chatbot's messages, rendered from the exchanges."""
+        """The whole conversation as messages (``[{"role", "content"}]``, content is HTML): what
+        the transcript shows, in one piece (for a reader of the session, not for streaming)."""
         out: list[dict] = []
         for e in self.exchanges:
             out.append({"role": "user", "content": render_user(e.message) + (exchange_note_html(e.note) if e.note else "")})
@@ -106,12 +127,38 @@ class SessionViews:
         reply = self.latest
         return charts.all_figures(reply.metrics if reply is not None else SpeculationMetrics())
 
-    def view(self, *, figures: bool = True) -> View:
-        """Everything, as it is now."""
-        ledger, worth = self.analysis() if figures else (None, None)
-        return View(chat=self.chat(), stats=self.stats(), table=self.table(),
-                    figures=self.figures() if figures else None, inspector=self.inspector(),
-                    timeline=self.timeline(), trace_file=self.trace_file(), ledger=ledger, worth=worth)
+    def view(self, *, figures: bool = True, transcript: dict | None = None, panels: set[str] | None = None) -> View:
+        """Everything, as it is now; the transcript whole (after a reset) unless ``transcript``
+        gives the feed to send instead (a reply's last update sends its own exchange only).
+        ``panels``: draw only these of the live panels ("charts", "timeline", "ledger"; None: all)
+        and mark the others stale, to be drawn when they come on screen (:meth:`show_panels`)."""
+        drawn = set(LIVE_PANELS) if panels is None else set(panels) & set(LIVE_PANELS)
+        if not figures:
+            drawn.discard("charts")
+            drawn.discard("ledger")
+        self._stale = (self._stale | set(LIVE_PANELS)) - drawn
+        if transcript is None:
+            transcript = self.feed(*self.exchanges, reset=True)
+        return View(transcript=transcript, stats=self.stats(), table=self.table(), inspector=self.inspector(),
+                    trace_file=self.trace_file(), **self._panel_views(drawn))
+
+    def show_panels(self, seen: set[str]) -> View:
+        """The page says which live panels are on screen now: draw those that changed since they
+        were last drawn (they were off screen then)."""
+        self.panels_visible = set(seen) & set(LIVE_PANELS)
+        due = self._stale & self.panels_visible
+        self._stale -= due
+        return View(**self._panel_views(due))
+
+    def _panel_views(self, panels: set[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if "charts" in panels:
+            out["figures"] = self.figures()
+        if "timeline" in panels:
+            out["timeline"] = self.timeline()
+        if "ledger" in panels:
+            out["ledger"], out["worth"] = self.analysis()
+        return out
 
     def analysis(self) -> tuple[str, Any]:
         """The focused reply's ledger (HTML) and the α-against-c figure of every drafter used in
@@ -156,12 +203,14 @@ class SessionViews:
             return inspector_html(0, ReplyRounds(), None)
         return inspector_html(reply.number, reply.rounds, self.selected[1], temperature=reply.settings.temperature)
 
-    def timeline(self) -> str:
+    def timeline(self, *, live: bool = False) -> str:
+        """The focused reply's round timeline; ``live`` (a reply streaming): its last rounds only."""
         reply = self._focus()
         if reply is None:
             return timeline_html(0, ReplyRounds())
         selected = self.selected_round if self.selected is not None and self.selected[0] == reply.number else None
-        return timeline_html(reply.number, reply.rounds, selected_round=selected)
+        return timeline_html(reply.number, reply.rounds, selected_round=selected,
+                             last=LIVE_TIMELINE_ROUNDS if live and reply.running else None)
 
     def select(self, ref: str) -> View:
         """A click on the page: ``"R:I"`` (token I of reply R) or ``"round:R:K"`` (round K of
@@ -192,9 +241,10 @@ class SessionViews:
                     ledger=ledger, worth=worth)
 
     def set_show_rejected(self, show: bool) -> View:
-        """Show (or hide) the drafts each round threw away, inline in the replies."""
+        """Show (or hide) the drafts each round threw away, inline in the replies (in :meth:`chat`;
+        the page's transcript always has them and its checkbox shows them, in the browser)."""
         self.show_rejected = bool(show)
-        return View(chat=self.chat())
+        return View()
 
     def trace_file(self) -> str | None:
         """Write the focused reply's trace file (JSON lines) and return its path; None when there

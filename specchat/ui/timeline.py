@@ -10,10 +10,13 @@ from __future__ import annotations
 from specchat.ui.rounds import DRAFT_COLOR, TARGET_COLOR, ReplyRounds, token_label
 
 
-def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | None = None, max_rounds: int = 400) -> str:
+def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | None = None, max_rounds: int = 400,
+                  last: int | None = None) -> str:
     """One bar per round on a shared millisecond axis: each draft step, then the verify pass;
     after it the tokens the round committed and where it stopped. Rows carry
-    the class ``rref-R-K`` (a click selects the round in the inspector)."""
+    the class ``rref-R-K`` (a click selects the round in the inspector). With ``last``, only the
+    last rounds get rows (a reply that streams: what is sent stays the same size however long
+    the reply); the summary line counts them all."""
     rounds = [rr.rounds[k] for k in sorted(rr.rounds)]
     if not rounds:
         return '<div class="spec-timeline spec-muted">The timeline fills in as a reply streams: one bar per round.</div>'
@@ -32,7 +35,9 @@ def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | N
         f"full width = {scale:.0f} ms · click a round to inspect it</div>"
     ) if total > 0 else ""
     rows = []
-    for r in rounds[:max_rounds]:
+    shown = rounds[-last:] if last is not None else rounds[:max_rounds]
+    earlier = len(rounds) - len(shown) if last is not None else 0
+    for r in shown:
         tr = r.trace
         steps = list(tr.draft_step_ms) if tr is not None and tr.draft_step_ms else ([r.draft_ms] if r.draft_ms >= 0.5 else [])
         segs = "".join(
@@ -62,5 +67,9 @@ def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | N
             f'<span class="spec-tl-ms">{r.draft_ms + r.verify_ms:.0f} ms</span>'
             f'<span class="spec-tl-end">{end}</span><span class="spec-tl-toks">{toks}</span></div>'
         )
-    more = f'<div class="spec-muted">… {len(rounds) - max_rounds} more rounds</div>' if len(rounds) > max_rounds else ""
+    more = (f'<div class="spec-muted">… {len(rounds) - max_rounds} more rounds</div>'
+            if last is None and len(rounds) > max_rounds else "")
+    if earlier:
+        summary += (f'<div class="spec-muted">the last {len(shown)} rounds while the reply streams; '
+                    f"all {len(rounds)} when it ends</div>")
     return f'<div class="spec-timeline">{summary}<div class="spec-tl-rows">{"".join(rows)}</div>{more}</div>'

@@ -18,6 +18,7 @@ from specchat.ui.host import compile_note, loading_banner, stream_fn, wait_until
 from specchat.ui.layout import Page, build_page
 from specchat.ui.render import status_html
 from specchat.ui.session import ChatSession, ReplySettings, SessionStore, View
+from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS
 
 DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
 
@@ -75,7 +76,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         for level, text in view.toasts:
             _toast(level, text)
         out: dict = {}
-        for component, value in ((page.chatbot, view.chat), (page.stats, view.stats), (page.table, view.table),
+        for component, value in ((page.transcript, view.transcript), (page.stats, view.stats), (page.table, view.table),
                                  (page.textbox, view.textbox), (page.inspector, view.inspector),
                                  (page.timeline, view.timeline), (page.race, view.race)):
             if value is not None:
@@ -192,8 +193,14 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         except ValueError:
             return {page.inspector: gr.skip()}
 
+    def set_panels(seen, request: gr.Request = None):
+        """The page says which live panels are on screen ("charts,ledger,timeline"): those that
+        changed while off screen are drawn now."""
+        out = updates(session_of(request).show_panels(set((seen or "").split(","))))
+        return {k: v for k, v in out.items() if k is not page.stats} or {page.timeline: gr.skip()}
+
     def set_show_rejected(show, request: gr.Request = None):
-        return updates(session_of(request).set_show_rejected(show))
+        session_of(request).set_show_rejected(show)  # the page shows them itself (SET_REJECTED_JS)
 
     def open_trace(file, request: gr.Request = None):
         from specchat.analysis.trace import TraceError
@@ -233,7 +240,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         picked_here.discard(getattr(request, "session_hash", None))
 
     inside = [page.inspector, page.timeline, page.race, page.download, page.ledger, page.plot_worth]
-    everything = [page.textbox, page.chatbot, page.stats, page.table, *page.plots, *inside]
+    everything = [page.textbox, page.transcript, page.stats, page.table, *page.plots, *inside]
     settings = [page.drafter, page.gamma, page.temperature, page.top_p, page.max_new_tokens, page.adaptive]  # a reply's
     common = dict(
         fn=respond, inputs=[page.pending, *settings],
@@ -267,13 +274,17 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         apply_startup_pick, [page.drafter], [page.drafter_status, page.drafter, page.active_drafter],
         show_progress="hidden", api_visibility="private", concurrency_limit=None,
     )
-    cleared = [page.chatbot, page.stats, page.table, *page.plots, page.inspector, page.timeline, page.ledger, page.plot_worth]
+    cleared = [page.transcript, page.stats, page.table, *page.plots, page.inspector, page.timeline, page.ledger,
+               page.plot_worth]
     page.clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
-    # the Chatbot's own trash button empties the display: empty the conversation with it
-    page.chatbot.clear(clear, None, cleared, concurrency_limit=None, api_visibility="private")
+    # colours / plain and the rejected drafts: classes on the transcript, switched in the browser
+    page.colours.change(None, [page.colours], None, js=SET_PLAIN_JS, api_visibility="private")
     page.pick.change(select, inputs=[page.pick], outputs=[page.inspector, page.timeline, page.download, page.ledger, page.plot_worth],
                      concurrency_limit=None, show_progress="hidden", api_visibility="private")
-    page.show_rejected.change(set_show_rejected, inputs=[page.show_rejected], outputs=[page.chatbot], concurrency_limit=None,
+    page.panels.change(set_panels, inputs=[page.panels], outputs=[*page.plots, page.timeline, page.ledger, page.plot_worth],
+                       concurrency_limit=None, show_progress="hidden", api_visibility="private")
+    page.show_rejected.change(None, [page.show_rejected], None, js=SET_REJECTED_JS, api_visibility="private")
+    page.show_rejected.change(set_show_rejected, inputs=[page.show_rejected], outputs=None, concurrency_limit=None,
                               show_progress="hidden", api_visibility="private")
     page.upload.upload(open_trace, inputs=[page.upload], outputs=everything, concurrency_limit=None,
                        show_progress="hidden", api_name="open_trace")
