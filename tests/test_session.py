@@ -53,7 +53,7 @@ def test_the_stats_shown_while_a_reply_streams_belong_to_that_reply():
     """A drafter picked while reply 1 streams is used by the next message; reply 1 keeps its label
     and its stats, and while reply 2 streams the stats are reply 2's."""
     fake = FakeService(rounds=3)
-    s = ChatSession(fake, text_interval_s=0.0)
+    s = ChatSession(fake, text_interval_s=0.0, stats_interval_s=0.0)
     first = s.respond("one", settings(drafter="int4"))
     views_1 = [next(first) for _ in range(3)]
     # meanwhile the user picks ngram in the menu and sends (the app queues it behind reply 1)
@@ -71,7 +71,7 @@ def test_no_transient_line_before_the_first_round_and_counts_always_agree():
     that disagrees with the rounds' (every stats line's kinds add up to its token count)."""
     import re
 
-    s = ChatSession(FakeService(rounds=2), text_interval_s=0.0)
+    s = ChatSession(FakeService(rounds=2), text_interval_s=0.0, stats_interval_s=0.0)
     views = run(s)
     stats = [v.stats for v in views if v.stats]
     assert "generating…" in stats[0] and "tokens in" not in stats[0]
@@ -193,7 +193,7 @@ def test_blank_messages_sent_while_a_reply_streams_are_not_counted_as_waiting():
 def test_closing_the_stream_cancels_the_engine_and_keeps_the_partial_reply():
     """A closed tab: Gradio closes the generator (GeneratorExit) -> the engine's cancel is set."""
     fake = FakeService(delay_s=0.01, rounds=50)
-    s = ChatSession(fake, text_interval_s=0.0)
+    s = ChatSession(fake, text_interval_s=0.0, stats_interval_s=0.0)
     gen = s.respond("go", settings())
     [next(gen) for _ in range(4)]
     cancel = fake.cancels[-1]
@@ -230,7 +230,7 @@ def test_a_drafter_that_could_not_load_is_named_in_the_label():
         yield from FakeService.stream_chat(fake, history, message, drafter="none", config=config, cancel=cancel)
 
     fake.stream_chat = stream
-    s = ChatSession(fake, text_interval_s=0.0)
+    s = ChatSession(fake, text_interval_s=0.0, stats_interval_s=0.0)
     views = run(s, drafter="int4")
     assert s.latest.label.startswith("#1 · none (int4 could not be loaded) · γ — ·")
     assert ("warning", "The drafter 'int4' could not be loaded (oom)") in [t for v in views for t in v.toasts]
@@ -341,7 +341,7 @@ def test_no_page_update_just_before_a_timing_round():
             yield item
 
     fake.stream_chat = stream
-    s = ChatSession(fake, text_interval_s=0.0, plot_interval_s=0.0)
+    s = ChatSession(fake, text_interval_s=0.0, stats_interval_s=0.0, plot_interval_s=0.0)
     views = run(s)
     import re
 

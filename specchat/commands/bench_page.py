@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
@@ -58,8 +59,8 @@ window.__specUsers = document.querySelectorAll('#spec-chat [data-testid=user]').
 window.__specT0 = performance.now(); window.__specLast = 0; window.__specFirst = 0; window.__specEcho = 0;
 button.click();
 """
-# The latest reply: its summary (it reads "generating…" while the reply streams) and how many
-# replies there are; the page's size.
+# The latest reply: its summary (it reads "generating…" while the reply streams), how many replies
+# there are, the stats line and the reply's own text. Cheap: the page is polled while it streams.
 REPLY_JS = """
 const bots = document.querySelectorAll('#spec-chat [data-testid=bot]');
 const last = bots[bots.length - 1];
@@ -67,7 +68,11 @@ const summary = last ? last.querySelector('.spec-summary') : null;
 return {replies: bots.length, summary: summary ? summary.innerText : '', t0: window.__specT0,
         stats: (document.querySelector('#spec-stats') || {}).innerText || '',
         text: last ? (last.dataset.text ?? null) : null,
-        last: window.__specLast, first: window.__specFirst, echo: window.__specEcho, nodes: document.getElementsByTagName('*').length,
+        last: window.__specLast, first: window.__specFirst, echo: window.__specEcho};
+"""
+# The page's size, once a reply has ended (not while polling: serialising a long chat costs CPU)
+SIZE_JS = """
+return {nodes: document.getElementsByTagName('*').length,
         chat_html: document.querySelector('#spec-chat').innerHTML.length};
 """
 
@@ -117,7 +122,17 @@ def run(args: argparse.Namespace) -> int:
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     from specchat.service import ChatService
 
-    results = []
+    results: list[dict] = []
+    meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "cpu_count": os.cpu_count(),
+            "processor": _processor(), "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
+            "window": [1440, args.window], "date": time.strftime("%Y-%m-%d %H:%M")}
+
+    def save(done: bool) -> None:
+        """Writes what is measured so far (a run cut short keeps its replies)."""
+        summary = summarize(results)
+        (out / "page-bench.json").write_text(json.dumps(
+            {"meta": meta | {"complete": done}, "summary": summary, "runs": results}, indent=1))
+
     for drafter in args.drafters:
         say(f"bench-page: drafter {drafter}: {len(messages)} messages, {args.max_new_tokens} new tokens each")
         # the engine's side starts as the app does (load, the drafter, the warm-up): the same cached
@@ -127,21 +142,19 @@ def run(args: argparse.Namespace) -> int:
         if service.startup_error is not None:
             print(f"{PROG} bench-page: error: {service.startup_error}", file=sys.stderr)
             return 1
-        results.append({"drafter": drafter, "replies": conversation(service, drafter, messages, args, out, say)})
-    meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "runtime": service.runtime,
-            "target": service.target_name, "cpu_count": os.cpu_count(), "processor": _processor(),
-            "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "window": [1440, args.window],
-            "date": time.strftime("%Y-%m-%d %H:%M")}
-    summary = summarize(results)
-    (out / "page-bench.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results}, indent=1))
-    print(format_report(results, summary))
+        meta |= {"runtime": service.runtime, "target": service.target_name}
+        results.append({"drafter": drafter, "replies": []})
+        conversation(service, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
+    save(True)
+    print(format_report(results, summarize(results)))
     print(f"\nwrote {out / 'page-bench.json'}")
     return 0
 
 
-def conversation(service, drafter: str, messages: list[str], args, out: Path, say) -> list[dict]:
+def conversation(service, drafter: str, messages: list[str], args, out: Path, say, rows: list[dict],
+                 saved: Callable[[], None]) -> None:
     """One conversation in a fresh app on ``drafter``: each message in the page, then the same
-    reply through ``service``'s engine; a row per reply."""
+    reply through ``service``'s engine; a row per reply appended to ``rows``, then ``saved()``."""
     from specchat.commands import browser
 
     log = open(out / f"page-bench-app-{drafter}.log", "w")  # noqa: SIM115 (closed below)
@@ -163,7 +176,6 @@ def conversation(service, drafter: str, messages: list[str], args, out: Path, sa
         d.execute_script(OBSERVE_JS)
         d.get_log("performance")  # drop what loading the page logged
         history: list[dict] = []
-        rows = []
         for number, message in enumerate(messages, 1):
             _wait_idle([os.getpid(), app.pid])  # the engine's threads at rest before the page's turn
             row = page_reply(d, app.pid, message, number, args.timeout)
@@ -177,11 +189,11 @@ def conversation(service, drafter: str, messages: list[str], args, out: Path, sa
             row.update(engine)
             row["page_over_engine"] = row["page_tokens_per_s"] / engine["engine_tokens_per_s"]
             rows.append(row)
+            saved()
             say(f"  reply {number:>2}: {row['tokens']:>3} tokens, page {row['page_tokens_per_s']:.2f} tok/s, engine "
                 f"{engine['engine_tokens_per_s']:.2f} tok/s ({row['page_over_engine']:.2f}×), browser "
                 f"{row['browser_cpu_pct']:.0f}% of a core, {row['updates']} updates of median "
                 f"{row['update_bytes_median']} B")
-        return rows
     finally:
         if d is not None:
             d.quit()
@@ -205,8 +217,8 @@ def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> di
     metrics0 = _browser_metrics(d)
     d.execute_script(SEND_JS)
     deadline = time.time() + timeout
-    while True:
-        time.sleep(0.5)
+    while True:  # the page's own clock times the reply (the observer); polling only says when it is over
+        time.sleep(1.0)
         state = d.execute_script(REPLY_JS)
         if state["replies"] >= number and state["summary"] and "generating" not in state["summary"]:
             break
@@ -214,6 +226,7 @@ def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> di
             raise TimeoutError(f"reply {number} did not finish in {timeout:.0f} s")
     cpu1 = {pid: _cpu_s(pid) for pid in cpu0}
     metrics1 = _browser_metrics(d)
+    state |= d.execute_script(SIZE_JS)
     spent = {k: round(metrics1.get(k, 0) - metrics0.get(k, 0), 3) for k in BROWSER_METRICS}
     page_s = (state["last"] - state["t0"]) / 1000
     match = re.match(r"(\d+) tokens", state["summary"])

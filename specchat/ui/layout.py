@@ -239,10 +239,7 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     active_drafter = gr.State(drafter0)
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=320):
-            with gr.Row(equal_height=True, elem_classes="spec-view-row"):
-                gr.HTML(legend_html(), scale=4)
-                colours = gr.Radio(["colours", "plain"], value="colours", show_label=False, container=False,
-                                   scale=1, min_width=150, elem_id="spec-colours")
+            gr.HTML(legend_html())
             load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
             # the conversation: an empty container filled by its script, never re-sent whole
             # (specchat/ui/transcript.py); its value is a feed of the exchanges that changed
@@ -260,6 +257,8 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
                 stop = gr.Button("Stop", variant="stop", scale=1, min_width=70)
             stats = gr.HTML(stats_html(None), elem_id="spec-stats")
         with gr.Column(scale=1, min_width=250):
+            colours = gr.Radio(["colours", "plain"], value="colours", label="reply text",
+                               info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
             drafter = gr.Dropdown(
                 choices=kinds, value=drafter0, label="drafter", info=drafter_kinds.dropdown_hint(),
             )

@@ -30,7 +30,8 @@ from specchat.ui.reply import Exchange, Phase, Reply, ReplySettings, Run, is_bla
 from specchat.ui.session_race import SessionRace
 from specchat.ui.session_views import CHART_SCOPES, SessionViews, View
 
-TEXT_INTERVAL_S = 0.25  # chat + stats refresh while streaming (4 Hz)
+TEXT_INTERVAL_S = 0.25  # the reply's text refresh while streaming (4 Hz)
+STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; the reader cannot follow faster)
 # While a reply streams, the charts, the timeline and the ledger redraw every 3 s, each only while
 # it is on screen (the page says so: ChatSession.panels_visible); the last update of a reply
 # always redraws them. The browser draws on the same CPU as the models: redrawing five
@@ -49,8 +50,9 @@ class ChatSession(SessionViews, SessionRace):
             ``startup_error``); shared by all sessions, which it serialises.
         stream: how a reply is streamed; defaults to ``service.stream_chat`` (the app passes
             its ZeroGPU wrapper on Spaces).
-        text_interval_s / plot_interval_s: how often a streaming reply refreshes the text and
-            the figures (seconds); the last update is always complete.
+        text_interval_s / stats_interval_s / plot_interval_s: how often a streaming reply
+            refreshes its text, the stats line under the chat and the figures (seconds); the
+            last update is always complete.
         clock: seconds, for the throttling (tests pass a fake).
 
     Thread safety: ``note_sent``, ``stop`` and ``clear`` may be called from other threads
@@ -63,6 +65,7 @@ class ChatSession(SessionViews, SessionRace):
         *,
         stream: StreamFn | None = None,
         text_interval_s: float = TEXT_INTERVAL_S,
+        stats_interval_s: float = STATS_INTERVAL_S,
         plot_interval_s: float = PLOT_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -70,6 +73,7 @@ class ChatSession(SessionViews, SessionRace):
         self._stream = stream or (lambda history, message, drafter, config, cancel: service.stream_chat(
             history, message, drafter=drafter, config=config, cancel=cancel))
         self.text_interval_s = text_interval_s
+        self.stats_interval_s = stats_interval_s
         self.plot_interval_s = plot_interval_s
         self.clock = clock
         self.history: list[dict[str, str]] = []  # plain-text turns: what the model sees
@@ -252,7 +256,7 @@ class ChatSession(SessionViews, SessionRace):
         yield View(transcript=self.feed(*before, exchange), stats=self.stats(), table=self.table())
 
         stream = None
-        last_text = last_plot = self.clock()
+        last_text = last_stats = last_plot = self.clock()
         try:
             stream = self._stream(history, message, settings.drafter, config, run.cancel)
             for item in stream:
@@ -279,7 +283,10 @@ class ChatSession(SessionViews, SessionRace):
                     if "ledger" in self.panels_visible:
                         ledger, worth = self.analysis()
                 last_text = now
-                yield View(transcript=self.feed(exchange), stats=self.stats(), figures=figures, timeline=timeline,
+                stats = None
+                if now - last_stats >= self.stats_interval_s:
+                    stats, last_stats = self.stats(), now
+                yield View(transcript=self.feed(exchange), stats=stats, figures=figures, timeline=timeline,
                            ledger=ledger, worth=worth, toasts=(toast,) if toast else ())
         except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
             reply.fail(str(exc) or type(exc).__name__)

@@ -206,7 +206,8 @@ CSS = """
 .spec-transcript.spec-plain .tok { background: none !important; box-shadow: none !important; }
 .spec-transcript.spec-plain .spec-rejected-run { display: none !important; }
 .spec-transcript .tok:hover { outline: 1px solid rgba(28, 126, 214, 0.6); }
-.spec-view-row { align-items: center !important; gap: 12px; }
+/* the loading banner takes no room once there is nothing to say */
+#spec-loading:not(:has(.spec-loading, .spec-error, .spec-status)) { display: none !important; }
 """
 
 
