@@ -1,0 +1,49 @@
+"""specchat bench-page's arithmetic, checked against hand-written rows and DevTools log entries
+(the browser run itself is `python -m specchat bench-page`; see the README)."""
+
+from __future__ import annotations
+
+import json
+
+from specchat.commands.bench_page import _update_sizes, format_report, summarize
+
+
+def _entry(method: str, **params) -> dict:
+    return {"message": json.dumps({"message": {"method": method, "params": params}})}
+
+
+def test_update_sizes_count_only_the_queue_streams_and_not_the_keep_alive_pings():
+    entries = [
+        _entry("Network.requestWillBeSent", requestId="q1", request={"url": "http://127.0.0.1:7860/gradio_api/queue/data?session_hash=x"}),
+        _entry("Network.requestWillBeSent", requestId="js", request={"url": "http://127.0.0.1:7860/assets/index.js"}),
+        _entry("Network.dataReceived", requestId="q1", dataLength=1632),
+        _entry("Network.dataReceived", requestId="js", dataLength=90000),  # not an update
+        _entry("Network.dataReceived", requestId="q1", dataLength=39),  # a ping
+        _entry("Network.dataReceived", requestId="q1", dataLength=40),
+        _entry("Network.responseReceived", requestId="q1"),
+    ]
+    assert _update_sizes(entries) == [1632, 40]
+
+
+def _row(reply: int, page_tps: float, engine_tps: float, browser: float, update_bytes: int, same: bool) -> dict:
+    return {"reply": reply, "tokens": 256, "page_tokens_per_s": page_tps, "engine_tokens_per_s": engine_tps,
+            "page_over_engine": page_tps / engine_tps, "browser_cpu_pct": browser, "update_bytes_median": update_bytes,
+            "same_text": same, "updates": 90, "browser_s": {}, "app_cpu_s": 40.0, "engine_cpu_s": 39.0, "dom_nodes": 1600}
+
+
+def test_summary_takes_the_first_last_and_median_reply_of_each_drafter():
+    results = [
+        {"drafter": "none", "replies": [_row(1, 9.0, 10.0, 12.0, 1500, True), _row(2, 12.0, 12.0, 20.0, 1700, True),
+                                        _row(3, 5.0, 10.0, 14.0, 2100, False)]},
+        {"drafter": "hybrid", "replies": []},  # cut short before its first reply
+    ]
+    summary = summarize(results)
+    assert list(summary) == ["none"]
+    s = summary["none"]
+    assert s["replies"] == 3
+    assert abs(s["first_page_over_engine"] - 0.9) < 1e-12 and abs(s["last_page_over_engine"] - 0.5) < 1e-12
+    assert abs(s["median_page_over_engine"] - 0.9) < 1e-12  # of 0.9, 1.0, 0.5 (their mean: 0.8)
+    assert s["browser_cpu_pct_median"] == 14.0 and s["browser_cpu_pct_max"] == 20.0
+    assert (s["bytes_per_update_first"], s["bytes_per_update_last"], s["same_text"]) == (1500, 2100, 2)
+    report = format_report(results, summary)
+    assert "0.90×" in report and "0.50×" in report
