@@ -265,15 +265,6 @@ def reply_summary(metrics: SpeculationMetrics) -> str:
     return " · ".join(parts)
 
 
-def reply_html(label: str, body: str, metrics: SpeculationMetrics, *, running: bool) -> str:
-    """A reply's chat bubble: its label (what made it), its body, and its summary line."""
-    summary = "generating…" if running else reply_summary(metrics)
-    return (
-        f'<div class="spec-label">{html.escape(label)}</div>{body}'
-        f'<div class="spec-summary">{html.escape(summary)}</div>'
-    )
-
-
 def table_html(rows: list[dict]) -> str:
     """The conversation table: one row per reply (see ``session.Reply.row``)."""
     if not rows:

@@ -21,7 +21,7 @@ from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEven
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.ledger_view import ledger_html
-from specchat.ui.render import ReplyRenderer, exchange_note_html, render_user, reply_html, reply_summary, status_html
+from specchat.ui.render import ReplyRenderer, exchange_note_html, render_user, reply_summary, status_html
 from specchat.ui.rounds import ReplyRounds
 
 
@@ -166,15 +166,6 @@ class Reply:
     @property
     def running(self) -> bool:
         return self.phase in (Phase.WAITING, Phase.RUNNING)
-
-    def html(self, *, show_rejected: bool = False) -> str:
-        """The reply's chat bubble: label, colored tokens and notices, and its own summary
-        (with ``show_rejected``, the drafts its rounds threw away, struck through)."""
-        if self.phase is Phase.WAITING:
-            body = status_html("waiting for the models to finish loading…")
-        else:
-            body = self.renderer.html(show_rejected=show_rejected)
-        return reply_html(self.label, body, self.metrics, running=self.running)
 
     def parts(self) -> dict[str, Any]:
         """The bubble in parts, for the page's transcript (:mod:`specchat.ui.transcript`): the

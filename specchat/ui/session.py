@@ -85,7 +85,6 @@ class ChatSession(SessionViews, SessionRace):
         self._cancel_queued = 0  # of those, how many Stop cancelled
         self._discard_queued = 0  # of those, how many Clear discarded
         self._reply_count = 0
-        self.show_rejected = False
         self.selected: tuple[int, int | None] | None = None  # (reply number, token index) in the inspector
         self.selected_round: int | None = None
         self.race_lanes: tuple[RaceLane, RaceLane] | None = None
@@ -273,21 +272,15 @@ class ChatSession(SessionViews, SessionRace):
                 drawable = isinstance(item, RoundEvent) and not item.timing_next
                 if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
-                figures = timeline = ledger = worth = None
+                panels = {}
                 if self.panels_visible and now - last_plot >= self.plot_interval_s:
                     last_plot = now
-                    if "charts" in self.panels_visible:
-                        figures = self.figures()
-                    if "timeline" in self.panels_visible:
-                        timeline = self.timeline(live=True)
-                    if "ledger" in self.panels_visible:
-                        ledger, worth = self.analysis()
+                    panels = self._panel_views(self.panels_visible, live=True)
                 last_text = now
                 stats = None
                 if now - last_stats >= self.stats_interval_s:
                     stats, last_stats = self.stats(), now
-                yield View(transcript=self.feed(exchange), stats=stats, figures=figures, timeline=timeline,
-                           ledger=ledger, worth=worth, toasts=(toast,) if toast else ())
+                yield View(transcript=self.feed(exchange), stats=stats, toasts=(toast,) if toast else (), **panels)
         except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
             reply.fail(str(exc) or type(exc).__name__)
             yield View(transcript=self.feed(exchange), stats=self.stats(), table=self.table(), figures=self.figures(),

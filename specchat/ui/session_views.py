@@ -22,10 +22,11 @@ from specchat.core.metrics import SpeculationMetrics
 from specchat.ui import charts
 from specchat.ui.inspector import inspector_html
 from specchat.ui.ledger_view import drafter_points
-from specchat.ui.render import exchange_note_html, render_user, stats_html, table_html
+from specchat.ui.render import stats_html, table_html
 from specchat.ui.reply import Exchange, Reply
 from specchat.ui.rounds import ReplyRounds
 from specchat.ui.timeline import timeline_html
+from specchat.ui.transcript import feed_messages
 
 CHART_SCOPES = ("this reply", "whole conversation")
 LIVE_TIMELINE_ROUNDS = 24  # rows of the timeline sent while a reply streams (all of them at its end)
@@ -70,7 +71,6 @@ class SessionViews:
     service: Any
     exchanges: list[Exchange]
     chart_scope: str
-    show_rejected: bool
     selected: tuple[int, int | None] | None  # (reply number, token index) in the inspector
     selected_round: int | None
     _trace_dir: str | None
@@ -104,12 +104,7 @@ class SessionViews:
     def chat(self) -> list[dict]:
         """The whole conversation as messages (``[{"role", "content"}]``, content is HTML): what
         the transcript shows, in one piece (for a reader of the session, not for streaming)."""
-        out: list[dict] = []
-        for e in self.exchanges:
-            out.append({"role": "user", "content": render_user(e.message) + (exchange_note_html(e.note) if e.note else "")})
-            if e.reply is not None:
-                out.append({"role": "assistant", "content": e.reply.html(show_rejected=self.show_rejected)})
-        return out
+        return feed_messages({"items": [e.item() for e in self.exchanges]})
 
     def stats(self) -> str:
         reply = self.latest
@@ -150,12 +145,14 @@ class SessionViews:
         self._stale -= due
         return View(**self._panel_views(due))
 
-    def _panel_views(self, panels: set[str]) -> dict[str, Any]:
+    def _panel_views(self, panels: set[str], *, live: bool = False) -> dict[str, Any]:
+        """The View fields of these live panels, drawn now (``live``: a reply streaming, the
+        timeline its last rounds only)."""
         out: dict[str, Any] = {}
         if "charts" in panels:
             out["figures"] = self.figures()
         if "timeline" in panels:
-            out["timeline"] = self.timeline()
+            out["timeline"] = self.timeline(live=live)
         if "ledger" in panels:
             out["ledger"], out["worth"] = self.analysis()
         return out
@@ -239,12 +236,6 @@ class SessionViews:
         ledger, worth = self.analysis()
         return View(inspector=self.inspector(), timeline=self.timeline(), trace_file=self.trace_file(),
                     ledger=ledger, worth=worth)
-
-    def set_show_rejected(self, show: bool) -> View:
-        """Show (or hide) the drafts each round threw away, inline in the replies (in :meth:`chat`;
-        the page's transcript always has them and its checkbox shows them, in the browser)."""
-        self.show_rejected = bool(show)
-        return View()
 
     def trace_file(self) -> str | None:
         """Write the focused reply's trace file (JSON lines) and return its path; None when there

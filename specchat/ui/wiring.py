@@ -199,9 +199,6 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         out = updates(session_of(request).show_panels(set((seen or "").split(","))))
         return {k: v for k, v in out.items() if k is not page.stats} or {page.timeline: gr.skip()}
 
-    def set_show_rejected(show, request: gr.Request = None):
-        session_of(request).set_show_rejected(show)  # the page shows them itself (SET_REJECTED_JS)
-
     def open_trace(file, request: gr.Request = None):
         from specchat.analysis.trace import TraceError
 
@@ -284,8 +281,6 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     page.panels.change(set_panels, inputs=[page.panels], outputs=[*page.plots, page.timeline, page.ledger, page.plot_worth],
                        concurrency_limit=None, show_progress="hidden", api_visibility="private")
     page.show_rejected.change(None, [page.show_rejected], None, js=SET_REJECTED_JS, api_visibility="private")
-    page.show_rejected.change(set_show_rejected, inputs=[page.show_rejected], outputs=None, concurrency_limit=None,
-                              show_progress="hidden", api_visibility="private")
     page.upload.upload(open_trace, inputs=[page.upload], outputs=everything, concurrency_limit=None,
                        show_progress="hidden", api_name="open_trace")
     page.race_btn.click(
