@@ -32,7 +32,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import DRAFTER_KINDS, Notice
 from specchat.ui import app
-from specchat.ui.transcript import feed_messages
+from specchat.ui.transcript import feed_messages, unwire
 
 A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 
@@ -288,7 +288,7 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     # (t₁ = 100 ms); 18 tokens in 100 + 6 × 140 = 940 ms → 18 × 100 / 940 = 1.91×
     assert "18 tokens · α 0.69 · 2.57 tokens/round · 1.91× vs target-only steps timed during this reply" in reply
     # the finished reply carries the model's text exactly (its copy button, the history)
-    assert out["chat"]["items"][-1]["reply"]["text"] == REPLY_TEXT
+    assert unwire(out["chat"])["items"][-1]["reply"]["text"] == REPLY_TEXT
     # stats: α = 11 accepted / 16 judged drafts (3+4+2+4+1+2), 18 tokens in 7 rounds
     stats = out["stats"]
     assert "#1 · int4 · γ adaptive ≤ 4" in stats and "α</b> 0.69" in stats

@@ -19,7 +19,7 @@ from specchat.drafters import kinds as drafter_kinds
 from specchat.ui import charts
 from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
-from specchat.ui.session import ChatSession
+from specchat.ui.session import PLOT_INTERVAL_S, ChatSession
 from specchat.ui.session_views import CHART_SCOPES
 from specchat.ui.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
 from specchat.ui.transcript import TRANSCRIPT_JS
@@ -178,7 +178,9 @@ class Page:
 
     ``transcript`` is the conversation (a feed, :mod:`specchat.ui.transcript`), ``colours`` its
     "colours" / "plain" switch. ``active_drafter`` is the drafter the service has ready (the dropdown shows the latest pick);
-    ``pending`` carries a sent message from the emptied box to the reply; ``pick`` is the hidden
+    ``pending`` carries a sent message from the emptied box to the reply; ``panel_tick`` draws,
+    while a reply streams, the panels its stream left aside (the stream itself sends only the
+    transcript and the stats line); ``api_chat`` is the API's /chat; ``pick`` is the hidden
     box the click hook (:data:`CLICK_JS`) writes a token or round reference into, ``panels`` the
     one it writes the live panels on screen into ("charts,ledger,timeline", or ""); ``plots`` are
     the four charts (α over rounds, by position, speed, theory).
@@ -215,6 +217,8 @@ class Page:
     ledger: gr.HTML
     plot_worth: gr.Plot
     table: gr.HTML
+    panel_tick: gr.Timer
+    api_chat: gr.Button
 
 
 def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, picked: Any) -> Page:
@@ -300,6 +304,9 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     gr.Markdown(RACE_HINT, elem_classes="spec-race-hint")
     race = gr.HTML(elem_id="spec-race")
     pick = gr.Textbox(visible="hidden", elem_id="spec-pick", label="pick")
+    # while a reply streams: draws the panels the reply's stream left in the session (ChatSession.defer)
+    panel_tick = gr.Timer(PLOT_INTERVAL_S, active=False)
+    api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
     panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
     scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                      elem_id="spec-scope")
@@ -326,5 +333,5 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
         adaptive=adaptive, gamma=gamma, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
         clear_btn=clear_btn, show_rejected=show_rejected, race_btn=race_btn, download=download, upload=upload,
         inspector=inspector, timeline=timeline, race=race, pick=pick, panels=panels, scope=scope, plots=plots, ledger=ledger,
-        plot_worth=plot_worth, table=table,
+        plot_worth=plot_worth, table=table, panel_tick=panel_tick, api_chat=api_chat,
     )

@@ -108,15 +108,19 @@ function upsert(item) {
   s.bot.classList.toggle('spec-running', !!r.running);
   s.copy.hidden = typeof r.text !== 'string';
   if (typeof r.text === 'string') s.bot.dataset.text = r.text;
-  setBlocks(s, r.blocks || []);
+  setBlocks(s, (r.blocks || []).map(unwire));
 }
+
+// the page receives lists keyed by position (wire(), in Python): back to lists
+const listed = (v) => Array.isArray(v) ? v : Object.values(v || {});
+const unwire = (b) => (b && typeof b === 'object') ? {head: b.head, lines: listed(b.lines), tail: b.tail} : b;
 
 function apply(value) {
   if (!value || typeof value !== 'object' || value.seq === lastSeq) return;
   lastSeq = value.seq;
   const stick = root.scrollHeight - root.scrollTop - root.clientHeight < 60;
   if (value.reset) { root.replaceChildren(); shown.clear(); }
-  for (const item of value.items || []) upsert(item);
+  for (const item of listed(value.items)) upsert(item);
   root.classList.toggle('spec-empty', shown.size === 0);
   if (stick) root.scrollTop = root.scrollHeight;
 }
@@ -211,6 +215,44 @@ CSS = """
 """
 
 
+def wire(feed: dict) -> dict:
+    """``feed`` as the page receives it: the exchanges keyed by id and each code block's lines
+    by number, instead of lists (the script turns them back into lists).
+
+    Why: Gradio (6.31) sends a streamed value as a diff of the last one, and its diff shifts the
+    index of *every* "delete" edit met while comparing a list, those nested inside its elements
+    included. When a list loses elements while lists inside it shrink in the same update (a
+    reply's first update drops the reply before it, whose blocks then compare against the new
+    reply's), the browser deletes the wrong elements, its copy of the value no longer matches the
+    server's, the next diff fails in the browser ("Cannot create property 'head' on string") and
+    the reply stops streaming. A dict's deletes carry string keys, which the diff leaves alone;
+    the one list left, a reply's blocks, holds no list.
+    """
+    items = {}
+    for item in feed["items"]:
+        reply = item.get("reply")
+        if reply is not None:
+            blocks = [{**b, "lines": {str(i): line for i, line in enumerate(b["lines"])}} if isinstance(b, dict) else b
+                      for b in reply["blocks"]]
+            item = {**item, "reply": {**reply, "blocks": blocks}}
+        items[str(item["id"])] = item
+    return {**feed, "items": items}
+
+
+def unwire(feed: dict) -> dict:
+    """The inverse of :func:`wire` (for API clients and tests reading the page's value)."""
+    items = list(feed["items"].values()) if isinstance(feed["items"], dict) else feed["items"]
+    out = []
+    for item in items:
+        reply = item.get("reply")
+        if reply is not None:
+            blocks = [{**b, "lines": list(b["lines"].values())} if isinstance(b, dict) and isinstance(b["lines"], dict)
+                      else b for b in reply["blocks"]]
+            item = {**item, "reply": {**reply, "blocks": blocks}}
+        out.append(item)
+    return {**feed, "items": out}
+
+
 def feed_messages(feed: dict) -> list[dict]:
     """A feed's exchanges as chat messages, ``[{"role": "user" | "assistant", "content": HTML}]``:
     what the page shows of each, in one HTML string per message (for API clients and tests; the
@@ -220,7 +262,7 @@ def feed_messages(feed: dict) -> list[dict]:
     from specchat.ui.markdown import block_html
 
     out = []
-    for item in feed.get("items", []):
+    for item in unwire({"items": feed.get("items", [])})["items"]:
         if item.get("removed"):
             continue
         out.append({"role": "user", "content": item["user"]})

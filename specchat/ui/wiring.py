@@ -18,9 +18,10 @@ from specchat.ui.host import compile_note, loading_banner, stream_fn, wait_until
 from specchat.ui.layout import Page, build_page
 from specchat.ui.render import status_html
 from specchat.ui.session import ChatSession, ReplySettings, SessionStore, View
-from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS
+from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS, wire
 
 DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
+TICKED = ("table", "figures", "timeline", "ledger", "worth")  # what the panel tick draws while a reply streams
 
 
 def _pick_drafter(kinds: list[str], preferred: str | None, runtime: str = "transformers") -> str:
@@ -76,7 +77,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         for level, text in view.toasts:
             _toast(level, text)
         out: dict = {}
-        for component, value in ((page.transcript, view.transcript), (page.stats, view.stats), (page.table, view.table),
+        transcript = wire(view.transcript) if view.transcript is not None else None
+        for component, value in ((page.transcript, transcript), (page.stats, view.stats), (page.table, view.table),
                                  (page.textbox, view.textbox), (page.inspector, view.inspector),
                                  (page.timeline, view.timeline), (page.race, view.race)):
             if value is not None:
@@ -95,20 +97,47 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     def take_message(message, request: gr.Request = None):
         """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
         can type the next message while this one waits or streams; the message goes on in
-        ``pending``. If a reply is streaming, say that this message waits for it."""
-        if session_of(request).note_sent(message) and message and message.strip():
+        ``pending``; the panel tick starts if a live panel is on screen. If a reply is streaming, say that this message waits
+        for it."""
+        session = session_of(request)
+        if session.note_sent(message) and message and message.strip():
             gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
-        return "", message
+        return "", message, gr.Timer(active=bool(session.panels_visible))
 
     def respond(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
                 request: gr.Request = None):
-        """Sending, step 2: stream one reply (see ChatSession.respond)."""
+        """The API's /chat: stream one reply (see ChatSession.respond), every output."""
         settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
         try:
             for view in session_of(request).respond(message, settings):
                 yield updates(view)
         except ValueError as exc:  # an out-of-range setting: only an API call can send one
             raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
+
+    def respond_on_page(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+                        request: gr.Request = None):
+        """Sending, step 2: stream one reply, only its transcript and stats line; the other parts
+        wait in the session (ChatSession.defer) for the panel tick and for ``settle``."""
+        session = session_of(request)
+        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+        for view in session.respond(message, settings):
+            out = updates(session.defer(view))
+            if page.stats in out or page.transcript in out:  # else nothing to send now
+                yield out
+
+    def tick(request: gr.Request = None):
+        """The panel tick (every PLOT_INTERVAL_S while a reply streams and a live panel is on
+        screen): the panels and the table its stream left aside."""
+        out = updates(session_of(request).take_deferred(only=TICKED))
+        return {k: v for k, v in out.items() if k is not page.stats} or {page.timeline: gr.skip()}
+
+    def settle(request: gr.Request = None):
+        """After a reply on the page: what its stream left aside (the table, the panels, the
+        inspector, the trace, a message put back in the box); the tick stops unless another
+        message waits (with a live panel on screen)."""
+        session = session_of(request)
+        out = {k: v for k, v in updates(session.take_deferred()).items() if k is not page.stats}
+        return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.panels_visible))}
 
     def stop_generation(request: gr.Request = None):
         """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
@@ -196,8 +225,11 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     def set_panels(seen, request: gr.Request = None):
         """The page says which live panels are on screen ("charts,ledger,timeline"): those that
         changed while off screen are drawn now."""
-        out = updates(session_of(request).show_panels(set((seen or "").split(","))))
-        return {k: v for k, v in out.items() if k is not page.stats} or {page.timeline: gr.skip()}
+        session = session_of(request)
+        out = updates(session.show_panels(set((seen or "").split(","))))
+        # the panel tick runs while a reply streams and a live panel is on screen
+        return {**{k: v for k, v in out.items() if k is not page.stats},
+                page.panel_tick: gr.Timer(active=bool(session.panels_visible) and session.busy)}
 
     def open_trace(file, request: gr.Request = None):
         from specchat.analysis.trace import TraceError
@@ -240,16 +272,22 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     everything = [page.textbox, page.transcript, page.stats, page.table, *page.plots, *inside]
     settings = [page.drafter, page.gamma, page.temperature, page.top_p, page.max_new_tokens, page.adaptive]  # a reply's
     common = dict(
-        fn=respond, inputs=[page.pending, *settings],
-        outputs=everything, show_progress="hidden", concurrency_limit=1, concurrency_id="model",
+        inputs=[page.pending, *settings], show_progress="hidden", concurrency_limit=1, concurrency_id="model",
         trigger_mode="multiple",  # a message sent while another streams queues; "once" would drop it
     )
     take = dict(
-        fn=take_message, inputs=[page.textbox], outputs=[page.textbox, page.pending], concurrency_limit=None,
-        show_progress="hidden", api_visibility="private",
+        fn=take_message, inputs=[page.textbox], outputs=[page.textbox, page.pending, page.panel_tick],
+        concurrency_limit=None, show_progress="hidden", api_visibility="private",
     )
-    page.send.click(**take).then(api_name="chat", **common)
-    page.textbox.submit(**take).then(api_visibility="private", **common)
+    aside = [page.textbox, page.table, *page.plots, *inside]  # what the page's stream leaves to tick/settle
+    for trigger in (page.send.click, page.textbox.submit):
+        trigger(**take).then(
+            respond_on_page, outputs=[page.transcript, page.stats], api_visibility="private", **common,
+        ).then(settle, None, [*aside, page.panel_tick], show_progress="hidden", concurrency_limit=None,
+               api_visibility="private")
+    page.panel_tick.tick(tick, None, [page.table, *page.plots, page.timeline, page.ledger, page.plot_worth],
+                         show_progress="hidden", concurrency_limit=None, api_visibility="private")
+    page.api_chat.click(respond, outputs=everything, api_name="chat", **common)
     page.stop.click(stop_generation, None, None, concurrency_limit=None, api_visibility="private")
     # .select fires once per user choice (Gradio 6.31's Dropdown fires .input twice) and
     # not when prepare_drafter puts the previous value back after a failure
@@ -278,7 +316,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     page.colours.change(None, [page.colours], None, js=SET_PLAIN_JS, api_visibility="private")
     page.pick.change(select, inputs=[page.pick], outputs=[page.inspector, page.timeline, page.download, page.ledger, page.plot_worth],
                      concurrency_limit=None, show_progress="hidden", api_visibility="private")
-    page.panels.change(set_panels, inputs=[page.panels], outputs=[*page.plots, page.timeline, page.ledger, page.plot_worth],
+    page.panels.change(set_panels, inputs=[page.panels],
+                       outputs=[*page.plots, page.timeline, page.ledger, page.plot_worth, page.panel_tick],
                        concurrency_limit=None, show_progress="hidden", api_visibility="private")
     page.show_rejected.change(None, [page.show_rejected], None, js=SET_REJECTED_JS, api_visibility="private")
     page.upload.upload(open_trace, inputs=[page.upload], outputs=everything, concurrency_limit=None,
