@@ -402,6 +402,26 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     assert d.execute_script(USER_TEXTS)[-2:] == [message, "Say hi."]
 
 
+def test_the_panels_on_screen_redraw_while_a_reply_streams(served, browser):
+    """The reply's stream carries only its text and the stats line; the timeline and the charts,
+    when on screen, are drawn while it streams by the panel tick, not only at its end."""
+    url, service = served
+    d = browser(url)
+    d.set_window_size(1440, 3600)  # every panel on screen
+    _set_slider(d, "max new tokens", 1024)
+    message = "Write a long story about a sailor and a lighthouse, in ten paragraphs."
+    drive_app.send(d, message)
+    rows = "return document.querySelectorAll('#spec-timeline [class*=rref-]').length"
+    _wait_for(lambda: d.execute_script(rows) > 0, 60, "the timeline to fill in")
+    assert service.run_for(message)["end"] is None  # drawn while the reply streams
+    assert d.execute_script("return document.querySelectorAll('#plot-speed .js-plotly-plot').length") == 1
+    drive_app.button(d, "Stop").click()
+    drive_app.wait_done(d, 30)
+    run = service.run_for(message)
+    # while streaming it shows the last 24 rounds at most; at the end, every round of the reply
+    _wait_for(lambda: d.execute_script(rows) == run["rounds"], 20, "the whole timeline")
+
+
 BUBBLE_TOKENS = "return [...document.querySelectorAll('#spec-chat [data-testid=bot]')].map(b => b.dataset.text);"
 
 
