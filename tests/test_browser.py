@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -557,6 +558,58 @@ def test_a_drafter_that_fails_to_load_falls_back_to_target_only_visibly(smollm2_
         finally:
             d.quit()
     finally:
+        demo.close()
+
+
+def test_a_message_sent_before_the_start_up_pick_runs_with_the_pick_and_says_so(smollm2_dir, monkeypatch):
+    """--drafter auto: the pick by measurement is held back until the test releases it. A page
+    opened while the models load shows "auto" in the menu; its message waits and runs with the
+    pick (labelled so); a page opened at Ready and one just after say the pick in the menu, and
+    their reply #1 is labelled with the drafter the service actually ran."""
+    release = threading.Event()
+    service = RecordingService(target=str(smollm2_dir), dtype="float32")
+
+    def pick_drafter(**kwargs):
+        assert release.wait(120)
+        return "ngram", "the test's pick"
+
+    monkeypatch.setattr(service, "pick_drafter", pick_drafter)
+    service.start("auto")
+    demo = app.build_ui(service, default_drafter="auto")
+    demo.queue(default_concurrency_limit=1)
+    _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False,
+                            share=False, css=app.CSS, head=app.CLICK_JS)
+    menu = "return (document.querySelector('input[aria-label=drafter]') || {}).value || ''"
+    label = "return [...document.querySelectorAll('#spec-chat .spec-label')].map(e => e.innerText)"
+    drivers = []
+    try:
+        early = drive_app.driver(1280, 900)
+        drivers.append(early)
+        early.get(url)
+        _wait_for(lambda: early.find_elements(By.CSS_SELECTOR, "#spec-input textarea"), 60, "the page")
+        assert early.execute_script(menu).startswith("auto")  # not a placeholder kind
+        drive_app.send(early, "Say hi.")
+        _wait_for(lambda: early.execute_script(label), 30, "the waiting reply")
+        assert "auto" in early.execute_script(label)[0]  # waiting for the pick, and saying so
+        release.set()
+        drive_app.wait_done(early, 180)
+        run = service.run_for("Say hi.")
+        assert run["drafter"] == "ngram"
+        assert early.execute_script(label)[0].startswith("#1 · ngram ·")
+        for moment in ("at Ready", "just after"):
+            d = drive_app.driver(1280, 900)
+            drivers.append(d)
+            d.get(url)
+            _wait_for(lambda d=d: d.find_elements(By.CSS_SELECTOR, "#spec-input textarea"), 60, "the page")
+            message = f"Name a colour ({moment})."
+            drive_app.send(d, message)  # at once, whatever the menu shows yet
+            drive_app.wait_done(d, 180)
+            assert service.run_for(message)["drafter"] == "ngram"
+            assert d.execute_script(label)[0].startswith("#1 · ngram ·"), moment
+            _wait_for(lambda d=d: d.execute_script(menu) == "ngram", 30, f"the pick in the menu ({moment})")
+    finally:
+        for d in drivers:
+            d.quit()
         demo.close()
 
 

@@ -259,7 +259,7 @@ def test_the_charts_show_this_reply_or_the_whole_conversation():
     s = ChatSession(FakeService())
     run(s, drafter="ngram"), run(s, drafter="int4")
     reply_figures = s.figures()
-    assert reply_figures[2].layout.title.text.startswith("Speed: ")
+    assert reply_figures[2].layout.title.text.startswith("reply #2 · Speed: ")
     view = s.set_chart_scope(CHART_SCOPES[1])
     assert view.transcript is None and len(view.figures) == 4
     speedup = view.figures[2]
@@ -348,6 +348,28 @@ def test_no_page_update_just_before_a_timing_round():
     rounds_shown = [int(m.group(1)) for v in views if v.stats and (m := re.search(r"tokens in (\d+) rounds", v.stats))]
     assert 3 not in rounds_shown and 10 not in rounds_shown  # after rounds 2 and 9 (0-based): held
     assert {2, 4, 9, 11, 14} <= set(rounds_shown)
+
+
+def test_every_panel_follows_the_focused_reply_and_names_it_and_a_pin_keeps_it():
+    s = ChatSession(FakeService())
+    s.panels_visible = set(LIVE_PANELS)
+    run(s, drafter="int4"), run(s, drafter="ngram")
+    assert all(f.layout.title.text.startswith("reply #2 · ") for f in s.figures())
+    view = s.select("1:0")  # a click on a token of reply #1: every panel shows reply #1
+    assert all(f.layout.title.text.startswith("reply #1 · ") for f in view.figures)
+    assert "Reply #1" in view.ledger and "reply #1:" in view.timeline
+    s.panels_visible = set()  # charts off screen: drawn when they come on screen
+    assert s.select("2:0").figures is None
+    assert all(f.layout.title.text.startswith("reply #2 · ") for f in s.show_panels({"charts"}).figures)
+    s.panels_visible = set(LIVE_PANELS)
+    s.select("1:0")
+    views = run(s)  # a new reply takes the focus back
+    assert "Reply #3" in views[-1].ledger and views[-1].figures[0].layout.title.text.startswith("reply #3 · ")
+    s.pinned = True
+    s.select("1:0")
+    views = run(s)  # unless the clicked reply is pinned
+    assert "Reply #1" in views[-1].ledger and views[-1].figures[0].layout.title.text.startswith("reply #1 · ")
+    assert "reply #1:" in views[-1].timeline
 
 
 def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_drafter():

@@ -163,7 +163,10 @@ def test_a_paused_reply_says_why_in_its_summary_with_hand_computed_costs():
     for e in (event(0, 0, 0.0, 10.0), event(1, 1, 5.0, 16.0), event(2, 0, 0.0, 10.0, True), event(3, 0, 0.0, 10.0, True)):
         metrics.update(e)
     assert metrics.num_paused_rounds == 2 and metrics.summary()["num_paused_rounds"] == 2
-    steps, alpha = metrics.break_even()
-    assert steps == pytest.approx(1.6) and alpha == pytest.approx(1.1)
-    assert reply_summary(metrics).endswith("drafting paused in 2 of 4 rounds: here a verify pass over 2 tokens costs "
-                                           "1.60 target steps, so drafting pays only from α ≥ 1.00")
+    even = metrics.break_even()
+    assert even.draft_cost == pytest.approx(0.5) and even.verify_cost == pytest.approx(1.6)
+    assert even.round_cost == pytest.approx(2.1) and even.never_pays and even.acceptance is None
+    assert reply_summary(metrics).endswith(
+        "drafting paused in 2 of 4 rounds: here drafting one token costs c = 0.50 target steps and the verify pass "
+        "over 2 positions 1.60: a round of γ = 1 costs 2.10 target steps and commits at most 2 tokens, so no "
+        "acceptance rate can pay")

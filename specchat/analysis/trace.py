@@ -79,6 +79,7 @@ def round_record(event: RoundEvent) -> dict[str, Any]:
         "elapsed_ms": event.elapsed_ms,
         "timing": event.timing,
         "drafting_paused": event.drafting_paused,
+        **({"paused_speedup": event.paused_speedup} if event.paused_speedup is not None else {}),
         "token_texts": {str(t): s for t, s in texts.items()},
     }
 
@@ -262,7 +263,8 @@ def _round_events(r: dict[str, Any]) -> list[Any]:
         accepted_mask=tuple(bool(a) for a in r["accepted_mask"]), draft_ms=float(r["draft_ms"]),
         draft_steps=int(r.get("draft_steps", 0)), verify_ms=float(r["verify_ms"]),
         elapsed_ms=float(r["elapsed_ms"]), round_ms=float(r["round_ms"]), timing=bool(r.get("timing", False)),
-        drafting_paused=bool(r.get("drafting_paused", False)), trace=trace,
+        drafting_paused=bool(r.get("drafting_paused", False)),
+        paused_speedup=float(r["paused_speedup"]) if r.get("paused_speedup") is not None else None, trace=trace,
     ))
     return out
 

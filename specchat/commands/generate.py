@@ -150,8 +150,7 @@ def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sam
         f"α={fmt(s['acceptance_rate'], '.2f')}, {fmt(s['mean_tokens_per_round'], '.2f')} tokens/round, "
         f"speedup {fmt(s['speedup'], '.2f', '×')} vs target-only steps timed during this reply "
         f"(predicted {fmt(s['speedup_predicted'], '.2f', '×')}), "
-        + (f"drafting paused in {s['num_paused_rounds']} of {s['num_rounds']} rounds (no γ paid), "
-           if s["num_paused_rounds"] else "")
+        + (f"{metrics.pause_note()}, " if s["num_paused_rounds"] else "")
         + f"stop={done.stop_reason.value}"
     )
 

@@ -83,6 +83,7 @@ class AdaptiveGamma:
     _reached: list[float] = field(default_factory=list)
     costs: CostEstimator = field(default_factory=lambda: CostEstimator(decay=DECAY, anchor_target_step=True))
     paused: bool = False  # the last choice found every γ >= 1 predicted to lose
+    best_predicted_speedup: float | None = None  # the last choice's best prediction over γ = 1…γ_max
     _since_probe: int = 0  # paused rounds since the last probe
     _probing: bool = False  # the last choice was a probe
     probe_catch_up_ms: float = 0.0  # a probe's drafting time beyond γ·d (the drafter catching up), last probe
@@ -159,22 +160,15 @@ class AdaptiveGamma:
     def break_even_acceptance(self, num_speculative_tokens: int = 1) -> float | None:
         """The α (one acceptance rate at every position) at which γ breaks even at the measured
         costs: E[N](γ; α) · t₁ = T(γ), i.e. Σ_{k=0..γ} α^k = T(γ)/t₁ (Leviathan et al. 2023,
-        Equation 1, against the measured round time), by bisection; 1.0 when no α < 1 pays,
-        None before t₁ and a drafting round are timed."""
-        t1, round_ms = self.costs.target_step_ms, self.costs.round_ms(num_speculative_tokens)
-        if t1 is None or round_ms is None or t1 <= 0:
+        Equation 1, against the measured round time; :class:`specchat.core.costs.BreakEven`);
+        1.0 when no α < 1 pays, 0.0 when any α pays, None before t₁ and a drafting round are
+        timed."""
+        even = self.costs.break_even(num_speculative_tokens)
+        if even is None:
             return None
-        need = round_ms / t1
-        if need >= num_speculative_tokens + 1:
+        if even.never_pays:
             return 1.0
-        lo, hi = 0.0, 1.0
-        for _ in range(60):
-            mid = (lo + hi) / 2
-            if sum(mid**k for k in range(num_speculative_tokens + 1)) < need:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return 0.0 if even.pays_always else even.acceptance
 
     # -- the policy -------------------------------------------------------------------------
     def new_reply(self) -> None:
@@ -211,6 +205,7 @@ class AdaptiveGamma:
             s = self.predicted_speedup(gamma)
             if s > best_s + 1e-12:
                 best, best_s = gamma, s
+        self.best_predicted_speedup = best_s
         if best_s >= 1.0 or self.costs.target_step_ms is None:
             self.paused, self._since_probe = False, 0
             return best

@@ -229,6 +229,95 @@ class CostEstimator:
         return expected_tokens * t1 / round_ms
 
 
+    def break_even(self, num_speculative_tokens: int = 1) -> BreakEven | None:
+        """γ's break-even acceptance rate at these costs (:class:`BreakEven`); None until t₁, d
+        and v were measured."""
+        t1, d, v = self.target_step_ms, self.draft_ms_per_token, self.verify_ms(num_speculative_tokens + 1)
+        if not t1 or d is None or v is None:
+            return None
+        return BreakEven(num_speculative_tokens, d / t1, v / t1)
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """When drafting γ tokens a round pays, at measured costs: the acceptance rate α* at which a
+    round of γ commits, on average, as many tokens per target step as target-only decoding.
+
+    A round of γ costs ``T(γ)/t₁ = γ·c + v(γ + 1)/t₁`` target steps and commits
+    ``E[N](γ; α) = Σ_{k=0..γ} α^k`` tokens with one acceptance rate α at every position
+    (Leviathan et al. 2023, Equation 1; the round's time measured, not assumed ``γc + 1``). It
+    pays when ``E[N] > T(γ)/t₁``. Three cases, each said in :meth:`sentence`:
+
+    * ``T(γ)/t₁ <= 1``: the round costs no more than one target step; it pays at any α (α* = 0
+      is not a threshold anyone can miss, so :attr:`acceptance` is None).
+    * ``T(γ)/t₁ >= γ + 1``: not even α = 1 (every draft accepted, γ + 1 tokens) pays;
+      :attr:`acceptance` is None.
+    * else α* in (0, 1), the root of ``Σ α^k = T(γ)/t₁``; for γ = 1, α* = c + v(2)/t₁ − 1.
+
+    Attributes:
+        num_speculative_tokens: γ >= 1.
+        draft_cost: c = d / t₁, drafting one token in target steps (>= 0).
+        verify_cost: v(γ + 1) / t₁, the rest of the round (the verify pass over γ + 1
+            positions and bookkeeping) in target steps (> 0).
+    """
+
+    num_speculative_tokens: int
+    draft_cost: float
+    verify_cost: float
+
+    @property
+    def round_cost(self) -> float:
+        """T(γ)/t₁: a round of γ in target steps."""
+        return self.num_speculative_tokens * self.draft_cost + self.verify_cost
+
+    @property
+    def pays_always(self) -> bool:
+        return self.round_cost <= 1.0
+
+    @property
+    def never_pays(self) -> bool:
+        return self.round_cost >= self.num_speculative_tokens + 1
+
+    @property
+    def acceptance(self) -> float | None:
+        """α* in (0, 1), or None when the round pays at any α or at none (see the class)."""
+        if self.pays_always or self.never_pays:
+            return None
+        need, gamma = self.round_cost, self.num_speculative_tokens
+        if gamma == 1:
+            return need - 1.0
+        lo, hi = 0.0, 1.0
+        for _ in range(60):  # Σ α^k grows with α: bisection
+            mid = (lo + hi) / 2
+            if sum(mid**k for k in range(gamma + 1)) < need:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def pays(self, alpha: float) -> bool:
+        """Whether a round of γ at acceptance rate ``alpha`` commits more tokens per target step
+        than target-only decoding."""
+        return sum(alpha**k for k in range(self.num_speculative_tokens + 1)) > self.round_cost
+
+    def sentence(self) -> str:
+        """The break-even in words, with the costs it rests on, e.g. "drafting one token costs
+        c = 0.10 target steps and the verify pass over 2 positions 1.05, so drafting pays from
+        α ≥ 0.15"."""
+        gamma = self.num_speculative_tokens
+        costs = (f"drafting one token costs c = {self.draft_cost:.2f} target steps and the verify pass over "
+                 f"{gamma + 1} positions {self.verify_cost:.2f}")
+        if self.never_pays:
+            best = "2 tokens" if gamma == 1 else f"{gamma + 1} tokens"
+            return (f"{costs}: a round of γ = {gamma} costs {self.round_cost:.2f} target steps and commits at most "
+                    f"{best}, so no acceptance rate can pay")
+        if self.pays_always:
+            return (f"{costs}: a round of γ = {gamma} costs {self.round_cost:.2f} target steps, no more than one, "
+                    f"so drafting pays at any acceptance rate")
+        # rounded up: "pays from α ≥ x" stays true, and never reads 0.00
+        return f"{costs}, so drafting γ = {gamma} pays from α ≥ {math.ceil(self.acceptance * 100 - 1e-9) / 100:.2f}"
+
+
 def _ok(x: float) -> bool:
     return math.isfinite(x) and x >= 0
 

@@ -235,6 +235,9 @@ class SpeculativeEngine:
             timing = timing or (controller is not None and gamma == 0 and not controller.paused)
             with torch.inference_mode():
                 events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused)
+            if drafting_paused:  # what the controller predicted when it paused (the page says why it paused)
+                events = [dataclasses.replace(e, paused_speedup=controller.best_predicted_speedup)
+                          if isinstance(e, RoundEvent) else e for e in events]
             if drafting and state.drafter is None:  # the drafter failed this round
                 controller = None
                 events.insert(0, state.drafter_failure)

@@ -113,6 +113,9 @@ class RoundEvent:
         drafting_paused: True for a target-only round that adaptive γ chose because every γ >= 1 is
             predicted to lose at the measured costs (drafting paused between probes; see
             :mod:`specchat.core.adaptive`).
+        paused_speedup: for a round with ``drafting_paused``, the best speedup the controller
+            predicted over γ = 1…γ_max when it chose to pause (below 1; its estimates pool the
+            rounds before, weighted to recent ones); None otherwise.
         trace: the round's :class:`specchat.analysis.trace.RoundTrace` when the generation was traced
             (``GenerationConfig.trace``), else None.
     """
@@ -131,6 +134,7 @@ class RoundEvent:
     timing: bool = False
     timing_next: bool = False
     drafting_paused: bool = False
+    paused_speedup: float | None = None
     trace: Any = field(default=None, repr=False, compare=False)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specchat.core import theory
-from specchat.core.costs import CostEstimator
+from specchat.core.costs import BreakEven, CostEstimator
 from specchat.core.events import DoneEvent, Event, RoundEvent, TokenEvent, TokenKind
 
 
@@ -164,16 +164,41 @@ class SpeculationMetrics:
         """Target-only rounds adaptive γ chose because no γ paid (``RoundEvent.drafting_paused``)."""
         return sum(1 for r in self.rounds if r.drafting_paused)
 
-    def break_even(self) -> tuple[float, float] | None:
-        """``(v(2) / t₁, α*)`` at this reply's measured costs: what a verify pass over 2 positions
-        costs in target steps, and the acceptance rate at which γ = 1 breaks even,
-        α* = (d + v(2)) / t₁ − 1 (E[N](1) = 1 + α tokens for a round of d + v(2) ms; Leviathan
-        et al. 2023, Equation 1, against the measured round time). None until t₁ and a
-        drafting round are timed."""
-        t1, round_ms = self.costs.target_step_ms, self.costs.round_ms(1)
-        if not t1 or round_ms is None:
+    def break_even(self) -> BreakEven | None:
+        """γ = 1's break-even at this reply's measured costs (:class:`~specchat.core.costs.BreakEven`:
+        α* = c + v(2)/t₁ − 1 when it lies in (0, 1); Leviathan et al. 2023, Equation 1, against
+        the measured round time). None until t₁ and a drafting round are timed."""
+        return self.costs.break_even(1)
+
+    @property
+    def paused_speedup(self) -> float | None:
+        """The best speedup adaptive γ predicted when it last paused drafting in this reply
+        (``RoundEvent.paused_speedup``); None if it never paused."""
+        return next((r.paused_speedup for r in reversed(self.rounds) if r.paused_speedup is not None), None)
+
+    def pause_note(self) -> str | None:
+        """Why drafting paused in this reply, in one sentence, for the page and the CLI alike;
+        None when it did not pause. It gives γ = 1's break-even at the reply's own costs
+        (:meth:`break_even`) and, where those costs and the reply's α say drafting would have
+        paid, the controller's own prediction when it paused: it judges each round by costs and
+        acceptance pooled over the rounds before (earlier replies too, recent ones weighted
+        more), not by this reply's totals."""
+        paused = self.num_paused_rounds
+        if not paused:
             return None
-        return self.costs.verify_ms(2) / t1, round_ms / t1 - 1.0
+        note = f"drafting paused in {paused} of {self.num_rounds} rounds"
+        even, alpha = self.break_even(), self.acceptance_rate
+        if even is None:
+            return note
+        note += f": here {even.sentence()}"
+        if alpha is not None and even.acceptance is not None and not even.pays(alpha):
+            note += f" (this reply's α: {alpha:.2f})"
+        elif alpha is not None and even.pays(alpha):
+            predicted = self.paused_speedup
+            note += (f"; at this reply's α {alpha:.2f} drafting would pay, but when it paused the controller, "
+                     "which pools the rounds before (recent ones weighted more), predicted "
+                     + (f"at best {predicted:.2f}× for every γ" if predicted is not None else "a loss for every γ"))
+        return note
 
     def verify_cost_curve(self) -> list[tuple[int, float, int]] | None:
         """The verify-cost curve T(k)/T(1) as measured in this stream: for each k = γ + 1 that

@@ -237,15 +237,20 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
 
 
 def all_figures(
-    metrics: SpeculationMetrics, num_speculative_tokens: int | None = None
+    metrics: SpeculationMetrics, num_speculative_tokens: int | None = None, *, reply: str | None = None
 ) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
-    """The four figures of one reply, in display order: α over rounds, by position, speed, theory."""
-    return (
+    """The four figures of one reply, in display order: α over rounds, by position, speed, theory;
+    ``reply`` (e.g. "reply #6") starts each title, so that the charts say which reply they show."""
+    figures = (
         acceptance_rate_figure(metrics),
         acceptance_by_position_figure(metrics),
         speed_figure(metrics),
         theory_figure(metrics, num_speculative_tokens),
     )
+    if reply:
+        for fig in figures:
+            fig.layout.title.text = f"{reply} · {fig.layout.title.text}"
+    return figures
 
 
 # ---- the whole conversation ------------------------------------------------------------------

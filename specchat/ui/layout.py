@@ -19,7 +19,7 @@ from specchat.drafters import kinds as drafter_kinds
 from specchat.ui import charts
 from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
-from specchat.ui.session import PLOT_INTERVAL_S, ChatSession
+from specchat.ui.session import AUTO, PLOT_INTERVAL_S, ChatSession
 from specchat.ui.session_views import CHART_SCOPES
 from specchat.ui.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
 from specchat.ui.transcript import TRANSCRIPT_JS
@@ -107,6 +107,9 @@ def bounded(slider: gr.Slider, *, integer: bool = False) -> gr.Slider:
 
     slider.preprocess = preprocess
     return slider
+
+
+AUTO_CHOICE = "auto: picked by measurement"  # the drafter menu's entry for AUTO
 
 
 def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
@@ -204,6 +207,7 @@ class Page:
     max_new_tokens: gr.Slider
     clear_btn: gr.Button
     show_rejected: gr.Checkbox
+    pin: gr.Checkbox
     race_btn: gr.Button
     download: gr.DownloadButton
     upload: gr.UploadButton
@@ -263,8 +267,11 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
         with gr.Column(scale=1, min_width=250):
             colours = gr.Radio(["colours", "plain"], value="colours", label="reply text",
                                info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
+            # with --drafter auto, one more entry: the pick by measurement (what a message sent
+            # before the pick is known runs with, once it is)
             drafter = gr.Dropdown(
-                choices=kinds, value=drafter0, label="drafter", info=drafter_kinds.dropdown_hint(),
+                choices=([(AUTO_CHOICE, AUTO)] if auto else []) + [(k, k) for k in kinds], value=drafter0,
+                label="drafter", info=drafter_kinds.dropdown_hint(),
             )
             drafter_status = gr.HTML(
                 status_html("drafter: picked by measurement on this machine once the target is loaded…"
@@ -289,6 +296,10 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     with gr.Row(equal_height=True):
         show_rejected = strict(gr.Checkbox(
             value=False, label="show rejected drafts", info="inline in the replies, struck through", scale=2,
+        ))
+        pin = strict(gr.Checkbox(
+            value=False, label="keep the clicked reply in focus", elem_id="spec-pin",
+            info="every panel shows the reply you clicked; a new reply takes the focus unless this is on", scale=2,
         ))
         race_btn = gr.Button("Race: target only vs drafter", scale=2, elem_id="spec-race-btn")
         download = gr.DownloadButton("Download trace", value=None, scale=2, elem_id="spec-download")
@@ -331,7 +342,7 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
         load_banner=load_banner, transcript=transcript, colours=colours, textbox=textbox, send=send, pending=pending, stop=stop,
         stats=stats, active_drafter=active_drafter, drafter=drafter, drafter_status=drafter_status,
         adaptive=adaptive, gamma=gamma, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-        clear_btn=clear_btn, show_rejected=show_rejected, race_btn=race_btn, download=download, upload=upload,
+        clear_btn=clear_btn, show_rejected=show_rejected, pin=pin, race_btn=race_btn, download=download, upload=upload,
         inspector=inspector, timeline=timeline, race=race, pick=pick, panels=panels, scope=scope, plots=plots, ledger=ledger,
         plot_worth=plot_worth, table=table, panel_tick=panel_tick, api_chat=api_chat,
     )

@@ -258,10 +258,9 @@ def reply_summary(metrics: SpeculationMetrics) -> str:
         f"{speedup:.2f}× {SPEEDUP_BASIS}" if speedup is not None
         else "speedup not measured (no target-only step was timed in this reply)"
     )
-    paused, even = metrics.num_paused_rounds, metrics.break_even()
-    if paused and even is not None:
-        parts.append(f"drafting paused in {paused} of {metrics.num_rounds} rounds: here a verify pass over 2 tokens "
-                     f"costs {even[0]:.2f} target steps, so drafting pays only from α ≥ {min(even[1], 1.0):.2f}")
+    note = metrics.pause_note()
+    if note:
+        parts.append(note)
     return " · ".join(parts)
 
 

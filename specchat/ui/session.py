@@ -42,6 +42,7 @@ STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; t
 PLOT_INTERVAL_S = 3.0
 
 StreamFn = Callable[..., Iterator[Any]]
+AUTO = "auto"  # the drafter menu's "picked by measurement": the service's start-up pick (ChatSession.resolve_drafter)
 STREAMED_FIELDS = ("transcript", "stats", "toasts")  # what a reply's stream sends the page at once (defer)
 
 
@@ -90,6 +91,7 @@ class ChatSession(SessionViews, SessionRace):
         self._reply_count = 0
         self.selected: tuple[int, int | None] | None = None  # (reply number, token index) in the inspector
         self.selected_round: int | None = None
+        self.pinned = False  # the clicked reply keeps the focus while new replies stream
         self.race_lanes: tuple[RaceLane, RaceLane] | None = None
         self.race_greedy = True
         self._trace_dir: str | None = None
@@ -105,6 +107,21 @@ class ChatSession(SessionViews, SessionRace):
     def busy(self) -> bool:
         """True while a reply streams or a message waits."""
         return self._run is not None or self._queued > 0
+
+    def resolve_drafter(self, drafter: str) -> str:
+        """The drafter a reply runs with: ``drafter`` itself, or for :data:`AUTO` the service's
+        start-up pick (``service.picked``, known once the models are loaded; when it made none,
+        the first of the runtime's default order that the service offers)."""
+        if drafter != AUTO:
+            return drafter
+        picked = getattr(self.service, "picked", None)
+        if picked:
+            return picked[0]
+        from specchat.drafters import kinds as drafter_kinds
+
+        kinds = list(self.service.drafter_kinds()) if hasattr(self.service, "drafter_kinds") else []
+        order = drafter_kinds.default_order(getattr(self.service, "runtime", "transformers"))
+        return next((k for k in order if k in kinds), kinds[0] if kinds else "none")
 
     # -- a reply's stream on the page: the transcript and the stats line at once, the rest later --
     def defer(self, view: View) -> View:
@@ -260,8 +277,8 @@ class ChatSession(SessionViews, SessionRace):
         config = settings.config()  # ValueError for an out-of-range setting, before any change
         self._reply_count += 1
         reply = Reply(self._reply_count, message, settings, config=config)
-        if self.selected is not None and self.selected[0] != reply.number:
-            self.selected = self.selected_round = None  # the views follow the new reply
+        if self.selected is not None and self.selected[0] != reply.number and not self.pinned:
+            self.selected = self.selected_round = None  # the views follow the new reply (unless pinned)
         history = list(self.history)
         exchange = self.add_exchange(Exchange(message, reply))
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
@@ -285,6 +302,10 @@ class ChatSession(SessionViews, SessionRace):
                 # the message goes back to the box
                 yield View(transcript=self.feed(removed=(exchange.id,)), textbox=message, toasts=toasts)
                 return
+        drafter = self.resolve_drafter(settings.drafter)
+        if drafter != settings.drafter:  # "auto": the reply runs with the pick, and its label says which
+            settings = dataclasses.replace(settings, drafter=drafter)
+            reply.settings, reply.drafter = settings, drafter
         reply.phase = Phase.RUNNING
         yield View(transcript=self.feed(*before, exchange), stats=self.stats(), table=self.table())
 
@@ -310,7 +331,7 @@ class ChatSession(SessionViews, SessionRace):
                 if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
                 panels = {}
-                if self.panels_visible and now - last_plot >= self.plot_interval_s:
+                if self.panels_visible and now - last_plot >= self.plot_interval_s and self._focus() is reply:
                     last_plot = now
                     panels = self._panel_views(self.panels_visible, live=True)
                 last_text = now

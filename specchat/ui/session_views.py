@@ -116,11 +116,15 @@ class SessionViews:
         return table_html([r.row() for r in self.replies])
 
     def figures(self) -> tuple:
-        """The four figures of the chosen scope: the latest reply, or the whole conversation."""
+        """The four figures of the chosen scope: the focused reply (the one clicked, else the
+        latest: the same reply as the inspector, the timeline, the ledger and the trace download),
+        named in each title, or the whole conversation."""
         if self.chart_scope == CHART_SCOPES[1]:
             return charts.conversation_figures([(r.number, r.drafter, r.metrics) for r in self.replies])
-        reply = self.latest
-        return charts.all_figures(reply.metrics if reply is not None else SpeculationMetrics())
+        reply = self._focus()
+        if reply is None:
+            return charts.all_figures(SpeculationMetrics())
+        return charts.all_figures(reply.metrics, reply=f"reply #{reply.number}")
 
     def view(self, *, figures: bool = True, transcript: dict | None = None, panels: set[str] | None = None) -> View:
         """Everything, as it is now; the transcript whole (after a reset) unless ``transcript``
@@ -234,8 +238,14 @@ class SessionViews:
         except ValueError:
             raise ValueError(f"not a token or round reference: {ref!r}") from None
         ledger, worth = self.analysis()
+        figures = None  # the charts follow the focus too (those of the whole conversation do not change)
+        if self.chart_scope == CHART_SCOPES[0]:
+            if "charts" in self.panels_visible:
+                figures = self.figures()
+            else:
+                self._stale.add("charts")
         return View(inspector=self.inspector(), timeline=self.timeline(), trace_file=self.trace_file(),
-                    ledger=ledger, worth=worth)
+                    ledger=ledger, worth=worth, figures=figures)
 
     def trace_file(self) -> str | None:
         """Write the focused reply's trace file (JSON lines) and return its path; None when there

@@ -17,7 +17,7 @@ from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.host import compile_note, loading_banner, stream_fn, wait_until_ready
 from specchat.ui.layout import Page, build_page
 from specchat.ui.render import status_html
-from specchat.ui.session import ChatSession, ReplySettings, SessionStore, View
+from specchat.ui.session import AUTO, ChatSession, ReplySettings, SessionStore, View
 from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS, wire
 
 DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
@@ -48,11 +48,15 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
     """
     kinds = list(service.drafter_kinds())
     # "auto": the service picks the drafter by measurement while it loads (ChatService.pick_drafter);
-    # the menu shows the fixed order's first until then, and the pick once the models are ready
+    # until the pick is known the menu says "auto" (a message sent then waits for the pick and runs
+    # with it, ChatSession), and each page shows the pick once the models are ready
     auto = default_drafter == "auto"
     picked = getattr(service, "picked", None)
-    drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter,
-                             getattr(service, "runtime", "transformers"))
+    if auto and not picked:
+        drafter0 = AUTO
+    else:
+        drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter,
+                                 getattr(service, "runtime", "transformers"))
     sessions = SessionStore(lambda: ChatSession(service, stream=stream_fn(service)))
     with gr.Blocks(title="specchat · speculative decoding") as demo:
         page = build_page(service, kinds=kinds, drafter0=drafter0, auto=auto, picked=picked)
@@ -148,6 +152,9 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     def clear(request: gr.Request = None):
         return updates(session_of(request).clear())
 
+    def set_pin(pinned, request: gr.Request = None):
+        session_of(request).pinned = bool(pinned)
+
     def set_scope(choice, request: gr.Request = None):
         return updates(session_of(request).set_chart_scope(choice))
 
@@ -156,6 +163,13 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         on failure fall back to the active one. (No gr.Progress(track_tqdm=True): it patches
         tqdm globally and breaks bars that were created before, e.g. by the start-up thread.)"""
         errors: list[BaseException] = []
+        if kind == AUTO:  # the start-up pick: loaded already, or still being measured
+            picked = getattr(service, "picked", None)
+            if not picked:
+                yield {page.drafter_status: status_html("drafter: picking by measurement on this machine…"),
+                       page.active_drafter: AUTO}
+                return
+            kind = picked[0]
 
         def work():
             try:
@@ -202,7 +216,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         unchanged = {page.drafter_status: gr.skip()}  # Gradio needs one output at least
         if getattr(service, "startup_error", None) is not None:
             return unchanged
-        if current != drafter0 or getattr(request, "session_hash", None) in picked_here:
+        if current not in (drafter0, AUTO) or (current != AUTO and getattr(request, "session_hash", None) in picked_here):
             return unchanged
         picked = getattr(service, "picked", None) if auto else None
         first = picked[0] if picked and picked[0] in kinds else drafter0
@@ -314,12 +328,14 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     page.clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
     # colours / plain and the rejected drafts: classes on the transcript, switched in the browser
     page.colours.change(None, [page.colours], None, js=SET_PLAIN_JS, api_visibility="private")
-    page.pick.change(select, inputs=[page.pick], outputs=[page.inspector, page.timeline, page.download, page.ledger, page.plot_worth],
+    page.pick.change(select, inputs=[page.pick],
+                     outputs=[page.inspector, page.timeline, page.download, page.ledger, page.plot_worth, *page.plots],
                      concurrency_limit=None, show_progress="hidden", api_visibility="private")
     page.panels.change(set_panels, inputs=[page.panels],
                        outputs=[*page.plots, page.timeline, page.ledger, page.plot_worth, page.panel_tick],
                        concurrency_limit=None, show_progress="hidden", api_visibility="private")
     page.show_rejected.change(None, [page.show_rejected], None, js=SET_REJECTED_JS, api_visibility="private")
+    page.pin.change(set_pin, [page.pin], None, concurrency_limit=None, show_progress="hidden", api_visibility="private")
     page.upload.upload(open_trace, inputs=[page.upload], outputs=everything, concurrency_limit=None,
                        show_progress="hidden", api_name="open_trace")
     page.race_btn.click(
