@@ -171,6 +171,9 @@ CSS = """
 .spec-transcript.spec-empty::before { content: attr(data-placeholder); display: block; opacity: 0.6;
   text-align: center; margin-top: 180px; font-size: 0.95rem; }
 .spec-ex { margin-bottom: 14px; }
+/* a finished exchange off screen: the browser skips its layout and paint, so an update late in a
+   long chat costs no more than early (each keeps the size it was last drawn at) */
+.spec-ex:not(:last-child) { content-visibility: auto; contain-intrinsic-size: auto 320px; }
 .spec-msg { border-radius: 10px; padding: 8px 12px; max-width: 100%; box-sizing: border-box; }
 .spec-user { background: var(--color-accent-soft, #eef2ff); margin: 0 0 8px auto; width: fit-content; max-width: 85%; }
 .spec-bot { background: var(--background-fill-primary, #fff); border: 1px solid var(--border-color-primary, #e5e7eb); }
