@@ -310,7 +310,8 @@ class ChatSession(SessionViews, SessionRace):
         yield View(transcript=self.feed(*before, exchange), stats=self.stats(), table=self.table())
 
         stream = None
-        last_text = last_stats = last_plot = self.clock()
+        last_stats = last_plot = self.clock()
+        last_text = float("-inf")  # the first round is drawn at once: the first tokens are not held back
         try:
             # the engine computes the next round while the page's last update is on its way
             # (a timing round waits until nothing of this reply is being drawn)
