@@ -228,7 +228,6 @@ class CostEstimator:
             return None
         return expected_tokens * t1 / round_ms
 
-
     def break_even(self, num_speculative_tokens: int = 1) -> BreakEven | None:
         """γ's break-even acceptance rate at these costs (:class:`BreakEven`); None until t₁, d
         and v were measured."""

@@ -234,10 +234,8 @@ class SpeculativeEngine:
             # the controller's own target-only round to time t₁ (a run without timing rounds)
             timing = timing or (controller is not None and gamma == 0 and not controller.paused)
             with torch.inference_mode():
-                events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused)
-            if drafting_paused:  # what the controller predicted when it paused (the page says why it paused)
-                events = [dataclasses.replace(e, paused_speedup=controller.best_predicted_speedup)
-                          if isinstance(e, RoundEvent) else e for e in events]
+                events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused,
+                                     paused_speedup=controller.best_predicted_speedup if drafting_paused else None)
             if drafting and state.drafter is None:  # the drafter failed this round
                 controller = None
                 events.insert(0, state.drafter_failure)
@@ -269,6 +267,7 @@ class SpeculativeEngine:
         *,
         timing: bool = False,
         drafting_paused: bool = False,
+        paused_speedup: float | None = None,
     ) -> list[Event]:
         """One round of γ = ``num_speculative_tokens``: the drafter proposes up to γ tokens,
         the target checks them all in ONE forward pass and accepts a prefix, both caches are
@@ -286,6 +285,7 @@ class SpeculativeEngine:
         round_event = self._round_event(
             state, config, num_speculative_tokens, draft, result, len(token_events),
             draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing, drafting_paused=drafting_paused,
+            paused_speedup=paused_speedup,
         )
         if config.trace:  # recorded after the round's timing, and left out of the decode time
             t_trace = time.perf_counter()
@@ -406,6 +406,7 @@ class SpeculativeEngine:
         verify_ms: float,
         timing: bool,
         drafting_paused: bool = False,
+        paused_speedup: float | None = None,
     ) -> RoundEvent:
         """The RoundEvent that closes the round (and the round's bookkeeping in ``state``)."""
         num_drafted = int(draft.token_ids.shape[0])
@@ -437,6 +438,7 @@ class SpeculativeEngine:
             round_ms=elapsed_ms - previous_elapsed_ms,
             timing=timing,
             drafting_paused=drafting_paused,
+            paused_speedup=paused_speedup,
         )
         state.costs.update(event)
         state.timing_next = state.stop is None and self._timing_due(state, config)

@@ -111,17 +111,16 @@ class ChatSession(SessionViews, SessionRace):
     def resolve_drafter(self, drafter: str) -> str:
         """The drafter a reply runs with: ``drafter`` itself, or for :data:`AUTO` the service's
         start-up pick (``service.picked``, known once the models are loaded; when it made none,
-        the first of the runtime's default order that the service offers)."""
+        what the service itself falls back to: ``calibrate.pick`` without a calibration)."""
         if drafter != AUTO:
             return drafter
         picked = getattr(self.service, "picked", None)
         if picked:
             return picked[0]
-        from specchat.drafters import kinds as drafter_kinds
+        from specchat.analysis import calibrate
 
         kinds = list(self.service.drafter_kinds()) if hasattr(self.service, "drafter_kinds") else []
-        order = drafter_kinds.default_order(getattr(self.service, "runtime", "transformers"))
-        return next((k for k in order if k in kinds), kinds[0] if kinds else "none")
+        return calibrate.pick(None, kinds, getattr(self.service, "runtime", "transformers"))
 
     # -- a reply's stream on the page: the transcript and the stats line at once, the rest later --
     def defer(self, view: View) -> View:

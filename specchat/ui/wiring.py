@@ -108,23 +108,27 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
         return "", message, gr.Timer(active=bool(session.panels_visible))
 
-    def respond(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
-                request: gr.Request = None):
-        """The API's /chat: stream one reply (see ChatSession.respond), every output."""
+    def reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive):
+        """One reply's Views (see ChatSession.respond); an out-of-range setting is a gr.Error."""
         settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
         try:
-            for view in session_of(request).respond(message, settings):
-                yield updates(view)
+            yield from session.respond(message, settings)
         except ValueError as exc:  # an out-of-range setting: only an API call can send one
             raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
+
+    def respond(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+                request: gr.Request = None):
+        """The API's /chat: stream one reply, every output."""
+        session = session_of(request)
+        for view in reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive):
+            yield updates(view)
 
     def respond_on_page(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
                         request: gr.Request = None):
         """Sending, step 2: stream one reply, only its transcript and stats line; the other parts
         wait in the session (ChatSession.defer) for the panel tick and for ``settle``."""
         session = session_of(request)
-        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
-        for view in session.respond(message, settings):
+        for view in reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive):
             out = updates(session.defer(view))
             if page.stats in out or page.transcript in out:  # else nothing to send now
                 yield out
