@@ -55,6 +55,7 @@ FAMILY = {
     16: ["tests/test_runtime.py", "tests/test_llamacpp.py"],
     17: ["tests/test_adaptive.py", "tests/test_timing.py"],
     18: ["tests/test_events.py", "tests/test_trace.py", "tests/test_app.py", "tests/test_audit.py"],
+    19: ["tests/test_prefill_progress.py", "tests/test_session_queue_restore.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -75,6 +76,7 @@ KIND_NAMES = {
     16: "the llama.cpp runtime (rollback, logits rows, kept prefix)",
     17: "adaptive γ's pause (γ = 0 with probes: the decision, the probe budget, the probe's costs)",
     18: "token kinds (a round with no draft commits a target token, never a bonus; old traces read so)",
+    19: "a long prefill in passes (Stop in it), a queued message's own cancel, the conversation restored",
 }
 
 
@@ -661,8 +663,8 @@ MUTANTS = [
         "cleanup-not-in-finally",
         9,
         "specchat/core/engine.py",
-        "        try:\n            yield from self._generate(prompt_ids, drafter, config, cancel)\n        finally:\n",
-        "        if True:\n            yield from self._generate(prompt_ids, drafter, config, cancel)\n        if True:\n",
+        "        try:\n            yield from self._generate(prompt_ids, drafter, config, cancel, prefill_progress)\n        finally:\n",
+        "        if True:\n            yield from self._generate(prompt_ids, drafter, config, cancel, prefill_progress)\n        if True:\n",
         "cleanup runs only when the generator finishes, not on close or error",
     ),
     Mutant(
@@ -757,8 +759,8 @@ MUTANTS = [
         "stop-leaves-queued-messages",
         11,
         "specchat/ui/session.py",
-        "            self._cancel_queued += cancelled\n",
-        "            pass\n",
+        "                self._cancel(ticket, \"not sent: Stop cancelled it while it waited\")\n",
+        "                pass\n",
         "Stop ends the reply but a message waiting behind it is sent anyway (the toast says otherwise)",
     ),
     Mutant(
@@ -773,33 +775,33 @@ MUTANTS = [
         "view-between-tokens-and-round",
         11,
         "specchat/ui/session.py",
-        "drawable = isinstance(item, RoundEvent) and not item.timing_next",
-        "drawable = not getattr(item, 'timing_next', False)",
+        "drawable = (isinstance(item, RoundEvent) and not item.timing_next) or (",
+        "drawable = (not getattr(item, 'timing_next', False)) or (",
         "the page is redrawn between a round's tokens and its RoundEvent (counts disagree, '1 tokens in 0 rounds')",
     ),
     Mutant(
         "page-update-before-timing-round",
         11,
         "specchat/ui/session.py",
-        "drawable = isinstance(item, RoundEvent) and not item.timing_next",
-        "drawable = isinstance(item, RoundEvent)",
+        "drawable = (isinstance(item, RoundEvent) and not item.timing_next) or (",
+        "drawable = (isinstance(item, RoundEvent)) or (",
         "the page is redrawn just before a timing round, whose target-only step the drawing then slows",
     ),
     Mutant(
         "clear-keeps-queued-messages",
         11,
         "specchat/ui/session.py",
-        "            self._discard_queued, self._cancel_queued = self._queued, 0\n",
-        "            self._cancel_queued = 0\n",
+        "                ticket.state = \"discarded\"\n",
+        "                pass\n",
         "a message waiting when Clear is pressed still runs on the emptied chat",
     ),
     Mutant(
         "closed-stream-keeps-running",
         11,
         "specchat/ui/session.py",
-        "            run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds\n",
-        "            pass\n",
-        "a closed tab does not stop the engine",
+        "self._stream(system + history, message, settings.drafter, config, run.cancel)",
+        "self._stream(system + history, message, settings.drafter, config, threading.Event())",
+        "the engine is not given the reply's cancel switch: a closed tab (or Stop) does not stop it",
     ),
     # -- 12. round traces and the views built on them ----------------------------------------
     Mutant(
@@ -1179,6 +1181,47 @@ MUTANTS = [
         "    initial_num_speculative_tokens: int = 1\n",
         "    initial_num_speculative_tokens: int = 4\n",
         "a fresh controller's first rounds draft γ = 4 (on a CPU a 5-position pass can cost 4 target steps)",
+    ),
+    # -- 19. a long prefill, a queued message, a reload ------------------------------------
+    Mutant(
+        "prefill-ignores-stop",
+        19,
+        "specchat/core/prefill.py",
+        "            if stopped():\n                chunks.close()\n",
+        "            if False:\n                chunks.close()\n",
+        "Stop during the target's prefill waits for the whole prompt to be read",
+    ),
+    Mutant(
+        "prefill-pass-drops-its-last-token",
+        19,
+        "specchat/core/prefill.py",
+        "        runtime.forward(chunk, num_logits=0)\n",
+        "        runtime.forward(chunk[:-1] or chunk, num_logits=0)\n",
+        "each forward pass of a long prefill leaves its last token out of the cache",
+    ),
+    Mutant(
+        "unqueue-cancels-the-first",
+        19,
+        "specchat/ui/session.py",
+        "            ticket = next((t for t in self._tickets if t.exchange is not None and t.exchange.id == exchange_id), None)\n",
+        "            ticket = next((t for t in self._tickets if t.exchange is not None), None)\n",
+        "a queued message's cancel button withdraws the first queued message, not its own",
+    ),
+    Mutant(
+        "stopped-prefill-kept-in-history",
+        19,
+        "specchat/ui/session.py",
+        "            answered = reply.phase is not Phase.FAILED and (reply.phase is not Phase.STOPPED or reply.metrics.num_committed)\n",
+        "            answered = reply.phase is not Phase.FAILED\n",
+        "a message stopped while it was read (nothing answered) stays in what the model sees",
+    ),
+    Mutant(
+        "restore-trusts-roles",
+        19,
+        "specchat/ui/session_saved.py",
+        "        if not isinstance(m, dict) or m.get(\"role\") not in (\"user\", \"assistant\") or not isinstance(m.get(\"content\"), str):\n",
+        "        if not isinstance(m, dict) or not isinstance(m.get(\"content\"), str):\n",
+        "a conversation restored from the browser may carry any role (a system message the user never set)",
     ),
 ]
 

@@ -111,7 +111,7 @@ class FakeService:
     def warm_up(self, drafter: str = "none") -> None:
         self.warmed_up.append(drafter)
 
-    def stream_chat(self, history, message, *, drafter, config, cancel=None):
+    def stream_chat(self, history, message, *, drafter, config, cancel=None, prefill_progress=False):
         assert isinstance(config, GenerationConfig)
         self.calls.append(
             {"history": [dict(m) for m in history], "message": message, "drafter": drafter, "config": config}
@@ -392,7 +392,7 @@ def test_respond_yields_updates_keyed_by_component_and_stop_reaches_the_session(
     respond = _respond_fn(demo)
     stop = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "stop_generation")
     mine, other = FakeRequest("session-a"), FakeRequest("session-b")
-    gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, mine)
+    gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, request=mine)
     first = next(gen)
     chatbot, stats = _by_id(demo, "spec-chat"), _by_id(demo, "spec-stats")
     assert isinstance(first, dict) and chatbot in first and all(isinstance(k, gr.components.Component) for k in first)
@@ -410,7 +410,7 @@ def test_unload_drops_the_session_and_stops_its_reply():
     fake = FakeService(delay_s=0.01, rounds=50)
     demo = app.build_ui(fake)
     respond = _respond_fn(demo)
-    gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, FakeRequest("tab"))
+    gen = respond("go", "int4", 4, 0.0, 1.0, 256, True, request=FakeRequest("tab"))
     next(gen), next(gen)
     unload = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "drop_session")
     unload(FakeRequest("tab"))

@@ -547,7 +547,7 @@ def test_nan_and_infinity_over_raw_http_are_refused(served, position, literal, m
     client, fake, url = served
     with pytest.raises(ValueError, match="not JSON compliant"):
         _submit(client, gamma=float("nan"))  # refused client-side, nothing sent
-    data = ['"hi"', '"int4"', "4", "0.0", "1.0", "256", "true"]
+    data = ['"hi"', '"int4"', "4", "0.0", "1.0", "256", "true", '""']  # the last: the system prompt
     data[position] = literal
     before = len(fake.calls)
     posted = httpx.post(

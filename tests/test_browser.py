@@ -13,6 +13,7 @@ into a failure.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -58,7 +59,8 @@ class RecordingService(ChatService):
 
     def stream_chat(self, history, message, **kwargs):
         run = {"message": message, "start": time.monotonic(), "end": None, "tokens": 0, "shown": 0, "rounds": 0,
-               "stop": None, "text": None, "kinds": {}, "drafter": kwargs.get("drafter")}
+               "stop": None, "text": None, "kinds": {}, "drafter": kwargs.get("drafter"),
+               "history": [dict(m) for m in history]}
         self.runs.append(run)
         try:
             for item in super().stream_chat(history, message, **kwargs):
@@ -449,6 +451,95 @@ def test_a_message_sent_while_a_reply_streams_waits_and_nothing_typed_is_lost(se
     assert d.execute_script(USER_TEXTS) == [first, second]
     assert d.execute_script(BUBBLE_TOKENS) == [runs[0]["text"], runs[1]["text"]]  # both whole
     assert box.get_attribute("value") == "a draft I am still typing"
+
+
+def test_a_queued_message_shows_at_once_with_its_own_cancel(served, browser):
+    """Sent while a reply streams, a message is in the chat at once, marked queued, with a cancel
+    button of its own: it withdraws that message only; the reply streaming goes on, the next
+    queued message runs after it."""
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 160)
+    first, second, third = "Write a long story about a clockmaker.", "Name three rivers.", "Name three mountains."
+    drive_app.send(d, first)
+    _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 5, 60, "tokens to stream")
+    box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+    for message in (second, third):
+        box.send_keys(message, Keys.ENTER)
+        _wait_for(lambda: box.get_attribute("value") == "", 10, "the box to empty")
+    users = lambda: d.execute_script(USER_TEXTS)  # noqa: E731
+    _wait_for(lambda: len(users()) == 3 and all("queued" in u for u in users()[1:]), 10, "both queued bubbles")
+    assert service.run_for(first)["end"] is None  # shown while the first reply streams
+    assert len(d.find_elements(By.CSS_SELECTOR, "#spec-chat .spec-unqueue")) == 2
+    drive_app.screenshot(d, str(OUT / "queued.png"), width=1280)
+    d.find_elements(By.CSS_SELECTOR, "#spec-chat .spec-unqueue")[0].click()  # the second's own cancel
+    _wait_for(lambda: "not sent: you cancelled it" in users()[1], 15, "the cancelled bubble")
+    _wait_for(lambda: any(r["message"] == third and r["end"] for r in service.runs), 300, "the third reply")
+    drive_app.wait_done(d, 60)
+    assert service.run_for(first)["stop"] is not StopReason.CANCELLED  # the streaming reply went on
+    assert not any(r["message"] == second for r in service.runs)  # it never reached the model
+    assert users()[0] == first and users()[1].startswith(second) and users()[2] == third
+    assert d.execute_script(BUBBLE_TOKENS) == [service.run_for(first)["text"], service.run_for(third)["text"]]
+
+
+def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_model(served, browser):
+    url, service = served
+    d = browser(url)
+    system = "Answer in one short sentence."
+    d.find_element(By.CSS_SELECTOR, "#spec-system textarea").send_keys(system)
+    _set_slider(d, "max new tokens", 48)
+    first = "What is a lighthouse?"
+    drive_app.send(d, first)
+    run = _wait_for(lambda: (r := service.run_for(first))["end"] is not None and r, 120, "the reply")
+    drive_app.wait_done(d, 30)
+    assert run["history"] == [{"role": "system", "content": system}]  # given first, through the chat template
+    time.sleep(2)  # the page keeps the conversation in the browser once the reply has settled
+    d.refresh()
+    _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready again")
+    _wait_for(lambda: d.execute_script(USER_TEXTS) == [first], 20, "the conversation restored")
+    assert d.execute_script(BUBBLE_TOKENS) == [run["text"]]
+    assert "restored after a reload" in d.execute_script(REPLY_TEXT)
+    assert d.find_element(By.CSS_SELECTOR, "#spec-system textarea").get_attribute("value") == system
+    drive_app.screenshot(d, str(OUT / "restored.png"), width=1280)
+    second = "And a harbour?"
+    drive_app.send(d, second)
+    run2 = _wait_for(lambda: (r := service.run_for(second))["end"] is not None and r, 120, "the next reply")
+    drive_app.wait_done(d, 30)
+    # the model sees the conversation from before the reload, after the system prompt
+    assert run2["history"] == [{"role": "system", "content": system}, {"role": "user", "content": first},
+                               {"role": "assistant", "content": run["text"]}]
+    assert d.execute_script(USER_TEXTS) == [first, second] and "#2 · ngram" in d.execute_script(drive_app.PAGE_STATE)["stats"]
+
+
+def test_a_long_message_shows_its_prefill_and_stop_ends_it_there(served, browser):
+    """A message of thousands of tokens: the reply shows the prefill's progress (count, time, bar)
+    while the target reads it; Stop ends it before its next forward pass, nothing is generated
+    and nothing of it is kept for the model; the next message runs."""
+    url, service = served
+    d = browser(url)
+    long = "Summarise this log.\n" + "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(700))
+    box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+    d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
+                     box, long)
+    drive_app.button(d, "Send").click()
+    bar = "const p = document.querySelector('#spec-chat .spec-prefill'); return p ? p.innerText : '';"
+    shown = _wait_for(lambda: d.execute_script(bar), 60, "the prefill's progress")
+    match = re.search(r"Reading your message: ([\d,]+) of ([\d,]+) tokens", shown)
+    assert match, shown
+    total = int(match.group(2).replace(",", ""))
+    assert total > 6000 and len(service.tokenizer(long)["input_ids"]) <= total + 1  # the message, templated
+    assert service.run_for(long)["end"] is None
+    drive_app.screenshot(d, str(OUT / "prefill.png"), width=1280)
+    clicked = time.monotonic()
+    drive_app.button(d, "Stop").click()
+    run = _wait_for(lambda: (r := service.run_for(long))["end"] is not None and r, 30, "the prefill to stop")
+    assert run["stop"] is StopReason.CANCELLED and run["tokens"] == 0
+    assert run["end"] - clicked < 10  # at the next forward pass, not at the end of the prefill
+    _wait_for(lambda: "stopped while reading your message" in d.execute_script(REPLY_TEXT), 20, "the stopped note")
+    assert service.engine.released
+    drive_app.send(d, "Say hi.")
+    hi = _wait_for(lambda: (r := service.run_for("Say hi."))["end"] is not None and r, 120, "the next reply")
+    assert hi["history"] == [] and hi["stop"] in (StopReason.EOS, StopReason.MAX_NEW_TOKENS)
 
 
 def test_clear_mid_stream_empties_the_chat_for_good(served, browser):

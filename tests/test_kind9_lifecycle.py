@@ -125,9 +125,9 @@ class _FailingIn(ModelDrafter):
         if method == self.method and self.counts[method] == self.at:
             raise self.exc
 
-    def begin(self, prompt_ids):
+    def begin_in_steps(self, prompt_ids):  # what the engine calls for a model drafter's begin
         self._maybe_fail("begin")
-        super().begin(prompt_ids)
+        yield from super().begin_in_steps(prompt_ids)
 
     def propose(self, ids, max_tokens, config, generator):
         self._maybe_fail("propose")

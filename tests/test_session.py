@@ -225,7 +225,7 @@ def test_a_failure_is_shown_kept_out_of_the_history_and_the_message_goes_back():
 def test_a_drafter_that_could_not_load_is_named_in_the_label():
     fake = FakeService()
 
-    def stream(history, message, *, drafter, config, cancel=None):
+    def stream(history, message, *, drafter, config, cancel=None, prefill_progress=False):
         yield Notice("The drafter 'int4' could not be loaded (oom)", warning=True, fallback_drafter="int4")
         yield from FakeService.stream_chat(fake, history, message, drafter="none", config=config, cancel=cancel)
 
@@ -311,7 +311,7 @@ def test_settings_are_validated_with_the_range():
 def test_a_cancelled_done_event_marks_the_reply_stopped():
     fake = FakeService()
 
-    def stopped(history, message, *, drafter, config, cancel=None):
+    def stopped(history, message, *, drafter, config, cancel=None, prefill_progress=False):
         from test_app import B
 
         from specchat.core.events import DoneEvent

@@ -62,6 +62,11 @@ class Drafter(Protocol):
     Lifecycle per generation: ``begin(prompt)``; then per round ``propose`` and ``rollback``;
     finally ``end``. The engine owns the committed sequence and passes it in; a stateful
     drafter keeps only what ``rollback`` allows.
+
+    A drafter whose ``begin`` prefills a model may also offer ``begin_in_steps(prompt_ids)``, a
+    generator of ``(tokens computed, tokens to compute, seconds of the last pass)`` that does
+    what ``begin`` does, pass by pass; the engine then calls it instead of ``begin``, reports
+    the progress (PrefillEvent) and can stop between passes (:class:`specchat.drafters.model.ModelDrafter`).
     """
 
     name: str

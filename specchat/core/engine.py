@@ -35,6 +35,7 @@ from specchat.core.costs import timing_round_due
 from specchat.core.draft import Draft, Drafter
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.generation import Generation, token_event
+from specchat.core.prefill import PrefillRates, run_prefill
 from specchat.core.roundtrace import build_round_trace
 from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
 from specchat.core.sampling import VerifyResult, logits_to_probs, verify_draft
@@ -85,6 +86,7 @@ class SpeculativeEngine:
         # generations; the source is "" except for a drafter with a round_source method (hybrid)
         self.gamma_controllers: dict[tuple[str, int, bool, str], AdaptiveGamma] = {}
         self._token_texts: dict[int, str] = {}  # id → text, for traces
+        self.prefill_rates = PrefillRates()  # each model's prefill time per token (PrefillEvent.remaining_ms)
 
     # -- public ---------------------------------------------------------------------------
     @property
@@ -110,6 +112,8 @@ class SpeculativeEngine:
         drafter: Drafter | None,
         config: GenerationConfig,
         cancel: threading.Event | None = None,
+        *,
+        prefill_progress: bool = False,
     ) -> Iterator[Event]:
         """Stream the events of one generation.
 
@@ -121,16 +125,20 @@ class SpeculativeEngine:
             prompt_ids: the prompt, 1 <= len < context_length.
             drafter: proposes drafts each round; None decodes with the target only.
             config: sampling settings and γ (``num_speculative_tokens``).
-            cancel: when set, generation stops before the next round (stop_reason cancelled).
+            cancel: when set, generation stops before the next round, or the prefill before its
+                next forward pass (stop_reason cancelled).
+            prefill_progress: stream PrefillEvents while the prompt is prefilled (a long prompt on
+                a CPU takes minutes: ~100 tokens/s for a 1.5B model on 2 cores).
 
         With ``config.measure_speedup`` and a drafter, rounds 2, 6, 22, 38, … draft nothing
         unless enough rounds drafted nothing already, and more while t₁'s samples scatter
         (timing rounds, ``RoundEvent.timing``; :func:`specchat.core.costs.timing_round_due`).
 
         Yields:
-            For each round, its TokenEvents then one RoundEvent; finally one DoneEvent. If the
-            drafter raises (in ``begin``, ``propose`` or ``rollback``; e.g. out of memory), one
-            DrafterFailedEvent, and the generation goes on with the target only.
+            With ``prefill_progress``, PrefillEvents first. For each round, its TokenEvents then
+            one RoundEvent; finally one DoneEvent. If the drafter raises (in ``begin``,
+            ``propose`` or ``rollback``; e.g. out of memory), one DrafterFailedEvent, and the
+            generation goes on with the target only.
 
         Raises:
             ValueError: empty prompt, or a prompt that leaves no room in the context window.
@@ -149,7 +157,7 @@ class SpeculativeEngine:
         token = object()  # this generation's identity, for a safe cleanup
         self._current = token
         try:
-            yield from self._generate(prompt_ids, drafter, config, cancel)
+            yield from self._generate(prompt_ids, drafter, config, cancel, prefill_progress)
         finally:
             # An abandoned generator may be finalised late (by the garbage collector) while a
             # newer generation runs: only the generation that owns the state cleans it up.
@@ -175,6 +183,7 @@ class SpeculativeEngine:
         drafter: Drafter | None,
         config: GenerationConfig,
         cancel: threading.Event | None,
+        prefill_progress: bool = False,
     ) -> Iterator[Event]:
         if cancel is not None and cancel.is_set():  # stopped while it waited (e.g. in the app's queue)
             yield DoneEvent(StopReason.CANCELLED, (), (), "", 0.0, 0.0, len(prompt_ids), prompt_ids=tuple(prompt_ids))
@@ -194,12 +203,14 @@ class SpeculativeEngine:
             reused = self.target.start(
                 prefix, max_positions=len(prompt_ids) + config.max_new_tokens, reuse=reusable
             )
-            if len(prefix) > reused:
-                self.target.forward(prefix[reused:], num_logits=0)
-            if state.drafter is not None:
-                self._call_drafter(state, state.drafter.begin, state.ids)
-        prefill_ms = (self._now() - t0) * 1000
+        prefilled, whole = yield from run_prefill(self, state, prefix[reused:], t0, cancel, prefill_progress)
+        prefill_ms = (self._now() - t0 - state.paused_s) * 1000
+        state.paused_s = 0.0
         state.decode_start = self._now()
+        if not whole:  # Stop during the prefill
+            yield DoneEvent(StopReason.CANCELLED, (), (), "", prefill_ms, 0.0, len(prompt_ids),
+                            prompt_ids=tuple(prompt_ids), num_prefilled=prefilled)
+            return
         if state.drafter_failure is not None:
             yield from self._hand_over(state, [state.drafter_failure])
 

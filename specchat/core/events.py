@@ -203,4 +203,33 @@ class DrafterFailedEvent:
         )
 
 
-Event = TokenEvent | RoundEvent | DoneEvent | DrafterFailedEvent
+@dataclass(frozen=True)
+class PrefillEvent:
+    """Progress of the prompt's prefill, before the first round. Streamed only when asked for
+    (``SpeculativeEngine.generate(..., prefill_progress=True)``): as each model starts its part,
+    then after each of its forward passes (:func:`specchat.core.prefill.prefill_in_chunks`).
+
+    Attributes:
+        model: ``"target"``, then ``"drafter"`` (a model drafter fills its own KV cache after the
+            target; model-free drafters have no part).
+        num_done: tokens this model has computed so far, 0…num_total.
+        num_total: tokens this model computes: the prompt but its last token (the first round
+            feeds it), less the prefix its kept cache already holds.
+        num_prompt_tokens: the whole prompt, in tokens.
+        elapsed_ms: time of this prefill so far (both models), milliseconds, the time the
+            consumer held the stream left out.
+        remaining_ms: estimated time left for the whole prefill, milliseconds: the tokens left
+            times each model's time per token measured on its latest passes (in this prefill or
+            an earlier one); a drafter not measured yet is counted at the target's rate (a
+            drafter is the smaller model: an upper bound). None until the target's rate is known.
+    """
+
+    model: str
+    num_done: int
+    num_total: int
+    num_prompt_tokens: int
+    elapsed_ms: float
+    remaining_ms: float | None
+
+
+Event = TokenEvent | RoundEvent | DoneEvent | DrafterFailedEvent | PrefillEvent

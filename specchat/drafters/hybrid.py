@@ -16,6 +16,8 @@ for the model), so verification keeps the output distribution exactly the target
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
@@ -131,10 +133,15 @@ class HybridDrafter:
         self.model_drafter.forget_prefix()
 
     def begin(self, prompt_ids: list[int]) -> None:
+        for _ in self.begin_in_steps(prompt_ids):
+            pass
+
+    def begin_in_steps(self, prompt_ids: list[int]) -> Iterator[tuple[int, int, float]]:
+        """:meth:`begin` in steps: the model drafter's (:meth:`ModelDrafter.begin_in_steps`)."""
         # within a generation the committed ids only grow, so their length and tail name the context
         self.num_lookup_rounds = self.num_model_rounds = 0
         self._last = None
-        self.model_drafter.begin(prompt_ids)
+        yield from self.model_drafter.begin_in_steps(prompt_ids)
 
     def keep_prefix(self, ids: list[int]) -> None:
         self.model_drafter.keep_prefix(ids)

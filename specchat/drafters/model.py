@@ -18,10 +18,13 @@ little. The kept conversation prefix ends at the gap.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 from specchat.core.config import GenerationConfig
 from specchat.core.draft import Draft, DraftTrace
+from specchat.core.prefill import prefill_in_chunks
 from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
 from specchat.core.sampling import logits_to_probs
 
@@ -91,7 +94,16 @@ class ModelDrafter:
     def begin(self, prompt_ids: list[int]) -> None:
         """A cache prefilled with all prompt tokens but the last: the kept cache of the last
         generation (:meth:`keep_prefix`) as far as the prompt starts with the same ids, then
-        the rest computed."""
+        the rest computed (:meth:`begin_in_steps`, run to its end)."""
+        for _ in self.begin_in_steps(prompt_ids):
+            pass
+
+    def begin_in_steps(self, prompt_ids: list[int]) -> Iterator[tuple[int, int, float]]:
+        """:meth:`begin` in steps, for an engine that reports a long prefill and can stop it:
+        yields ``(tokens computed, tokens to compute, seconds of the last pass)``, first
+        ``(0, n, 0.0)``, then after each forward pass
+        (:func:`specchat.core.prefill.prefill_in_chunks`). Nothing is yielded when nothing is
+        computed (all of it kept, or an id the drafter cannot read)."""
         prefix = prompt_ids[:-1]
         reuse, self._kept = self._kept, False  # in use until the generation ends normally
         self.active = True
@@ -100,8 +112,11 @@ class ModelDrafter:
             self.runtime.start([], max_positions=self.runtime.context_length, reuse=False)
             return
         reused = self.runtime.start(prefix, max_positions=self.runtime.context_length, reuse=reuse)
-        if len(prefix) > reused:
-            self._forward(prefix[reused:], logits=False)
+        todo = prefix[reused:]
+        if todo:
+            yield 0, len(todo), 0.0
+            for done, seconds in prefill_in_chunks(self.runtime, todo):
+                yield done, len(todo), seconds
 
     def keep_prefix(self, ids: list[int]) -> None:
         """Keep the cache for the next :meth:`begin` (the engine calls this after a generation that

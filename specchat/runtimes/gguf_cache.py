@@ -31,16 +31,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import platformdirs
 import torch
 
 from specchat.errors import ChecksumError, ModelSourceError
 from specchat.progress import tqdm
+from specchat.runtimes.paths import CACHE_DIR_ENV, cache_root
 from specchat.runtimes.registry import GgufPart, ModelEntry
 
 logger = logging.getLogger(__name__)
 
-CACHE_DIR_ENV = "SPECCHAT_CACHE_DIR"
 CACHE_MARKER = "specchat-cache.json"
 CACHE_FORMAT = 1  # bump when the layout of a converted directory changes
 STORAGE_DTYPE = torch.bfloat16
@@ -56,13 +55,6 @@ The default, :func:`locate_installed_part`, asks ``importlib.metadata``; tests p
 
 
 # --------------------------------------------------------------------------- cache location
-
-
-def cache_root() -> Path:
-    """Root of specchat's cache: ``$SPECCHAT_CACHE_DIR`` if set, else ``platformdirs.user_cache_dir("specchat")``
-    (``~/.cache/specchat`` on Linux). Converted models live under ``<root>/models/``."""
-    env = os.environ.get(CACHE_DIR_ENV)
-    return Path(env).expanduser() if env else Path(platformdirs.user_cache_dir("specchat"))
 
 
 def cache_dir_for(entry: ModelEntry, root: Path | None = None) -> Path:

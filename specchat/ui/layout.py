@@ -16,6 +16,7 @@ import gradio as gr
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
+from specchat.runtimes.paths import browser_secret
 from specchat.ui import charts
 from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
@@ -134,6 +135,16 @@ def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
 CLICK_JS = """
 <script>
 document.addEventListener('click', (ev) => {
+  const cancel = ev.target.closest('.spec-unqueue');
+  if (cancel) {  // a queued message's own cancel button: its exchange id into the hidden #spec-unqueue box
+    const m = cancel.className.match(/\\bqref-(\\d+)\\b/);
+    const box = document.querySelector('#spec-unqueue textarea, #spec-unqueue input');
+    if (!m || !box) return;
+    cancel.disabled = true;
+    box.value = m[1] + '|' + Date.now();
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+    return;
+  }
   const el = ev.target.closest('[class*="tref-"], [class*="rref-"]');
   if (!el) return;
   const m = el.className.match(/\\b(tref|rref)-(\\d+)-(\\d+)\\b/);
@@ -185,8 +196,10 @@ class Page:
     while a reply streams, the panels its stream left aside (the stream itself sends only the
     transcript and the stats line); ``api_chat`` is the API's /chat; ``pick`` is the hidden
     box the click hook (:data:`CLICK_JS`) writes a token or round reference into, ``panels`` the
-    one it writes the live panels on screen into ("charts,ledger,timeline", or ""); ``plots`` are
-    the four charts (α over rounds, by position, speed, theory).
+    one it writes the live panels on screen into ("charts,ledger,timeline", or ""), ``unqueue`` the
+    one a queued message's cancel button writes its exchange id into; ``plots`` are the four
+    charts (α over rounds, by position, speed, theory); ``saved`` is the conversation kept in the
+    browser (restored after a reload); ``system_prompt`` the conversation's system message.
     """
 
     load_banner: gr.HTML
@@ -223,6 +236,9 @@ class Page:
     table: gr.HTML
     panel_tick: gr.Timer
     api_chat: gr.Button
+    system_prompt: gr.Textbox
+    unqueue: gr.Textbox
+    saved: gr.BrowserState
 
 
 def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, picked: Any) -> Page:
@@ -290,6 +306,11 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
             temperature = bounded(gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)"))
             top_p = bounded(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p"))
             max_new_tokens = bounded(gr.Slider(16, 2048, value=256, step=16, label="max new tokens"), integer=True)
+            system_prompt = gr.Textbox(
+                value="", label="system prompt", placeholder="optional, e.g. 'Answer in one short paragraph.'", lines=2,
+                max_lines=6, elem_id="spec-system",
+                info="given to the model before the conversation, through its chat template; applies from the next reply",
+            )
             clear_btn = gr.Button("Clear chat", variant="secondary", size="sm")
     gr.Examples(EXAMPLES, inputs=textbox, label="examples")
     gr.Markdown("### Inside the rounds", elem_classes="spec-section")
@@ -315,6 +336,9 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     gr.Markdown(RACE_HINT, elem_classes="spec-race-hint")
     race = gr.HTML(elem_id="spec-race")
     pick = gr.Textbox(visible="hidden", elem_id="spec-pick", label="pick")
+    unqueue = gr.Textbox(visible="hidden", elem_id="spec-unqueue", label="cancel a queued message")
+    # the conversation, kept in this browser's localStorage (encrypted) so that a reload restores it
+    saved = gr.BrowserState(None, storage_key="specchat-conversation", secret=browser_secret())
     # while a reply streams: draws the panels the reply's stream left in the session (ChatSession.defer)
     panel_tick = gr.Timer(PLOT_INTERVAL_S, active=False)
     api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
@@ -344,5 +368,6 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
         adaptive=adaptive, gamma=gamma, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
         clear_btn=clear_btn, show_rejected=show_rejected, pin=pin, race_btn=race_btn, download=download, upload=upload,
         inspector=inspector, timeline=timeline, race=race, pick=pick, panels=panels, scope=scope, plots=plots, ledger=ledger,
-        plot_worth=plot_worth, table=table, panel_tick=panel_tick, api_chat=api_chat,
+        plot_worth=plot_worth, table=table, panel_tick=panel_tick, api_chat=api_chat, system_prompt=system_prompt,
+        unqueue=unqueue, saved=saved,
     )

@@ -467,6 +467,9 @@ CSS = (
 .spec-loading-bar { height: 8px; background: #eaeef2; border-radius: 4px; margin: 6px 0 4px; overflow: hidden; }
 .spec-loading-bar > div { height: 100%; background: #2f9e44; transition: width 0.4s; }
 .spec-loading-detail { font-size: 0.8rem; opacity: 0.75; font-family: ui-monospace, monospace; }
+.spec-unqueue { font-size: 0.75rem; padding: 0 8px; margin-left: 6px; border-radius: 4px; cursor: pointer;
+  border: 1px solid var(--border-color-primary, #d0d7de); background: transparent; font-style: normal; }
+.spec-prefill progress { width: 100%; height: 8px; }
 .spec-status { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-top: 4px; overflow-wrap: anywhere; }
 .spec-error { color: #c92a2a; font-weight: 600; font-size: 0.9rem; margin-top: 4px; overflow-wrap: anywhere; }
 .spec-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center;

@@ -17,12 +17,28 @@ from typing import Any
 
 from specchat.analysis.ledger import Ledger, ModelSizes, count_ledger
 from specchat.core.config import GenerationConfig
-from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent
+from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, PrefillEvent, RoundEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.ledger_view import ledger_html
-from specchat.ui.render import ReplyRenderer, exchange_note_html, render_user, reply_summary, status_html
+from specchat.ui.markdown import render_blocks
+from specchat.ui.render import (
+    ReplyRenderer,
+    exchange_note_html,
+    render_user,
+    reply_summary,
+    status_html,
+)
 from specchat.ui.rounds import ReplyRounds
+from specchat.ui.waits import human_duration, prefill_html, queued_note_html
+
+SHOWN_PREFILL_MS = 1000.0  # a prefill is shown (a progress bar) once it has taken, or is estimated to take, this long
+WARNED_PREFILL_MS = 30_000.0  # a prefill estimated to take longer is announced (a toast), once
+
+
+def long_prefill(event: PrefillEvent, limit_ms: float = SHOWN_PREFILL_MS) -> bool:
+    """Whether a prefill has taken ``limit_ms`` already, or is estimated to take that long in all."""
+    return event.elapsed_ms >= limit_ms or event.elapsed_ms + (event.remaining_ms or 0.0) >= limit_ms
 
 
 class Phase(str, enum.Enum):
@@ -50,6 +66,7 @@ class ReplySettings:
     temperature: float
     top_p: float
     max_new_tokens: int
+    system_prompt: str = ""  # the conversation's system message ("" = none), through the chat template
 
     def config(self, seed: int | None = None) -> GenerationConfig:
         """The engine's settings; speedups are always measured in the reply (timing rounds),
@@ -120,6 +137,8 @@ class Reply:
     config: GenerationConfig | None = None
     trace_path: str | None = None  # its trace file, once written (a finished reply never changes)
     sizes: ModelSizes | None = None  # the target's and the drafter's sizes (ĉ, bytes read)
+    prefill: PrefillEvent | None = None  # the prefill's latest progress, once it is long enough to show
+    prefill_warned: bool = False  # the long prefill was announced
 
     def __post_init__(self) -> None:
         self.drafter = self.drafter or self.settings.drafter
@@ -134,6 +153,8 @@ class Reply:
 
     def add(self, item: Event | Any) -> tuple[str, str] | None:
         """Fold in one item of the stream; return a toast ``(level, text)`` for the user, or None."""
+        if isinstance(item, PrefillEvent):  # progress only: not part of the reply's record (its trace)
+            return self._add_prefill(item)
         self.events.append(item)
         if isinstance(item, TokenEvent):
             self.metrics.update(item)
@@ -148,6 +169,10 @@ class Reply:
             self.renderer.finish(item)
             self.rounds.add(item)
             self.phase = Phase.STOPPED if item.stop_reason is StopReason.CANCELLED else Phase.DONE
+            if self.phase is Phase.STOPPED and not item.token_ids and self.prefill is not None:
+                p = self.prefill
+                read = f"{p.num_done:,} of {p.num_total:,} tokens" + (" (the drafter's part)" if p.model == "drafter" else "")
+                self.renderer.status = f"stopped while reading your message ({read} read): nothing was generated"
         else:  # a Notice or a DrafterFailedEvent: shown in the bubble and as a toast
             text = str(getattr(item, "text", item))
             self.renderer.add_notice(text)
@@ -158,6 +183,19 @@ class Reply:
                 self.drafter, self.fallback = "none", f"{item.fallback_drafter} could not be loaded"
             return ("warning" if getattr(item, "warning", False) else "info"), text
         return None
+
+    def _add_prefill(self, event: PrefillEvent) -> tuple[str, str] | None:
+        """Keep a long prefill's progress (:func:`long_prefill`); announce one estimated to take
+        more than :data:`WARNED_PREFILL_MS`, once, with the message's length and the estimate."""
+        if self.prefill is None and not long_prefill(event):
+            return None
+        self.prefill = event
+        if self.prefill_warned or event.remaining_ms is None or not long_prefill(event, WARNED_PREFILL_MS):
+            return None
+        self.prefill_warned = True
+        wait = human_duration((event.elapsed_ms + event.remaining_ms) / 1000)
+        return "info", (f"Your message is {event.num_prompt_tokens:,} tokens with the conversation: reading it takes "
+                        f"about {wait} on this machine before the reply starts (measured here). Stop cancels it.")
 
     def fail(self, message: str) -> None:
         self.renderer.set_error(message)
@@ -175,6 +213,8 @@ class Reply:
         r = self.renderer
         if self.phase is Phase.WAITING:
             blocks = [status_html("waiting for the models to finish loading…")]
+        elif self.running and not r.text and self.prefill is not None:
+            blocks = [prefill_html(self.prefill)]
         else:
             blocks = r.blocks() if r.text else ([] if r.status else ['<p class="spec-dots">…</p>'])
         return {"label": self.label, "notices": r.notices_html(), "blocks": blocks, "status": r.status_html(),
@@ -236,12 +276,41 @@ class Exchange:
     reply: Reply | None = None
     note: str | None = None
     id: int = 0
+    queued: bool = False  # sent, waiting for the reply before it (shown with a cancel button)
+    restored: Restored | None = None  # a reply of this conversation before the page was reloaded (text only)
 
     def item(self) -> dict[str, Any]:
         """The exchange as an item of the page's transcript: its id, the user's message (HTML,
-        with the note), and the reply's :meth:`Reply.parts` (None: no reply)."""
+        with the note, or while it waits "queued" and its cancel button), and the reply's
+        :meth:`Reply.parts` (None: no reply)."""
         user = render_user(self.message) + (exchange_note_html(self.note) if self.note else "")
-        return {"id": self.id, "user": user, "reply": self.reply.parts() if self.reply is not None else None}
+        if self.queued:
+            user += queued_note_html(self.id)
+        reply = self.reply.parts() if self.reply is not None else None
+        if reply is None and self.restored is not None:
+            reply = self.restored.parts()
+        return {"id": self.id, "user": user, "reply": reply}
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A reply kept by the browser across a reload (:meth:`ChatSession.saved`): what it said and
+    how it was labelled, no events (its colours, charts and inspector are not kept)."""
+
+    label: str
+    text: str
+    summary: str
+    status: str = ""
+
+    def parts(self) -> dict[str, Any]:
+        """The bubble, as :meth:`Reply.parts` gives it: the text as Markdown, and a note saying it
+        was restored."""
+        blocks = render_blocks(self.text, [-1] * len(self.text), [], {}, {}) if self.text else []
+        note = ('<div class="spec-notice">restored after a reload: the text only (token colours, charts and the '
+                'inspector cover new replies)</div>')
+        return {"label": self.label, "notices": note, "blocks": blocks,
+                "status": status_html(self.status) if self.status else "", "summary": self.summary,
+                "running": False, "text": self.text}
 
 
 class Run:

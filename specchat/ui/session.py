@@ -19,17 +19,18 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from specchat.analysis.ledger import ModelSizes
-from specchat.core.events import RoundEvent
+from specchat.core.events import PrefillEvent, RoundEvent
 from specchat.ui.prefetch import Prefetched
 from specchat.ui.race import RaceLane
 from specchat.ui.reply import Exchange, Phase, Reply, ReplySettings, Run, is_blank_message
 from specchat.ui.session_race import SessionRace
+from specchat.ui.session_saved import SAVED_VERSION, SessionSaved, parse_saved
 from specchat.ui.session_views import CHART_SCOPES, SessionViews, View
 
 TEXT_INTERVAL_S = 0.25  # the reply's text refresh while streaming (4 Hz)
@@ -46,7 +47,24 @@ AUTO = "auto"  # the drafter menu's "picked by measurement": the service's start
 STREAMED_FIELDS = ("transcript", "stats", "toasts")  # what a reply's stream sends the page at once (defer)
 
 
-class ChatSession(SessionViews, SessionRace):
+@dataclasses.dataclass
+class Ticket:
+    """A message sent and not started yet (:meth:`ChatSession.note_sent`).
+
+    Attributes:
+        message: its text (None: noted without it, nothing shown).
+        exchange: its bubble, shown from the moment it was sent (marked queued while it waits).
+        state: ``"waiting"``, ``"cancelled"`` (Stop, or its own cancel button) or ``"discarded"`` (Clear).
+        why: what its bubble says once cancelled.
+    """
+
+    message: str | None
+    exchange: Exchange | None = None
+    state: str = "waiting"
+    why: str = ""
+
+
+class ChatSession(SessionViews, SessionRace, SessionSaved):
     """The conversation of one browser session and everything done to it.
 
     Args:
@@ -75,7 +93,7 @@ class ChatSession(SessionViews, SessionRace):
     ):
         self.service = service
         self._stream = stream or (lambda history, message, drafter, config, cancel: service.stream_chat(
-            history, message, drafter=drafter, config=config, cancel=cancel))
+            history, message, drafter=drafter, config=config, cancel=cancel, prefill_progress=True))
         self.text_interval_s = text_interval_s
         self.stats_interval_s = stats_interval_s
         self.plot_interval_s = plot_interval_s
@@ -85,9 +103,8 @@ class ChatSession(SessionViews, SessionRace):
         self.chart_scope = CHART_SCOPES[0]
         self._lock = threading.Lock()
         self._run: Run | None = None
-        self._queued = 0  # messages sent, not started yet
-        self._cancel_queued = 0  # of those, how many Stop cancelled
-        self._discard_queued = 0  # of those, how many Clear discarded
+        self._tickets: deque[Ticket] = deque()  # messages sent, not started yet, in the order sent
+        self._dirty: dict[int, Exchange] = {}  # exchanges changed outside a reply's stream, for it to carry
         self._reply_count = 0
         self.selected: tuple[int, int | None] | None = None  # (reply number, token index) in the inspector
         self.selected_round: int | None = None
@@ -102,11 +119,12 @@ class ChatSession(SessionViews, SessionRace):
         self.panels_visible: set[str] = set()  # live panels on screen: "charts", "timeline", "ledger" (the page says)
         self._stale: set[str] = set()
         self._deferred = View()  # what a reply's stream left for the page's panel tick and its end (defer)
+        self.system_prompt = ""  # the latest reply's system prompt (kept with the conversation in the browser)
 
     @property
     def busy(self) -> bool:
         """True while a reply streams or a message waits."""
-        return self._run is not None or self._queued > 0
+        return self._run is not None or bool(self._tickets)
 
     def resolve_drafter(self, drafter: str) -> str:
         """The drafter a reply runs with: ``drafter`` itself, or for :data:`AUTO` the service's
@@ -155,27 +173,64 @@ class ChatSession(SessionViews, SessionRace):
     # -- sending, Stop, Clear -----------------------------------------------------------------
     def note_sent(self, message: str | None = None) -> bool:
         """A message was sent (the box emptied); True when it waits behind a reply that streams
-        or another message that waits. A blank ``message`` is not counted (``respond`` refuses it
-        at once, without waiting); None counts as a message."""
+        or another message that waits. It is shown in the chat at once, marked "queued" with a
+        cancel button (:meth:`cancel_queued`), carried by the reply streaming now (only a reply's
+        stream writes the transcript: a second writer would break Gradio's streaming diff). A
+        blank ``message`` is not counted (``respond`` refuses it at once, without waiting); None
+        counts as a message that is not shown."""
         with self._lock:
-            busy = self._run is not None or self._queued > 0
-            if message is None or not is_blank_message(message):
-                self._queued += 1
+            busy = self._run is not None or bool(self._tickets)
+            if message is not None and is_blank_message(message):
+                return busy
+            ticket = Ticket(message)
+            if message is not None:  # its place in the chat, from now on: sent order is shown order
+                ticket.exchange = self.add_exchange(Exchange(message, queued=True))
+                if busy:
+                    self._dirty[ticket.exchange.id] = ticket.exchange
+            self._tickets.append(ticket)
         return busy
 
+    def cancel_queued(self, exchange_id: int) -> str:
+        """The cancel button of a queued message: it will not be sent (its bubble says so). Returns
+        what to tell the user (also when it has started already: then Stop stops it)."""
+        with self._lock:
+            ticket = next((t for t in self._tickets if t.exchange is not None and t.exchange.id == exchange_id), None)
+            if ticket is None:
+                return "That message is no longer waiting (it has started, or was cancelled): Stop stops a reply."
+            if ticket.state == "waiting":
+                self._cancel(ticket, "not sent: you cancelled it while it waited")
+        return "Cancelled: that message will not be sent."
+
+    def _cancel(self, ticket: Ticket, why: str) -> None:
+        """Mark a waiting message cancelled (under the lock); its bubble says ``why``."""
+        ticket.state, ticket.why = "cancelled", why
+        if ticket.exchange is not None:
+            ticket.exchange.queued, ticket.exchange.note = False, why
+            self._dirty[ticket.exchange.id] = ticket.exchange
+
+    def _carry(self, *shown: Exchange) -> tuple[Exchange, ...]:
+        """``shown`` and the exchanges changed outside any stream since (queued, cancelled), for
+        the feed of the update being sent."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, {}
+        ids = {e.id for e in shown}
+        return (*shown, *(e for i, e in dirty.items() if i not in ids and e in self.exchanges))
+
     def stop(self) -> str | None:
-        """Stop: the streaming reply ends after its current round and keeps what it wrote;
-        messages waiting behind it are cancelled with it (each is shown, marked "not sent").
-        Returns what to tell the user when messages were cancelled, else None."""
+        """Stop: the streaming reply ends after its current round (or the prefill after its
+        current forward pass) and keeps what it wrote; messages waiting behind it are cancelled
+        with it (each is shown, marked "not sent"). Returns what to tell the user when messages
+        were cancelled, else None."""
         self._race_stop.set()
         with self._lock:
             if self._run is not None:
                 self._run.cancel.set()
-            cancelled = self._queued - self._cancel_queued - self._discard_queued
-            self._cancel_queued += cancelled
-        if cancelled <= 0:
+            waiting = [t for t in self._tickets if t.state == "waiting"]
+            for ticket in waiting:
+                self._cancel(ticket, "not sent: Stop cancelled it while it waited")
+        if not waiting:
             return None
-        what = "your queued message was" if cancelled == 1 else f"your {cancelled} queued messages were"
+        what = "your queued message was" if len(waiting) == 1 else f"your {len(waiting)} queued messages were"
         return f"Stopped; {what} cancelled and not sent (shown in the chat)."
 
     def clear(self) -> View:
@@ -187,7 +242,9 @@ class ChatSession(SessionViews, SessionRace):
                 self._run.cancel.set()
             # every waiting message is dropped, those Stop already cancelled too (they would
             # otherwise show up on the new chat, marked "not sent")
-            self._discard_queued, self._cancel_queued = self._queued, 0
+            for ticket in self._tickets:
+                ticket.state = "discarded"
+            self._dirty = {}
             self.history, self.exchanges = [], []
             self._reply_count = 0  # the new conversation's replies are #1, #2, …
             self.selected = self.selected_round = None
@@ -247,49 +304,56 @@ class ChatSession(SessionViews, SessionRace):
             return
         run = Run()
         with self._lock:
-            self._queued = max(self._queued - 1, 0)
-            if self._discard_queued > 0:
-                self._discard_queued -= 1
-                skipped = "discard"
-            elif self._cancel_queued > 0:
-                self._cancel_queued -= 1
-                skipped = "cancel"
-            else:
-                skipped = None
+            ticket = self._take_ticket(message)
+            if ticket is None or ticket.state == "waiting":
                 self._run = run
-        if skipped == "discard":  # Clear emptied the transcript already
+        if ticket is not None and ticket.state == "discarded":  # Clear emptied the transcript already
             yield View()
             return
-        if skipped == "cancel":
-            exchange = self.add_exchange(Exchange(message, note="not sent: Stop cancelled it while it waited"))
-            yield View(transcript=self.feed(exchange))
+        if ticket is not None and ticket.state == "cancelled":
+            exchange = ticket.exchange or self.add_exchange(Exchange(message, note=ticket.why))
+            yield View(transcript=self.feed(*self._carry(exchange)))
             return
         try:
-            yield from self._respond(message, settings, run)
+            yield from self._respond(message, settings, run, ticket.exchange if ticket is not None else None)
         finally:
             run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds
             with self._lock:
                 if self._run is run:
                     self._run = None
 
-    def _respond(self, message: str, settings: ReplySettings, run: Run) -> Iterator[View]:
+    def _take_ticket(self, message: str) -> Ticket | None:
+        """The waiting message ``respond`` was called for (under the lock): the first sent with
+        this text, else the first sent without one (``note_sent()``); None for a message that
+        was never noted (an API call)."""
+        ticket = next((t for t in self._tickets if t.message == message), None)
+        ticket = ticket or next((t for t in self._tickets if t.message is None), None)
+        if ticket is not None:
+            self._tickets.remove(ticket)
+        return ticket
+
+    def _respond(self, message: str, settings: ReplySettings, run: Run, exchange: Exchange | None) -> Iterator[View]:
         config = settings.config()  # ValueError for an out-of-range setting, before any change
         self._reply_count += 1
         reply = Reply(self._reply_count, message, settings, config=config)
         if self.selected is not None and self.selected[0] != reply.number and not self.pinned:
             self.selected = self.selected_round = None  # the views follow the new reply (unless pinned)
         history = list(self.history)
-        exchange = self.add_exchange(Exchange(message, reply))
+        if exchange is None or exchange not in self.exchanges:
+            exchange = self.add_exchange(Exchange(message, reply))
+        else:  # the bubble shown since it was sent, marked queued: its reply starts
+            exchange.reply, exchange.queued, exchange.note = reply, False, None
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
         # the browser together (a message that waited), and the transcript must not miss its end
         before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()
 
         if getattr(self.service, "loading", False):  # still loading in the background: wait, visibly
             reply.phase = Phase.WAITING
-            yield View(transcript=self.feed(*before, exchange), stats=self.stats())
+            yield View(transcript=self.feed(*self._carry(*before, exchange)), stats=self.stats())
             while getattr(self.service, "loading", False) and not run.cancel.is_set():
                 time.sleep(0.5)
-                yield View()
+                carried = self._carry()  # messages sent meanwhile
+                yield View(transcript=self.feed(*carried)) if carried else View()
             error = getattr(self.service, "startup_error", None)
             if error is not None or run.cancel.is_set():
                 self.exchanges.remove(exchange)
@@ -306,7 +370,7 @@ class ChatSession(SessionViews, SessionRace):
             settings = dataclasses.replace(settings, drafter=drafter)
             reply.settings, reply.drafter = settings, drafter
         reply.phase = Phase.RUNNING
-        yield View(transcript=self.feed(*before, exchange), stats=self.stats(), table=self.table())
+        yield View(transcript=self.feed(*self._carry(*before, exchange)), stats=self.stats(), table=self.table())
 
         stream = None
         last_stats = last_plot = self.clock()
@@ -314,7 +378,9 @@ class ChatSession(SessionViews, SessionRace):
         try:
             # the engine computes the next round while the page's last update is on its way
             # (a timing round waits until nothing of this reply is being drawn)
-            stream = Prefetched(lambda: self._stream(history, message, settings.drafter, config, run.cancel),
+            self.system_prompt = settings.system_prompt
+            system = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt.strip() else []
+            stream = Prefetched(lambda: self._stream(system + history, message, settings.drafter, config, run.cancel),
                                 run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next)
             for item in stream:
                 toast = reply.add(item)
@@ -327,7 +393,8 @@ class ChatSession(SessionViews, SessionRace):
                 # so the counts agree), at most every text_interval_s, or to show a toast; never
                 # just before a timing round, whose target-only step the browser's drawing on
                 # the same CPU would slow (t₁ would read high and every speedup with it)
-                drawable = isinstance(item, RoundEvent) and not item.timing_next
+                drawable = (isinstance(item, RoundEvent) and not item.timing_next) or (
+                    isinstance(item, PrefillEvent) and reply.prefill is not None)  # a long prefill's progress
                 if toast is None and (not drawable or now - last_text < self.text_interval_s):
                     continue
                 panels = {}
@@ -338,10 +405,12 @@ class ChatSession(SessionViews, SessionRace):
                 stats = None
                 if now - last_stats >= self.stats_interval_s:
                     stats, last_stats = self.stats(), now
-                yield View(transcript=self.feed(exchange), stats=stats, toasts=(toast,) if toast else (), **panels)
+                yield View(transcript=self.feed(*self._carry(exchange)), stats=stats, toasts=(toast,) if toast else (),
+                           **panels)
         except Exception as exc:  # SpecchatError, ValueError, a failing model: show it, keep the text
             reply.fail(str(exc) or type(exc).__name__)
-            yield View(transcript=self.feed(exchange), stats=self.stats(), table=self.table(), figures=self.figures(),
+            yield View(transcript=self.feed(*self._carry(exchange)), stats=self.stats(), table=self.table(),
+                       figures=self.figures(),
                        textbox=message, toasts=(("warning", f"Generation failed: {exc}"),))
             return
         finally:
@@ -349,7 +418,10 @@ class ChatSession(SessionViews, SessionRace):
                 stream.close()
             if reply.running:  # closed mid-stream (a closed tab): what it wrote is kept
                 reply.phase = Phase.STOPPED
-            if reply.phase is not Phase.FAILED and not run.discard:
+            # a failed reply, or one stopped before it wrote anything (in a long prefill), is shown
+            # but not kept in what the model sees
+            answered = reply.phase is not Phase.FAILED and (reply.phase is not Phase.STOPPED or reply.metrics.num_committed)
+            if answered and not run.discard:
                 self.history = history + [
                     {"role": "user", "content": message},
                     {"role": "assistant", "content": reply.renderer.text},
@@ -361,8 +433,8 @@ class ChatSession(SessionViews, SessionRace):
             return
         # the reply's end at once, then the panels on screen (the charts take the browser a moment
         # to draw); those off screen are drawn when they come on screen (show_panels)
-        yield View(transcript=self.feed(exchange), stats=self.stats())
-        yield self.view(transcript=self.feed(exchange), panels=self.panels_visible)
+        yield View(transcript=self.feed(*self._carry(exchange)), stats=self.stats())
+        yield self.view(transcript=self.feed(*self._carry(exchange)), panels=self.panels_visible)
 
 
 class SessionStore:
@@ -411,6 +483,7 @@ class SessionStore:
 
 __all__ = [
     "CHART_SCOPES",
+    "SAVED_VERSION",
     "ChatSession",
     "Exchange",
     "Phase",
@@ -418,4 +491,5 @@ __all__ = [
     "ReplySettings",
     "SessionStore",
     "View",
+    "parse_saved",
 ]

@@ -101,34 +101,38 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     def take_message(message, request: gr.Request = None):
         """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
         can type the next message while this one waits or streams; the message goes on in
-        ``pending``; the panel tick starts if a live panel is on screen. If a reply is streaming, say that this message waits
-        for it."""
+        ``pending``; the panel tick starts if a live panel is on screen. If a reply is streaming,
+        the message is shown in the chat, marked queued (the streaming reply's next update
+        carries it: ChatSession.note_sent), and a toast says so."""
         session = session_of(request)
         if session.note_sent(message) and message and message.strip():
-            gr.Info("Your message is queued: it is sent when the current reply ends (Stop cancels it).")
+            gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
+                    "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
         return "", message, gr.Timer(active=bool(session.panels_visible))
 
-    def reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive):
+    def reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt):
         """One reply's Views (see ChatSession.respond); an out-of-range setting is a gr.Error."""
-        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
         try:
             yield from session.respond(message, settings)
         except ValueError as exc:  # an out-of-range setting: only an API call can send one
             raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
 
-    def respond(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+    def respond(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
                 request: gr.Request = None):
         """The API's /chat: stream one reply, every output."""
         session = session_of(request)
-        for view in reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive):
+        for view in reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
+                                system_prompt):
             yield updates(view)
 
-    def respond_on_page(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+    def respond_on_page(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
                         request: gr.Request = None):
         """Sending, step 2: stream one reply, only its transcript and stats line; the other parts
         wait in the session (ChatSession.defer) for the panel tick and for ``settle``."""
         session = session_of(request)
-        for view in reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive):
+        for view in reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
+                                system_prompt):
             out = updates(session.defer(view))
             if page.stats in out or page.transcript in out:  # else nothing to send now
                 yield out
@@ -145,7 +149,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         message waits (with a live panel on screen)."""
         session = session_of(request)
         out = {k: v for k, v in updates(session.take_deferred()).items() if k is not page.stats}
-        return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.panels_visible))}
+        return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.panels_visible)),
+                page.saved: session.saved()}  # the conversation, kept in the browser for a reload
 
     def stop_generation(request: gr.Request = None):
         """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
@@ -154,7 +159,23 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             gr.Info(said)
 
     def clear(request: gr.Request = None):
-        return updates(session_of(request).clear())
+        return {**updates(session_of(request).clear()), page.saved: None}
+
+    def cancel_queued(ref, request: gr.Request = None):
+        """A queued message's cancel button (its exchange id, from the click hook)."""
+        try:
+            exchange_id = int((ref or "").split("|")[0])
+        except ValueError:
+            return
+        gr.Info(session_of(request).cancel_queued(exchange_id))
+
+    def restore(saved, request: gr.Request = None):
+        """A page (re)opened: the conversation this browser kept (:meth:`ChatSession.restore`)."""
+        session = session_of(request)
+        view = session.restore(saved)
+        if view is None:
+            return {page.system_prompt: gr.skip()}
+        return {**updates(view), page.system_prompt: session.system_prompt}
 
     def set_pin(pinned, request: gr.Request = None):
         session_of(request).pinned = bool(pinned)
@@ -258,10 +279,10 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         except (TraceError, OSError, UnicodeDecodeError) as exc:
             raise gr.Error(f"Could not open the trace: {exc}", title="Not a trace", print_exception=False) from exc
 
-    def run_race(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+    def run_race(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
                  request: gr.Request = None):
         session = session_of(request)
-        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens)
+        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
         try:
             for view in session.run_race(session.race_message(message), settings):
                 yield {k: v for k, v in updates(view).items() if k is page.race} or {page.race: gr.skip()}
@@ -288,7 +309,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
 
     inside = [page.inspector, page.timeline, page.race, page.download, page.ledger, page.plot_worth]
     everything = [page.textbox, page.transcript, page.stats, page.table, *page.plots, *inside]
-    settings = [page.drafter, page.gamma, page.temperature, page.top_p, page.max_new_tokens, page.adaptive]  # a reply's
+    settings = [page.drafter, page.gamma, page.temperature, page.top_p, page.max_new_tokens, page.adaptive,
+                page.system_prompt]  # a reply's
     common = dict(
         inputs=[page.pending, *settings], show_progress="hidden", concurrency_limit=1, concurrency_id="model",
         trigger_mode="multiple",  # a message sent while another streams queues; "once" would drop it
@@ -301,7 +323,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     for trigger in (page.send.click, page.textbox.submit):
         trigger(**take).then(
             respond_on_page, outputs=[page.transcript, page.stats], api_visibility="private", **common,
-        ).then(settle, None, [*aside, page.panel_tick], show_progress="hidden", concurrency_limit=None,
+        ).then(settle, None, [*aside, page.panel_tick, page.saved], show_progress="hidden", concurrency_limit=None,
                api_visibility="private")
     page.panel_tick.tick(tick, None, [page.table, *page.plots, page.timeline, page.ledger, page.plot_worth],
                          show_progress="hidden", concurrency_limit=None, api_visibility="private")
@@ -329,7 +351,13 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     )
     cleared = [page.transcript, page.stats, page.table, *page.plots, page.inspector, page.timeline, page.ledger,
                page.plot_worth]
-    page.clear_btn.click(clear, None, cleared, concurrency_limit=None, api_visibility="private")
+    page.clear_btn.click(clear, None, [*cleared, page.saved], concurrency_limit=None, api_visibility="private")
+    page.unqueue.change(cancel_queued, [page.unqueue], None, concurrency_limit=None, show_progress="hidden",
+                        api_visibility="private")
+    # a page opened or reloaded shows the conversation this browser kept (none with --trace files)
+    if not trace_files:
+        demo.load(restore, [page.saved], [page.transcript, page.stats, page.table, page.system_prompt],
+                  show_progress="hidden", api_visibility="private", concurrency_limit=None)
     # colours / plain and the rejected drafts: classes on the transcript, switched in the browser
     page.colours.change(None, [page.colours], None, js=SET_PLAIN_JS, api_visibility="private")
     page.pick.change(select, inputs=[page.pick],

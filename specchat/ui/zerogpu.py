@@ -32,7 +32,7 @@ def _types() -> dict[str, type]:
     from specchat.core import config, events
     from specchat.service import Notice
 
-    classes = (events.TokenEvent, events.RoundEvent, events.DoneEvent, events.DrafterFailedEvent, Notice,
+    classes = (events.TokenEvent, events.RoundEvent, events.DoneEvent, events.DrafterFailedEvent, events.PrefillEvent, Notice,
                events.TokenKind, events.StopReason, config.GenerationConfig, trace.RoundTrace,
                trace.DraftedToken, trace.PositionTrace, trace.ProofTrace, trace.CommittedToken)
     return {cls.__name__: cls for cls in classes}
@@ -126,7 +126,8 @@ def worker_stream(
     # with torch 2.13 here). One CPU thread avoids it; on ZeroGPU the passes run on the GPU.
     torch.set_num_threads(1)
     settings = from_plain(config)
-    for item in service.stream_chat(history, message, drafter=drafter, config=settings, cancel=slot.flag(generation)):
+    for item in service.stream_chat(history, message, drafter=drafter, config=settings, cancel=slot.flag(generation),
+                                    prefill_progress=True):
         yield to_plain(item)
 
 

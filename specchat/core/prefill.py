@@ -1,0 +1,151 @@
+"""A prompt's prefill in forward passes: progress to report, a Stop honoured between passes.
+
+On a CPU a long prompt takes minutes to read (llama.cpp, Qwen2.5-Coder 1.5B Q4_K_M on 2 cores:
+~100 tokens/s; a 20,000-character message is ~7,800 tokens). The engine
+(:class:`~specchat.core.engine.SpeculativeEngine`) feeds it to the target, then to a model
+drafter, pass by pass (:func:`prefill_in_chunks`): between passes it can report progress
+(:class:`~specchat.core.events.PrefillEvent`, with an estimate from :class:`PrefillRates`) and
+stop when asked. The KV states are the same as one pass's (causal attention).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from specchat.core.events import PrefillEvent
+from specchat.core.generation import Generation
+from specchat.core.runtime import ModelRuntime, synced_now
+
+PREFILL_FIRST_CHUNK = 128  # tokens in a long prefill's first forward pass
+PREFILL_CHUNK_S = 1.0  # each later pass is sized to take about this long at the rate measured so far
+PREFILL_CHUNK_LIMITS = (32, 2048)  # tokens per pass, at least / at most (multiples of 32)
+
+
+def prefill_in_chunks(
+    runtime: ModelRuntime, token_ids: Sequence[int], *, clock: Callable[[], float] | None = None,
+) -> Iterator[tuple[int, float]]:
+    """Feed ``token_ids`` to ``runtime`` (``num_logits=0``, a prefill) in several forward passes,
+    yielding after each ``(tokens fed so far, seconds that pass took)``.
+
+    The first pass feeds :data:`PREFILL_FIRST_CHUNK` tokens; each later one as many as the rate
+    measured on the pass before would feed in :data:`PREFILL_CHUNK_S` seconds, within
+    :data:`PREFILL_CHUNK_LIMITS`. Between passes the caller can report progress and stop (a long
+    prompt on a CPU reads at ~100 tokens/s: minutes for a long document). The KV states are those
+    of one pass over all the ids: position i depends on tokens 0…i alone (causal attention),
+    whichever pass computed it; llama.cpp itself feeds a long prompt in batches of ``n_batch``.
+    Measured with llama.cpp on a 2-core CPU (Qwen2.5-Coder 1.5B Q4_K_M, 2,048 tokens): one pass
+    20.95 s, passes of 256 tokens 21.18 s.
+
+    ``clock``: seconds (default: :func:`synced_now` on the runtime's device; tests pass a fake).
+    """
+    clock = clock or (lambda: synced_now(runtime.device))
+    low, high = PREFILL_CHUNK_LIMITS
+    done, size = 0, PREFILL_FIRST_CHUNK
+    while done < len(token_ids):
+        chunk = token_ids[done: done + size]
+        start = clock()
+        runtime.forward(chunk, num_logits=0)
+        seconds = clock() - start
+        done += len(chunk)
+        if seconds > 0:
+            size = min(max(int(len(chunk) / seconds * PREFILL_CHUNK_S) // low * low, low), high)
+        yield done, seconds
+
+
+class PrefillRates:
+    """Each model's prefill time per token, milliseconds: ``"target"`` and each drafter by name,
+    from its latest forward pass of 32 tokens or more (a shorter pass costs more per token)."""
+
+    def __init__(self) -> None:
+        self.ms_per_token: dict[str, float] = {}
+
+    def measure(self, model: str, num_tokens: int, seconds: float) -> None:
+        """Keep ``model``'s rate from a pass of ``num_tokens`` that took ``seconds``."""
+        if num_tokens >= 32 and seconds > 0:
+            self.ms_per_token[model] = seconds * 1000 / num_tokens
+
+    def remaining_ms(self, model: str, done: int, total: int, num_target: int, drafter: object | None) -> float | None:
+        """The time left for a prefill (:attr:`PrefillEvent.remaining_ms`), ms: ``model`` has
+        ``total − done`` tokens left; during the target's part a model drafter's part is counted
+        too (``num_target`` tokens, at its own rate when measured, else at the target's: a drafter
+        is the smaller model). None until the target's rate is known."""
+        target_rate = self.ms_per_token.get("target")
+        if target_rate is None:
+            return None
+        drafter_rate = self.ms_per_token.get(drafter.name, target_rate) if drafter is not None else 0.0
+        if model == "drafter":
+            return (total - done) * drafter_rate
+        with_model = drafter is not None and hasattr(drafter, "begin_in_steps")
+        return (total - done) * target_rate + (num_target * drafter_rate if with_model else 0.0)
+
+
+def run_prefill(
+    engine: Any, state: Generation, todo: list[int], t0: float, cancel: threading.Event | None,
+    report: bool,
+) -> Generator[PrefillEvent, None, tuple[int, bool]]:
+    """Feed ``todo`` (the prompt but its last token, less the kept prefix) to ``engine``'s target
+    (a :class:`~specchat.core.engine.SpeculativeEngine`: its target, prefill_rates, clock and
+    drafter-failure handling),
+    then begin the drafter (``begin_in_steps`` when it has one, else ``begin``), pass by pass,
+    checking ``cancel`` before each pass; with ``report``, a PrefillEvent before and after each
+    pass. ``t0``: when the prefill started (the engine's clock). Model work runs under
+    ``torch.inference_mode()``, entered per pass, never held across a yield.
+
+    Returns how many of ``todo`` the target computed, and False when ``cancel`` stopped the
+    prefill (the target's part or the drafter's). A drafter that raises is dropped as the engine
+    does everywhere (``engine._call_drafter``: a DrafterFailedEvent follows, target-only after).
+    """
+    rates = engine.prefill_rates
+
+    def progress(model: str, done: int, total: int) -> list[PrefillEvent]:
+        if not report:
+            return []
+        elapsed_ms = (engine._now() - t0 - state.paused_s) * 1000
+        return [PrefillEvent(model, done, total, state.num_prompt_tokens, elapsed_ms,
+                             rates.remaining_ms(model, done, total, len(todo), state.drafter))]
+
+    def stopped() -> bool:
+        return cancel is not None and cancel.is_set()
+
+    if todo:
+        yield from engine._hand_over(state, progress("target", 0, len(todo)))
+        chunks, before = prefill_in_chunks(engine.target, todo), 0
+        while True:
+            if stopped():
+                chunks.close()
+                return before, False
+            with torch.inference_mode():
+                step = next(chunks, None)
+            if step is None:
+                break
+            done, seconds = step
+            rates.measure("target", done - before, seconds)
+            before = done
+            yield from engine._hand_over(state, progress("target", done, len(todo)))
+    drafter = state.drafter
+    if drafter is None:
+        return len(todo), True
+    in_steps = getattr(drafter, "begin_in_steps", None)
+    if in_steps is None:  # a drafter with no model (n-gram lookup): nothing to compute
+        with torch.inference_mode():
+            engine._call_drafter(state, drafter.begin, state.ids)
+        return len(todo), True
+    steps, before = in_steps(state.ids), 0
+    while state.drafter is not None:
+        if stopped():
+            steps.close()
+            return len(todo), False
+        with torch.inference_mode():
+            step = engine._call_drafter(state, next, steps, None)  # None: done, or failed (drafter None)
+        if step is None:
+            break
+        done, total, seconds = step
+        if done:
+            rates.measure(drafter.name, done - before, seconds)
+            before = done
+        yield from engine._hand_over(state, progress("drafter", done, total))
+    return len(todo), True

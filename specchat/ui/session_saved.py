@@ -1,0 +1,113 @@
+"""The conversation kept in the browser across a reload (a base class of
+:class:`~specchat.ui.session.ChatSession`).
+
+After each reply the page writes :meth:`SessionSaved.saved` into the browser's localStorage
+(Gradio's ``BrowserState``, encrypted); a page opened or reloaded gives it back to
+:meth:`SessionSaved.restore`: the chat shows each earlier reply as text (its events, so its
+colours and charts, are not kept) and the model gets the history, so the conversation goes on.
+The value comes from the browser: :func:`parse_saved` checks every field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from specchat.ui.render import reply_summary
+from specchat.ui.reply import Exchange, Restored
+from specchat.ui.session_views import View
+
+SAVED_VERSION = 1  # the layout of ChatSession.saved; another one is not restored
+SAVED_LIMIT_CHARS = 4_000_000  # a saved conversation larger than this is not restored (localStorage holds ~5 MB)
+
+
+def parse_saved(saved: Any) -> dict | None:
+    """A conversation kept in the browser (:meth:`ChatSession.saved`), checked field by field:
+    ``{"history": [{"role": "user" | "assistant", "content": str}], "system_prompt": str,
+    "exchanges": [{"message": str, "label", "text", "summary", "status", "note": str}]}``; None for
+    no value.
+
+    Raises:
+        ValueError: not such a value (another version, a wrong type, too large).
+    """
+    if saved in (None, "", {}):
+        return None
+    if not isinstance(saved, dict) or saved.get("version") != SAVED_VERSION:
+        raise ValueError("not a saved conversation of this version")
+    if len(json.dumps(saved)) > SAVED_LIMIT_CHARS:
+        raise ValueError("the saved conversation is too large")
+    history, exchanges = saved.get("history"), saved.get("exchanges")
+    if not isinstance(history, list) or not isinstance(exchanges, list) or not exchanges:
+        raise ValueError("no history or exchanges")
+    turns = []
+    for m in history:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant") or not isinstance(m.get("content"), str):
+            raise ValueError("a history message that is not {role: user|assistant, content: text}")
+        turns.append({"role": m["role"], "content": m["content"]})
+    items = []
+    for e in exchanges:
+        if not isinstance(e, dict) or not isinstance(e.get("message"), str):
+            raise ValueError("an exchange without a message")
+        fields = {k: e.get(k, "") for k in ("label", "text", "summary", "status", "note")}
+        if not all(isinstance(v, str) for v in fields.values()):
+            raise ValueError("an exchange field that is not text")
+        items.append({"message": e["message"], **fields})
+    system = saved.get("system_prompt", "")
+    if not isinstance(system, str):
+        raise ValueError("a system prompt that is not text")
+    return {"history": turns, "exchanges": items, "system_prompt": system}
+
+
+class SessionSaved:
+    """ChatSession's part that saves and restores the conversation (uses its ``exchanges``,
+    ``history``, ``system_prompt``, ``add_exchange``, ``view`` and lock)."""
+
+    # -- the conversation kept in the browser across a reload -----------------------------------
+    def saved(self) -> dict | None:
+        """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
+        after each reply and on Clear), for :meth:`restore` after a reload: what the model sees
+        (``history``), the system prompt, and each finished exchange as the chat shows it, text
+        only. None when there is nothing to keep (an empty chat)."""
+        items = []
+        for e in self.exchanges:
+            if e.queued or (e.reply is not None and e.reply.running):
+                continue
+            if e.reply is not None:
+                r = e.reply
+                items.append({"message": e.message, "label": r.label, "text": r.renderer.text,
+                              "summary": reply_summary(r.metrics), "status": r.renderer.status or ""})
+            elif e.restored is not None:
+                items.append({"message": e.message, **dataclasses.asdict(e.restored)})
+            else:
+                items.append({"message": e.message, "note": e.note or ""})
+        if not items:
+            return None
+        return {"version": SAVED_VERSION, "history": [dict(m) for m in self.history], "exchanges": items,
+                "system_prompt": self.system_prompt}
+
+    def restore(self, saved: Any) -> View | None:
+        """After a reload: the conversation :meth:`saved` kept in the browser, shown again (each
+        reply as text, marked restored) and given to the model as history, so the chat goes on
+        where it was. None (nothing changes) when this page has a conversation already, or
+        ``saved`` is empty or not one (a value from another version, or tampered with: it comes
+        from the browser, so every field is checked)."""
+        if self.exchanges or self.history:
+            return None
+        try:
+            data = parse_saved(saved)
+        except ValueError:
+            return None
+        if data is None:
+            return None
+        with self._lock:
+            self.history = data["history"]
+            self.system_prompt = data["system_prompt"]
+            for item in data["exchanges"]:
+                if item.get("label"):
+                    restored = Restored(item["label"], item["text"], item["summary"], item["status"])
+                    self.add_exchange(Exchange(item["message"], restored=restored))
+                    self._reply_count += 1  # the next reply's number follows the restored ones
+                else:
+                    self.add_exchange(Exchange(item["message"], note=item["note"] or None))
+        return self.view()
