@@ -453,6 +453,12 @@ def test_a_message_sent_while_a_reply_streams_waits_and_nothing_typed_is_lost(se
     assert box.get_attribute("value") == "a draft I am still typing"
 
 
+def _ended(service, message: str, after: int = 0) -> dict | None:
+    """The service's run of ``message`` once it has ended (None before it started or while it
+    runs), among its runs from number ``after`` on (an earlier test may have sent the same text)."""
+    return next((r for r in reversed(service.runs[after:]) if r["message"] == message and r["end"] is not None), None)
+
+
 def test_a_queued_message_shows_at_once_with_its_own_cancel(served, browser):
     """Sent while a reply streams, a message is in the chat at once, marked queued, with a cancel
     button of its own: it withdraws that message only; the reply streaming goes on, the next
@@ -479,7 +485,8 @@ def test_a_queued_message_shows_at_once_with_its_own_cancel(served, browser):
     assert service.run_for(first)["stop"] is not StopReason.CANCELLED  # the streaming reply went on
     assert not any(r["message"] == second for r in service.runs)  # it never reached the model
     assert users()[0] == first and users()[1].startswith(second) and users()[2] == third
-    assert d.execute_script(BUBBLE_TOKENS) == [service.run_for(first)["text"], service.run_for(third)["text"]]
+    # the cancelled message has no reply (its reply slot stays empty and hidden)
+    assert d.execute_script(BUBBLE_TOKENS) == [service.run_for(first)["text"], None, service.run_for(third)["text"]]
 
 
 def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_model(served, browser):
@@ -488,9 +495,9 @@ def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_mo
     system = "Answer in one short sentence."
     d.find_element(By.CSS_SELECTOR, "#spec-system textarea").send_keys(system)
     _set_slider(d, "max new tokens", 48)
-    first = "What is a lighthouse?"
+    first, before = "What is a lighthouse?", len(service.runs)
     drive_app.send(d, first)
-    run = _wait_for(lambda: (r := service.run_for(first))["end"] is not None and r, 120, "the reply")
+    run = _wait_for(lambda: _ended(service, first, before), 120, "the reply")
     drive_app.wait_done(d, 30)
     assert run["history"] == [{"role": "system", "content": system}]  # given first, through the chat template
     time.sleep(2)  # the page keeps the conversation in the browser once the reply has settled
@@ -501,9 +508,9 @@ def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_mo
     assert "restored after a reload" in d.execute_script(REPLY_TEXT)
     assert d.find_element(By.CSS_SELECTOR, "#spec-system textarea").get_attribute("value") == system
     drive_app.screenshot(d, str(OUT / "restored.png"), width=1280)
-    second = "And a harbour?"
+    second, before = "And a harbour?", len(service.runs)
     drive_app.send(d, second)
-    run2 = _wait_for(lambda: (r := service.run_for(second))["end"] is not None and r, 120, "the next reply")
+    run2 = _wait_for(lambda: _ended(service, second, before), 120, "the next reply")
     drive_app.wait_done(d, 30)
     # the model sees the conversation from before the reload, after the system prompt
     assert run2["history"] == [{"role": "system", "content": system}, {"role": "user", "content": first},
@@ -517,10 +524,11 @@ def test_a_long_message_shows_its_prefill_and_stop_ends_it_there(served, browser
     and nothing of it is kept for the model; the next message runs."""
     url, service = served
     d = browser(url)
-    long = "Summarise this log.\n" + "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(700))
+    long = "Summarise this log.\n" + "".join(f"line {i}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
     box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
     d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input', {bubbles: true}));",
                      box, long)
+    before = len(service.runs)
     drive_app.button(d, "Send").click()
     bar = "const p = document.querySelector('#spec-chat .spec-prefill'); return p ? p.innerText : '';"
     shown = _wait_for(lambda: d.execute_script(bar), 60, "the prefill's progress")
@@ -532,13 +540,14 @@ def test_a_long_message_shows_its_prefill_and_stop_ends_it_there(served, browser
     drive_app.screenshot(d, str(OUT / "prefill.png"), width=1280)
     clicked = time.monotonic()
     drive_app.button(d, "Stop").click()
-    run = _wait_for(lambda: (r := service.run_for(long))["end"] is not None and r, 30, "the prefill to stop")
+    run = _wait_for(lambda: _ended(service, long, before), 30, "the prefill to stop")
     assert run["stop"] is StopReason.CANCELLED and run["tokens"] == 0
     assert run["end"] - clicked < 10  # at the next forward pass, not at the end of the prefill
     _wait_for(lambda: "stopped while reading your message" in d.execute_script(REPLY_TEXT), 20, "the stopped note")
     assert service.engine.released
+    before = len(service.runs)
     drive_app.send(d, "Say hi.")
-    hi = _wait_for(lambda: (r := service.run_for("Say hi."))["end"] is not None and r, 120, "the next reply")
+    hi = _wait_for(lambda: _ended(service, "Say hi.", before), 120, "the next reply")
     assert hi["history"] == [] and hi["stop"] in (StopReason.EOS, StopReason.MAX_NEW_TOKENS)
 
 

@@ -199,7 +199,7 @@ CSS = """
 .spec-code pre { margin: 0; padding: 8px 10px; overflow-x: auto; background: var(--background-fill-primary, #fff);
   font-family: var(--font-mono); font-size: 0.84rem; line-height: 1.5; tab-size: 4; }
 .spec-code pre code { font-family: inherit; background: none; padding: 0; white-space: pre; }
-.spec-user .spec-text { font-family: inherit; font-size: 0.95rem; }
+.spec-user .spec-text { font-family: inherit; font-size: 0.95rem; max-height: 18em; overflow-y: auto; }  /* a pasted document scrolls */
 .spec-dots { opacity: 0.6; }
 .spec-reply-head { display: flex; justify-content: space-between; align-items: baseline; gap: 8px; }
 .spec-copy-reply { font-size: 0.72rem; padding: 0 8px; border-radius: 4px; cursor: pointer; opacity: 0.7;

@@ -175,7 +175,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         view = session.restore(saved)
         if view is None:
             return {page.system_prompt: gr.skip()}
-        return {**updates(view), page.system_prompt: session.system_prompt}
+        shown = {k: v for k, v in updates(view).items() if k in (page.transcript, page.stats, page.table)}
+        return {**shown, page.system_prompt: session.system_prompt}
 
     def set_pin(pinned, request: gr.Request = None):
         session_of(request).pinned = bool(pinned)
