@@ -45,12 +45,12 @@ def _drafter(model):
 
 
 class _CountingRuntime:
-    """A runtime stub: records each forward's length and advances a fake clock 10 ms per token."""
+    """A runtime stub: records each forward's length and advances a fake clock (10 ms a token)."""
 
     device = torch.device("cpu")
 
-    def __init__(self):
-        self.now, self.passes = 0.0, []
+    def __init__(self, ms_per_token: float = 10.0):
+        self.now, self.passes, self.seconds_per_token = 0.0, [], ms_per_token / 1000
 
     def clock(self):
         return self.now
@@ -58,16 +58,21 @@ class _CountingRuntime:
     def forward(self, ids, *, num_logits):
         assert num_logits == 0
         self.passes.append(len(ids))
-        self.now += 0.010 * len(ids)
+        self.now += self.seconds_per_token * len(ids)
 
 
 def test_passes_are_sized_to_about_a_second_at_the_measured_rate():
     runtime = _CountingRuntime()
     steps = list(prefill_in_chunks(runtime, list(range(1000)), clock=runtime.clock))
-    # 128 first; 10 ms a token = 100 tokens/s, so 1 s holds 100 tokens, rounded down to 96 (a multiple of 32)
-    assert runtime.passes == [PREFILL_FIRST_CHUNK] + [96] * 9 + [8]  # the last pass: what is left
-    assert [done for done, _ in steps] == [128, 224, 320, 416, 512, 608, 704, 800, 896, 992, 1000]
-    assert steps[0][1] == pytest.approx(1.28) and steps[1][1] == pytest.approx(0.96)
+    # 128 first; 10 ms a token = 100 tokens/s, so 1.5 s holds 150 tokens, rounded down to 128 (a
+    # multiple of the least pass, 128)
+    assert runtime.passes == [PREFILL_FIRST_CHUNK] + [128] * 6 + [104]  # the last pass: what is left
+    assert [done for done, _ in steps] == [128, 256, 384, 512, 640, 768, 896, 1000]
+    assert steps[0][1] == pytest.approx(1.28) and steps[-1][1] == pytest.approx(1.04)
+    # 2 ms a token: 500 tokens/s, 750 in 1.5 s, rounded down to 640
+    fast = _CountingRuntime(ms_per_token=2.0)
+    list(prefill_in_chunks(fast, list(range(3000)), clock=fast.clock))
+    assert fast.passes == [128, 640, 640, 640, 640, 312]
 
 
 def test_a_prefill_in_passes_leaves_the_same_states_as_one_pass(long_target):
