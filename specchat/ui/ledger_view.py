@@ -243,8 +243,9 @@ def ledger_html(
             reused = (f" for {ledger.num_prefilled:,} new prompt tokens"
                       + (f" ({kept:,} reused from the conversation's kept cache)" if kept > 0 else ""))
         limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s{reused}, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
-                  "speculation speeds up only the decoding. The prefill runs the whole prompt through the target in "
-                  "one pass, which is compute-bound already (as are large batches), so drafting cannot help it.")
+                  "speculation speeds up only the decoding. The prefill runs the prompt through the target in passes of "
+                  "many tokens (a short prompt in one), which are compute-bound already (as are large batches), so "
+                  "drafting cannot help it.")
         if ledger.mostly_prefill:
             limits += (f' <b class="spec-warn">This reply was mostly prefill ({ledger.prefill_share:.0%} of its time):'
                        " any speedup applies to the smaller part.</b>")
