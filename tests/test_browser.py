@@ -516,6 +516,14 @@ def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_mo
     assert run2["history"] == [{"role": "system", "content": system}, {"role": "user", "content": first},
                                {"role": "assistant", "content": run["text"]}]
     assert d.execute_script(USER_TEXTS) == [first, second] and "#2 · ngram" in d.execute_script(drive_app.PAGE_STATE)["stats"]
+    # Clear empties the browser's copy too: a reload after it shows an empty chat
+    drive_app.button(d, "Clear chat").click()
+    _wait_for(lambda: d.execute_script(USER_TEXTS) == [], 10, "the chat emptied")
+    time.sleep(2)
+    d.refresh()
+    _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready again")
+    time.sleep(3)  # the restore runs with the page's load
+    assert d.execute_script(USER_TEXTS) == []
 
 
 def test_a_long_message_shows_its_prefill_and_stop_ends_it_there(served, browser):

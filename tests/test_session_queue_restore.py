@@ -103,8 +103,9 @@ def test_a_long_prefill_shows_its_progress_and_is_announced_once_with_the_count_
     views = run(s)
     toasts = [t for v in views for t in v.toasts]
     # 1.29 s + 77.0 s: "about 1 min 18 s", announced once, with the prompt's length
-    assert toasts == [("info", "Your message is 7,761 tokens with the conversation: reading it takes about 1 min 18 s "
-                               "on this machine before the reply starts (measured here). Stop cancels it.")]
+    assert toasts == [("info", "The prompt (your message with the conversation and the system prompt) is 7,761 tokens: "
+                               "reading it takes about 1 min 18 s on this machine before the reply starts (measured "
+                               "here). Stop cancels it.")]
     bars = [feed_messages(v.transcript)[-1]["content"] for v in views if v.transcript]
     assert any('<progress max="7760" value="128">' in b and "Reading your message: 128 of 7,760 tokens · 1 s · "
                "about 1 min 17 s left" in b for b in bars)
@@ -204,3 +205,50 @@ def test_queued_bubbles_are_carried_while_the_models_load():
     assert [i["id"] for i in carried.transcript["items"]] == [s.exchanges[1].id]
     fake.ready.set()
     list(waiting)
+
+
+def test_a_message_sent_during_a_long_round_is_shown_before_the_round_ends():
+    """A round (or a prefill pass) that takes seconds: the queued bubble is carried by the stream's
+    next idle tick, not held until the round's end."""
+    fake = FakeService()
+    release = threading.Event()
+
+    def stream(history, message, *, drafter, config, cancel=None, prefill_progress=False):
+        events = list(FakeService.stream_chat(fake, history, message, drafter=drafter, config=config, cancel=cancel))
+        yield from events[:4]
+        release.wait(10)  # a long round
+        yield from events[4:]
+
+    fake.stream_chat = stream
+    s = ChatSession(fake, text_interval_s=0.1)
+    s.note_sent("first")
+    streaming = s.respond("first", settings())
+    next(streaming)
+    s.note_sent("second")
+    start = time.monotonic()
+    carried = next(v for v in streaming if v.transcript and s.exchanges[1].id in _items(v))
+    assert time.monotonic() - start < 2 and not release.is_set()  # shown while the round still runs
+    assert "queued" in _items(carried)[s.exchanges[1].id]["user"]
+    release.set()
+    list(streaming)
+    assert s.exchanges[0].reply.phase is Phase.DONE
+
+
+def test_a_reload_keeps_a_message_not_answered_yet_as_typed():
+    fake = FakeService(delay_s=0.01, rounds=50)
+    s = ChatSession(fake, text_interval_s=0.0)
+    s.note_sent("first")
+    streaming = s.respond("first", settings())
+    next(streaming), next(streaming)
+    s.note_sent("second")
+    saved = s.saved()  # what the page writes when "second" is sent
+    assert saved["exchanges"] == [
+        {"message": "first", "note": "not answered: the page was reloaded while its reply was being written"},
+        {"message": "second", "note": "not answered: the page was reloaded while it waited"}]
+    assert saved["history"] == []  # nothing answered: nothing for the model
+    s.close()
+    list(streaming)
+    after = ChatSession(FakeService())
+    shown = feed_messages(after.restore(saved).transcript)
+    assert [m["role"] for m in shown] == ["user", "user"] and "not answered" in shown[1]["content"]
+    assert after.history == []

@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+IDLE = object()  # Prefetched.next_or_idle: nothing came within the timeout
+
 
 class Prefetched:
     """Iterate over ``make_stream()``'s items, computed ahead in a daemon thread.
@@ -91,6 +93,25 @@ class Prefetched:
             if self._items:
                 self._reading = True
                 return self._items.popleft()
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            raise StopIteration
+
+    def next_or_idle(self, timeout: float) -> Any:
+        """Like ``next()``, but when no item comes within ``timeout`` seconds return
+        :data:`IDLE` (the reader may then do something else, e.g. show a message sent meanwhile,
+        and ask again). Raises StopIteration at the end, and the stream's error after its items."""
+        with self._cond:
+            self._reading = False
+            self._cond.notify_all()
+            if not self._items and not self._finished:
+                self._cond.wait(timeout)
+            if self._items:
+                self._reading = True
+                return self._items.popleft()
+            if not self._finished:
+                return IDLE
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error

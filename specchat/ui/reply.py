@@ -194,8 +194,9 @@ class Reply:
             return None
         self.prefill_warned = True
         wait = human_duration((event.elapsed_ms + event.remaining_ms) / 1000)
-        return "info", (f"Your message is {event.num_prompt_tokens:,} tokens with the conversation: reading it takes "
-                        f"about {wait} on this machine before the reply starts (measured here). Stop cancels it.")
+        return "info", (f"The prompt (your message with the conversation and the system prompt) is "
+                        f"{event.num_prompt_tokens:,} tokens: reading it takes about {wait} on this machine before the "
+                        f"reply starts (measured here). Stop cancels it.")
 
     def fail(self, message: str) -> None:
         self.renderer.set_error(message)

@@ -26,7 +26,7 @@ from typing import Any
 
 from specchat.analysis.ledger import ModelSizes
 from specchat.core.events import PrefillEvent, RoundEvent
-from specchat.ui.prefetch import Prefetched
+from specchat.ui.prefetch import IDLE, Prefetched
 from specchat.ui.race import RaceLane
 from specchat.ui.reply import Exchange, Phase, Reply, ReplySettings, Run, is_blank_message
 from specchat.ui.session_race import SessionRace
@@ -382,7 +382,17 @@ class ChatSession(SessionViews, SessionRace, SessionSaved):
             system = [{"role": "system", "content": settings.system_prompt}] if settings.system_prompt.strip() else []
             stream = Prefetched(lambda: self._stream(system + history, message, settings.drafter, config, run.cancel),
                                 run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next)
-            for item in stream:
+            holding = False  # the last item announced a timing round: draw nothing until the next item
+            while True:
+                try:
+                    item = stream.next_or_idle(max(self.text_interval_s, 0.05))
+                except StopIteration:
+                    break
+                if item is IDLE:  # no round ended meanwhile (a long round, a prefill pass): show messages sent since
+                    if self._dirty and not holding and not run.discard:
+                        yield View(transcript=self.feed(*self._carry()))
+                    continue
+                holding = isinstance(item, RoundEvent) and item.timing_next
                 toast = reply.add(item)
                 if reply.sizes is None and isinstance(item, RoundEvent):  # the drafter is loaded by now
                     reply.sizes = self._model_sizes(reply.drafter)

@@ -66,14 +66,16 @@ class SessionSaved:
     # -- the conversation kept in the browser across a reload -----------------------------------
     def saved(self) -> dict | None:
         """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
-        after each reply and on Clear), for :meth:`restore` after a reload: what the model sees
-        (``history``), the system prompt, and each finished exchange as the chat shows it, text
-        only. None when there is nothing to keep (an empty chat)."""
+        when a message is sent, after each reply and on Clear), for :meth:`restore` after a
+        reload: what the model sees (``history``), the system prompt, and each exchange as the chat
+        shows it, text only; a message not answered yet (queued, or its reply streaming) is kept
+        as typed with a note saying it was not answered. None when there is nothing to keep."""
         items = []
         for e in self.exchanges:
-            if e.queued or (e.reply is not None and e.reply.running):
-                continue
-            if e.reply is not None:
+            if e.queued or (e.reply is not None and e.reply.running):  # kept as typed, marked unanswered
+                when = "while it waited" if e.queued else "while its reply was being written"
+                items.append({"message": e.message, "note": f"not answered: the page was reloaded {when}"})
+            elif e.reply is not None:
                 r = e.reply
                 items.append({"message": e.message, "label": r.label, "text": r.renderer.text,
                               "summary": reply_summary(r.metrics), "status": r.renderer.status or ""})

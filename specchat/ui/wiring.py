@@ -105,10 +105,12 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         the message is shown in the chat, marked queued (the streaming reply's next update
         carries it: ChatSession.note_sent), and a toast says so."""
         session = session_of(request)
-        if session.note_sent(message) and message and message.strip():
+        queued = session.note_sent(message)
+        if queued and message and message.strip():
             gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
                     "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
-        return "", message, gr.Timer(active=bool(session.panels_visible))
+        # the message is in the browser's copy at once: a reload before its reply keeps what was typed
+        return "", message, gr.Timer(active=bool(session.panels_visible)), session.saved() or {}
 
     def reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt):
         """One reply's Views (see ChatSession.respond); an out-of-range setting is a gr.Error."""
@@ -150,7 +152,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         session = session_of(request)
         out = {k: v for k, v in updates(session.take_deferred()).items() if k is not page.stats}
         return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.panels_visible)),
-                page.saved: session.saved()}  # the conversation, kept in the browser for a reload
+                page.saved: session.saved() or {}}  # the conversation, kept in the browser for a reload
 
     def stop_generation(request: gr.Request = None):
         """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
@@ -159,7 +161,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             gr.Info(said)
 
     def clear(request: gr.Request = None):
-        return {**updates(session_of(request).clear()), page.saved: None}
+        return {**updates(session_of(request).clear()), page.saved: {}}  # {}: the browser writes no null
 
     def cancel_queued(ref, request: gr.Request = None):
         """A queued message's cancel button (its exchange id, from the click hook)."""
@@ -317,7 +319,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         trigger_mode="multiple",  # a message sent while another streams queues; "once" would drop it
     )
     take = dict(
-        fn=take_message, inputs=[page.textbox], outputs=[page.textbox, page.pending, page.panel_tick],
+        fn=take_message, inputs=[page.textbox], outputs=[page.textbox, page.pending, page.panel_tick, page.saved],
         concurrency_limit=None, show_progress="hidden", api_visibility="private",
     )
     aside = [page.textbox, page.table, *page.plots, *inside]  # what the page's stream leaves to tick/settle
