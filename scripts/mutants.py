@@ -1187,9 +1187,9 @@ MUTANTS = [
         "prefill-ignores-stop",
         19,
         "specchat/core/prefill.py",
-        "            if stopped():\n                chunks.close()\n",
-        "            if False:\n                chunks.close()\n",
-        "Stop during the target's prefill waits for the whole prompt to be read",
+        "            if cancel is not None and cancel.is_set():\n                steps.close()\n",
+        "            if False:\n                steps.close()\n",
+        "Stop during a prefill waits for the whole prompt to be read",
     ),
     Mutant(
         "prefill-pass-drops-its-last-token",

@@ -58,6 +58,18 @@ def prefill_in_chunks(
         yield done, seconds
 
 
+def prefill_steps(runtime: ModelRuntime, token_ids: Sequence[int]) -> Iterator[tuple[int, int, float]]:
+    """:func:`prefill_in_chunks` as steps to report: ``(0, n, 0.0)`` before the first pass, then
+    ``(tokens fed so far, n, seconds that pass took)`` after each (n = ``len(token_ids)``);
+    nothing when there is nothing to feed. The shape of ``begin_in_steps`` (a model drafter's
+    part) and of the target's part in :func:`run_prefill`."""
+    if not token_ids:
+        return
+    yield 0, len(token_ids), 0.0
+    for done, seconds in prefill_in_chunks(runtime, token_ids):
+        yield done, len(token_ids), seconds
+
+
 class PrefillRates:
     """Each model's prefill time per token, milliseconds: ``"target"`` and each drafter by name,
     from its latest forward pass of 32 tokens or more (a shorter pass costs more per token)."""
@@ -91,8 +103,7 @@ def run_prefill(
 ) -> Generator[PrefillEvent, None, tuple[int, bool]]:
     """Feed ``todo`` (the prompt but its last token, less the kept prefix) to ``engine``'s target
     (a :class:`~specchat.core.engine.SpeculativeEngine`: its target, prefill_rates, clock and
-    drafter-failure handling),
-    then begin the drafter (``begin_in_steps`` when it has one, else ``begin``), pass by pass,
+    drafter-failure handling), then begin the drafter (``begin_in_steps`` when it has one, else ``begin``), pass by pass,
     checking ``cancel`` before each pass; with ``report``, a PrefillEvent before and after each
     pass. ``t0``: when the prefill started (the engine's clock). Model work runs under
     ``torch.inference_mode()``, entered per pass, never held across a yield.
@@ -110,44 +121,37 @@ def run_prefill(
         return [PrefillEvent(model, done, total, state.num_prompt_tokens, elapsed_ms,
                              rates.remaining_ms(model, done, total, len(todo), state.drafter))]
 
-    def stopped() -> bool:
-        return cancel is not None and cancel.is_set()
-
-    if todo:
-        yield from engine._hand_over(state, progress("target", 0, len(todo)))
-        chunks, before = prefill_in_chunks(engine.target, todo), 0
+    def passes(model: str, name: str, steps: Iterator[tuple[int, int, float]], step: Callable[[], Any],
+               ) -> Generator[PrefillEvent, None, tuple[int, bool]]:
+        """Run ``step()`` (the next of ``steps``, None at the end) under inference mode until the
+        end or a Stop before a pass; each pass's rate is kept under ``name`` and reported as
+        ``model``'s. Returns (tokens done, not stopped)."""
+        before = 0
         while True:
-            if stopped():
-                chunks.close()
+            if cancel is not None and cancel.is_set():
+                steps.close()
                 return before, False
             with torch.inference_mode():
-                step = next(chunks, None)
-            if step is None:
-                break
-            done, seconds = step
-            rates.measure("target", done - before, seconds)
-            before = done
-            yield from engine._hand_over(state, progress("target", done, len(todo)))
+                taken = step()
+            if taken is None:
+                return before, True
+            done, total, seconds = taken
+            if done:
+                rates.measure(name, done - before, seconds)
+                before = done
+            yield from engine._hand_over(state, progress(model, done, total))
+
+    target_steps = prefill_steps(engine.target, todo)
+    prefilled, whole = yield from passes("target", "target", target_steps, lambda: next(target_steps, None))
     drafter = state.drafter
-    if drafter is None:
-        return len(todo), True
+    if not whole or drafter is None:
+        return prefilled, whole
     in_steps = getattr(drafter, "begin_in_steps", None)
     if in_steps is None:  # a drafter with no model (n-gram lookup): nothing to compute
         with torch.inference_mode():
             engine._call_drafter(state, drafter.begin, state.ids)
-        return len(todo), True
-    steps, before = in_steps(state.ids), 0
-    while state.drafter is not None:
-        if stopped():
-            steps.close()
-            return len(todo), False
-        with torch.inference_mode():
-            step = engine._call_drafter(state, next, steps, None)  # None: done, or failed (drafter None)
-        if step is None:
-            break
-        done, total, seconds = step
-        if done:
-            rates.measure(drafter.name, done - before, seconds)
-            before = done
-        yield from engine._hand_over(state, progress("drafter", done, total))
-    return len(todo), True
+        return prefilled, True
+    # None from _call_drafter: the drafter's part is done, or it failed (state.drafter is then None)
+    steps = in_steps(state.ids)
+    _, whole = yield from passes("drafter", drafter.name, steps, lambda: engine._call_drafter(state, next, steps, None))
+    return prefilled, whole

@@ -24,7 +24,7 @@ import torch
 
 from specchat.core.config import GenerationConfig
 from specchat.core.draft import Draft, DraftTrace
-from specchat.core.prefill import prefill_in_chunks
+from specchat.core.prefill import prefill_steps
 from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
 from specchat.core.sampling import logits_to_probs
 
@@ -102,7 +102,7 @@ class ModelDrafter:
         """:meth:`begin` in steps, for an engine that reports a long prefill and can stop it:
         yields ``(tokens computed, tokens to compute, seconds of the last pass)``, first
         ``(0, n, 0.0)``, then after each forward pass
-        (:func:`specchat.core.prefill.prefill_in_chunks`). Nothing is yielded when nothing is
+        (:func:`specchat.core.prefill.prefill_steps`). Nothing is yielded when nothing is
         computed (all of it kept, or an id the drafter cannot read)."""
         prefix = prompt_ids[:-1]
         reuse, self._kept = self._kept, False  # in use until the generation ends normally
@@ -112,11 +112,7 @@ class ModelDrafter:
             self.runtime.start([], max_positions=self.runtime.context_length, reuse=False)
             return
         reused = self.runtime.start(prefix, max_positions=self.runtime.context_length, reuse=reuse)
-        todo = prefix[reused:]
-        if todo:
-            yield 0, len(todo), 0.0
-            for done, seconds in prefill_in_chunks(self.runtime, todo):
-                yield done, len(todo), seconds
+        yield from prefill_steps(self.runtime, prefix[reused:])
 
     def keep_prefix(self, ids: list[int]) -> None:
         """Keep the cache for the next :meth:`begin` (the engine calls this after a generation that
