@@ -18,16 +18,23 @@ from specchat.ui.session import SAVED_VERSION, ChatSession, Phase, parse_saved
 from specchat.ui.transcript import feed_messages
 
 
-def _items(view):
-    return {i["id"]: i for i in view.transcript["items"]} if view.transcript else {}
-
-
-def test_a_message_sent_while_a_reply_streams_is_shown_at_once_marked_queued_with_its_own_cancel():
+def _streaming():
+    """(service, session, its reply's stream): "first" sent and streaming, two updates in (50
+    repeats of the script, 10 ms a round: it lasts while the test acts)."""
     fake = FakeService(delay_s=0.01, rounds=50)
     s = ChatSession(fake, text_interval_s=0.0)
     s.note_sent("first")
     streaming = s.respond("first", settings())
     next(streaming), next(streaming)
+    return fake, s, streaming
+
+
+def _items(view):
+    return {i["id"]: i for i in view.transcript["items"]} if view.transcript else {}
+
+
+def test_a_message_sent_while_a_reply_streams_is_shown_at_once_marked_queued_with_its_own_cancel():
+    fake, s, streaming = _streaming()
     assert s.note_sent("second") is True and s.note_sent("third") is True
     second, third = s.exchanges[1], s.exchanges[2]
     assert [e.message for e in s.exchanges] == ["first", "second", "third"]  # the order sent
@@ -54,11 +61,7 @@ def test_a_message_sent_while_a_reply_streams_is_shown_at_once_marked_queued_wit
 
 
 def test_stop_marks_every_queued_bubble_not_sent_and_clear_drops_them():
-    fake = FakeService(delay_s=0.01, rounds=50)
-    s = ChatSession(fake, text_interval_s=0.0)
-    s.note_sent("first")
-    streaming = s.respond("first", settings())
-    next(streaming), next(streaming)
+    fake, s, streaming = _streaming()
     s.note_sent("a"), s.note_sent("b")
     assert s.stop() == "Stopped; your 2 queued messages were cancelled and not sent (shown in the chat)."
     last = list(streaming)
@@ -235,11 +238,7 @@ def test_a_message_sent_during_a_long_round_is_shown_before_the_round_ends():
 
 
 def test_a_reload_keeps_a_message_not_answered_yet_as_typed():
-    fake = FakeService(delay_s=0.01, rounds=50)
-    s = ChatSession(fake, text_interval_s=0.0)
-    s.note_sent("first")
-    streaming = s.respond("first", settings())
-    next(streaming), next(streaming)
+    fake, s, streaming = _streaming()
     s.note_sent("second")
     saved = s.saved()  # what the page writes when "second" is sent
     assert saved["exchanges"] == [

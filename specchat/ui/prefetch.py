@@ -85,27 +85,20 @@ class Prefetched:
         return self
 
     def __next__(self) -> Any:
+        return self.next_or_idle(None)
+
+    def next_or_idle(self, timeout: float | None) -> Any:
+        """Like ``next()``, but when no item comes within ``timeout`` seconds return
+        :data:`IDLE` (the reader may then do something else, e.g. show a message sent meanwhile,
+        and ask again); ``timeout`` None waits for an item (``next()``). Raises StopIteration at
+        the end, and the stream's error after its items."""
         with self._cond:
             self._reading = False  # the reader is done with the item before: it asks for the next
             self._cond.notify_all()
-            while not self._items and not self._finished:
-                self._cond.wait()
-            if self._items:
-                self._reading = True
-                return self._items.popleft()
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error
-            raise StopIteration
-
-    def next_or_idle(self, timeout: float) -> Any:
-        """Like ``next()``, but when no item comes within ``timeout`` seconds return
-        :data:`IDLE` (the reader may then do something else, e.g. show a message sent meanwhile,
-        and ask again). Raises StopIteration at the end, and the stream's error after its items."""
-        with self._cond:
-            self._reading = False
-            self._cond.notify_all()
-            if not self._items and not self._finished:
+            if timeout is None:
+                while not self._items and not self._finished:
+                    self._cond.wait()
+            elif not self._items and not self._finished:
                 self._cond.wait(timeout)
             if self._items:
                 self._reading = True

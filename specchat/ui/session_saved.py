@@ -64,12 +64,13 @@ class SessionSaved:
     ``history``, ``system_prompt``, ``add_exchange``, ``view`` and lock)."""
 
     # -- the conversation kept in the browser across a reload -----------------------------------
-    def saved(self) -> dict | None:
+    def saved(self) -> dict:
         """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
         when a message is sent, after each reply and on Clear), for :meth:`restore` after a
         reload: what the model sees (``history``), the system prompt, and each exchange as the chat
         shows it, text only; a message not answered yet (queued, or its reply streaming) is kept
-        as typed with a note saying it was not answered. None when there is nothing to keep."""
+        as typed with a note saying it was not answered. ``{}`` when there is nothing to keep (an
+        empty chat: the browser writes no null, so a None would leave the last copy in place)."""
         items = []
         for e in self.exchanges:
             if e.queued or (e.reply is not None and e.reply.running):  # kept as typed, marked unanswered
@@ -84,7 +85,7 @@ class SessionSaved:
             else:
                 items.append({"message": e.message, "note": e.note or ""})
         if not items:
-            return None
+            return {}
         return {"version": SAVED_VERSION, "history": [dict(m) for m in self.history], "exchanges": items,
                 "system_prompt": self.system_prompt}
 

@@ -110,11 +110,15 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
                     "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
-        return "", message, gr.Timer(active=bool(session.panels_visible)), session.saved() or {}
+        return "", message, gr.Timer(active=bool(session.panels_visible)), session.saved()
 
-    def reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt):
+    def reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt) -> ReplySettings:
+        """The settings a reply or a race runs with, from the page's controls (in their input order)."""
+        return ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
+
+    def reply_views(session, message, *controls):
         """One reply's Views (see ChatSession.respond); an out-of-range setting is a gr.Error."""
-        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
+        settings = reply_settings(*controls)
         try:
             yield from session.respond(message, settings)
         except ValueError as exc:  # an out-of-range setting: only an API call can send one
@@ -152,7 +156,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         session = session_of(request)
         out = {k: v for k, v in updates(session.take_deferred()).items() if k is not page.stats}
         return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.panels_visible)),
-                page.saved: session.saved() or {}}  # the conversation, kept in the browser for a reload
+                page.saved: session.saved()}  # the conversation, kept in the browser for a reload
 
     def stop_generation(request: gr.Request = None):
         """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
@@ -161,7 +165,8 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             gr.Info(said)
 
     def clear(request: gr.Request = None):
-        return {**updates(session_of(request).clear()), page.saved: {}}  # {}: the browser writes no null
+        session = session_of(request)
+        return {**updates(session.clear()), page.saved: session.saved()}  # {}: the browser's copy emptied
 
     def cancel_queued(ref, request: gr.Request = None):
         """A queued message's cancel button (its exchange id, from the click hook)."""
@@ -285,7 +290,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
     def run_race(message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
                  request: gr.Request = None):
         session = session_of(request)
-        settings = ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
+        settings = reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt)
         try:
             for view in session.run_race(session.race_message(message), settings):
                 yield {k: v for k, v in updates(view).items() if k is page.race} or {page.race: gr.skip()}
