@@ -24,7 +24,7 @@ from specchat.drafters import Drafter, HybridDrafter, ModelDrafter, NgramDrafter
 from specchat.drafters import kinds as drafter_kinds
 from specchat.errors import SpecchatError
 from specchat.progress import BOARD
-from specchat.runtimes import loading, select
+from specchat.runtimes import llamacpp, loading, select
 from specchat.runtimes.chat import Message, build_chat_prompt
 from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
 from specchat.runtimes.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
@@ -225,12 +225,13 @@ class ChatService:
     def drafter_kinds(self) -> list[str]:
         """Drafter kinds available for this target, in display order (:attr:`unavailable_drafters`
         says why the others are not)."""
-        return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling))
+        return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling),
+                                       has_int4=self.runtime != "llamacpp" or llamacpp.has_quantizer())
 
     @property
     def unavailable_drafters(self) -> dict[str, str]:
         """Drafter kinds of the table this target does not offer on its runtime, and why."""
-        return select.unavailable_drafters(self.target_name, self.drafter_kinds())
+        return select.unavailable_drafters(self.target_name, self.drafter_kinds(), self.runtime)
 
     def prepare_drafter(self, kind: str) -> Drafter | None:
         """Load (once) and return the drafter of this kind; None for target-only. A loading

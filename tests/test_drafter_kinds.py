@@ -56,3 +56,8 @@ def test_a_bench_panel_without_data_says_not_measured():
     # written in the middle of the empty right-hand panel, not over the bars of the left one
     note = next(a for a in fig.layout.annotations if a.text.startswith("not measured"))
     assert note.xref == "paper" and note.x == pytest.approx(sum(fig.layout.xaxis2.domain) / 2)
+
+
+def test_without_a_4_bit_copy_the_int4_kinds_go_and_the_hybrid_needs_a_model_kind_left():
+    assert drafter_kinds.kinds_for(has_sibling=True, has_int4=False) == ["none", "ngram", "sibling", "hybrid"]
+    assert drafter_kinds.kinds_for(has_sibling=False, has_int4=False) == ["none", "ngram"]

