@@ -188,7 +188,8 @@ def plain_buffers():
     """While inside, llama-cpp-python's ``Llama`` loads a model as :class:`LlamaCppModel` does on
     an AMX build (:func:`amx_build`): without extra buffer types, so that it cannot crash in the
     AMX kernels (llama-cpp-python only: xllamacpp's build has no AMX). ``Llama`` does not take
-    ``use_extra_bufts``; its ``llama_model_default_params`` is wrapped instead (for the bench's llama.cpp peer and the tests' reference decode)."""
+    ``use_extra_bufts``; its ``llama_model_default_params`` is wrapped instead (for the bench's
+    llama.cpp peer and the tests' reference decode)."""
     from llama_cpp import llama_cpp as bindings  # the module llama_cpp.Llama calls
 
     if not amx_build():
