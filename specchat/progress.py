@@ -8,8 +8,11 @@ progress in the browser (the loading runs in a background thread, which Gradio's
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from dataclasses import dataclass
+from typing import TextIO
 
 from tqdm.auto import tqdm as _tqdm
 
@@ -31,10 +34,23 @@ class ProgressBoard:
         self._stage = ""
         self._bar: str | None = None
         self._fraction: float | None = None
+        self._echo: TextIO | None = None
+        self._echo_start = 0.0
+
+    def echo_to(self, stream: TextIO | None = sys.stderr) -> None:
+        """From now on also print each stage to ``stream`` (the terminal), after the seconds
+        since this call: ``[ 12.3 s] Calibrating: target only``. None stops it."""
+        with self._lock:
+            self._echo, self._echo_start = stream, time.monotonic()
 
     def stage(self, text: str) -> None:
         with self._lock:
             self._stage, self._bar, self._fraction = text, None, None
+            if self._echo is not None and text:
+                try:
+                    print(f"[{time.monotonic() - self._echo_start:5.1f} s] {text}", file=self._echo, flush=True)
+                except (OSError, ValueError):  # a closed terminal: the page still shows it
+                    self._echo = None
 
     def record(self, desc: str, n: float, total: float | None, postfix: str | None) -> None:
         with self._lock:

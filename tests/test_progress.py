@@ -19,3 +19,19 @@ def test_disabled_bar_reports_nothing():
     with tqdm(total=10, desc="hidden", disable=True) as bar:
         bar.update(5)
     assert BOARD.snapshot().bar is None
+
+
+def test_stages_are_echoed_to_the_terminal_with_the_seconds_since_the_start(monkeypatch):
+    import io
+
+    from specchat import progress
+
+    clock = iter([100.0, 112.34, 150.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    out = io.StringIO()
+    BOARD.echo_to(out)
+    BOARD.stage("Loading target m")
+    BOARD.stage("")  # nothing to say: no line
+    BOARD.echo_to(None)
+    BOARD.stage("Ready")  # after the echo stopped
+    assert out.getvalue() == "[ 12.3 s] Loading target m\n"

@@ -18,6 +18,7 @@ same load; nothing is reused from another moment. The figure is a speedup of dec
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 import statistics
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent
 from specchat.drafters import kinds as drafter_kinds
-from specchat.runtimes import select
+from specchat.runtimes import llamacpp, select
 from specchat.runtimes.select import cpu_name  # noqa: F401 (re-exported: bench_report reads it from here)
 
 CALIBRATION_MESSAGE = (
@@ -120,16 +121,14 @@ class Calibration:
 
 def calibration_key(service) -> dict:
     """What a calibration is valid for: the machine (CPU model, cores, torch threads, device,
-    dtype, runtime and llama.cpp threads, torch / transformers / bitsandbytes versions) and the model pair (a hash of the
+    dtype, runtime, llama.cpp threads and library, torch / transformers / bitsandbytes versions) and the model pair (a hash of the
     target's and the sibling's models.yaml entries, which name their weights' checksums)."""
     import torch
     import transformers
 
-    try:
-        import bitsandbytes
-
-        bnb = bitsandbytes.__version__
-    except Exception:  # not installed: the NF4 drafters are not timed
+    try:  # the installed version, without importing it (slow, and it prints about missing kernels)
+        bnb = importlib.metadata.version("bitsandbytes")
+    except importlib.metadata.PackageNotFoundError:  # not installed: the NF4 drafters are not timed
         bnb = None
     entries = [service.target_entry]
     sibling = service.drafter_model or service.target_entry.sibling
@@ -147,6 +146,7 @@ def calibration_key(service) -> dict:
         "dtype": str(service.dtype).replace("torch.", ""),
         "runtime": getattr(service, "runtime", "transformers"),
         "threads": getattr(service, "threads", None),
+        "llama_library": llamacpp.library_name() if getattr(service, "runtime", None) == "llamacpp" else None,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "bitsandbytes": bnb,

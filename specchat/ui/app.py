@@ -79,6 +79,9 @@ def _announce_ready(service: Any, drafter: str, url: str) -> None:
     else:
         picked = getattr(service, "picked", None)
         label = f"'{picked[0]}' ({picked[1]})" if drafter == "auto" and picked else f"'{drafter}'"
+        from specchat.progress import BOARD
+
+        BOARD.echo_to(None)
         print(f"Ready: {service.target_name} with drafter {label}. Open {url}", file=sys.stderr)
 
 
@@ -139,6 +142,9 @@ def run(args: argparse.Namespace) -> int:
         "one) (progress below and in the browser)…",
         file=sys.stderr,
     )
+    from specchat.progress import BOARD
+
+    BOARD.echo_to(sys.stderr)  # each stage the page shows, in the terminal too, with the seconds since now
     service.start(drafter)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
