@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,9 +27,10 @@ from specchat.errors import SpecchatError
 from specchat.progress import BOARD
 from specchat.runtimes import llamacpp, loading, select
 from specchat.runtimes.chat import Message, build_chat_prompt
-from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
+
+if TYPE_CHECKING:
+    from specchat.runtimes.compiled import CompiledTarget
 from specchat.runtimes.registry import DRAFTER_KINDS, ModelEntry, Registry, load_registry  # noqa: F401 (re-export)
-from specchat.runtimes.transformers import TransformersRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,14 @@ class Notice:
     text: str
     warning: bool = False
     fallback_drafter: str | None = None
+
+
+def _transformers_runtime(model, **kwargs):
+    """A TransformersRuntime on ``model``; imported here, not at the top: transformers' model
+    classes take seconds to import and a llama.cpp run needs none of them."""
+    from specchat.runtimes.transformers import TransformersRuntime
+
+    return TransformersRuntime(model, **kwargs)
 
 
 class ChatService:
@@ -192,7 +202,7 @@ class ChatService:
             except loading.ModelSourceError as exc:
                 raise loading.damaged_cache_error(self.target_entry, self.target_path, exc) from exc
             self.engine = SpeculativeEngine(
-                TransformersRuntime(model, context_length=self.target_entry.context_length),
+                _transformers_runtime(model, context_length=self.target_entry.context_length),
                 self.tokenizer,
                 eos_token_ids=eos_token_ids(model, self.tokenizer),
             )
@@ -208,6 +218,8 @@ class ChatService:
             raise SpecchatError(f"--compile compiles transformers' passes; the target runs on {self.runtime}")
         if runtime.compiled is not None:
             return runtime.compiled
+        from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
+
         compiled = CompiledTarget(runtime.model, max_cache_len=min(runtime.context_length, DEFAULT_MAX_CACHE_LEN))
         compiled.warm_up(progress)
         runtime.compiled = compiled  # read once per generation, at its start
@@ -402,7 +414,7 @@ class ChatService:
         return ModelSizes(self._sizes["target"], self._sizes.get(drafter) if runtime is not None else None)
 
     def _model_drafter(self, model, name: str) -> ModelDrafter:
-        return self._model_drafter_on(TransformersRuntime(model), name)
+        return self._model_drafter_on(_transformers_runtime(model), name)
 
     def _model_drafter_on(self, runtime, name: str) -> ModelDrafter:
         return ModelDrafter(

@@ -38,9 +38,15 @@ def test_unknown_drafter_lists_choices(capsys):
     assert "none" in err and "ngram" in err and len(err.strip().splitlines()) == 1
 
 
-def test_defaults_parse():
+def test_defaults_parse_as_the_app_runs():
+    """The CLI's defaults are the app's: the measured drafter pick, adaptive γ up to 12, the chat
+    template when the model has one (decided once the tokenizer is loaded: None here)."""
     args = build_parser().parse_args(["generate", "--prompt", "hi"])
-    assert args.drafter == "none" and args.num_speculative_tokens == 4 and args.temperature == 0.0
+    assert args.drafter == "auto" and args.num_speculative_tokens == 12 and not args.fixed_gamma
+    assert args.temperature == 0.0 and args.chat is None
+    assert build_parser().parse_args(["generate", "--prompt", "hi", "--raw"]).chat is False
+    assert build_parser().parse_args(["generate", "--prompt", "hi", "--no-chat"]).chat is False
+    assert build_parser().parse_args(["generate", "--prompt", "hi", "--chat"]).chat is True
 
 
 @pytest.mark.subprocess
@@ -54,9 +60,9 @@ def test_module_entry_point_runs_help():
     [
         (["--target", "no-such-model"], "Known names"),
         (["--target", "smollm2-135m-instruct", "--drafter", "sibling", "--runtime", "transformers"],
-         "allowed: none, ngram, int4"),
+         "allowed: auto, none, ngram, int4"),
         # on llama.cpp (when installed; else transformers) the NF4 kinds are not offered
-        (["--target", "smollm2-135m-instruct", "--drafter", "sibling"], "allowed: none, ngram"),
+        (["--target", "smollm2-135m-instruct", "--drafter", "sibling"], "allowed: auto, none, ngram"),
     ],
 )
 @pytest.mark.subprocess

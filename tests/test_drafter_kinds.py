@@ -24,7 +24,7 @@ def test_registry_cli_charts_and_readme_follow_the_table():
     generate = next(a for a in sub["generate"]._actions if a.dest == "drafter")
     audit = next(a for a in sub["audit"]._actions if a.dest == "drafter")
     bench = next(a for a in sub["bench"]._actions if a.dest == "drafters")
-    assert tuple(generate.choices) == names
+    assert tuple(generate.choices) == ("auto", *names)
     assert tuple(audit.choices) == tuple(bench.choices) == drafter_kinds.SPECULATIVE_KIND_NAMES == names[1:]
     assert charts.DRAFTER_COLORS == {k: drafter_kinds.get(k).color for k in names}
     assert len(set(charts.DRAFTER_COLORS.values())) == len(names)

@@ -1,6 +1,7 @@
-"""``specchat chat``: play a scripted multi-turn conversation as the app does (chat template,
-history trimmed to the context window, the conversation's KV cache kept between turns); each
-reply on stdout and a line per turn on stderr, or one JSON object per turn with ``--json``."""
+"""``specchat chat``: a chat in the terminal (:mod:`specchat.commands.repl`), or with ``--script``
+a scripted multi-turn conversation played as the app does (chat template, history trimmed to the
+context window, the conversation's KV cache kept between turns); each reply on stdout and a line
+per turn on stderr, or one JSON object per turn with ``--json``."""
 
 from __future__ import annotations
 
@@ -8,34 +9,33 @@ import argparse
 import json
 import sys
 
-from specchat.commands.common import add_compile_argument, load_service
+from specchat.commands.common import add_compile_argument, add_speculation_arguments, load_service
 from specchat.commands.generate import summary_line
-from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import TokenEvent
-from specchat.drafters.kinds import KIND_NAMES
 from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     cht = subparsers.add_parser(
-        "chat", help="play a scripted multi-turn conversation, as the app does (one JSON object per turn)",
-        description="Each message of the script is sent in turn with the conversation so far (chat template, "
-                    "history trimmed to the context window as in the app); the KV cache of the conversation is "
-                    "reused between turns, so a turn prefills only its new tokens (prefill_tokens).",
+        "chat", help="chat in the terminal (tokens coloured by how they were made), or play a --script",
+        description="Without --script: a chat in the terminal. Each reply's tokens are coloured by how they were "
+                    "produced (green accepted draft, red resampled, blue bonus, plain target), then a summary line; "
+                    "/help lists the commands (switch the drafter, γ, temperature; clear); Ctrl-C stops a reply. "
+                    "With --script: each message of the script is sent in turn with the conversation so far (chat "
+                    "template, history trimmed to the context window as in the app); the KV cache of the "
+                    "conversation is reused between turns, so a turn prefills only its new tokens (prefill_tokens).",
     )
-    cht.add_argument("--script", required=True, metavar="FILE", help="a JSON list of user messages")
+    cht.add_argument("--script", metavar="FILE", help="a JSON list of user messages to play instead of chatting")
     cht.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
-    cht.add_argument("--drafter", choices=KIND_NAMES, default="none")
+    add_speculation_arguments(cht)
     cht.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
-    cht.add_argument("--num-speculative-tokens", "-k", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
-                     default=12, help="γ, the most per round with adaptive γ (default 12, as in the app)")
-    cht.add_argument("--fixed-gamma", action="store_true", help="draft exactly -k tokens per round (the app's "
-                     "default is adaptive γ)")
     cht.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
     cht.add_argument("--top-p", type=ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
     cht.add_argument("--seed", type=ranged(int, 0, 2**63 - 1, "0..2^63-1"), default=0,
                      help="turn i uses seed S + i")
-    cht.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=256)
+    cht.add_argument("--max-new-tokens", type=ranged(int, 1, MAX_NEW_TOKENS_LIMIT, f"1..{MAX_NEW_TOKENS_LIMIT}"), default=None,
+                     help="the longest reply, in tokens (default 512 in the terminal chat, 256 with --script)")
     cht.add_argument("--no-prefix-cache", action="store_true",
                      help="prefill the whole conversation every turn (for comparison)")
     cht.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from specchat.commands.script import load_script, play_script
     from specchat.errors import SpecchatError
 
+    if args.script is None:
+        return _chat(args)
+    args.max_new_tokens = args.max_new_tokens or 256
     try:
         messages = load_script(args.script)
     except ValueError as exc:
@@ -92,3 +95,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+
+
+def _chat(args: argparse.Namespace) -> int:
+    """The terminal chat (:func:`specchat.commands.repl.run_repl`) on the loaded service."""
+    from specchat.commands.repl import ReplState, run_repl
+    from specchat.errors import SpecchatError
+    from specchat.runtimes.select import describe_service
+
+    if args.json:
+        print(f"{PROG}: error: --json is for --script (one object per turn)", file=sys.stderr)
+        return 2
+    try:
+        service, status = load_service(args)
+        if service is None:
+            return status
+        service.engine.prefix_cache = not args.no_prefix_cache
+        print(f"{service.target_name}: {describe_service(service, args.drafter)}; drafter {args.drafter}",
+              file=sys.stderr)
+        state = ReplState(drafter=args.drafter, num_speculative_tokens=args.num_speculative_tokens,
+                          adaptive_gamma=not args.fixed_gamma, temperature=args.temperature, top_p=args.top_p,
+                          max_new_tokens=args.max_new_tokens or 512, seed=args.seed)
+        return run_repl(service, state)
+    except (SpecchatError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1

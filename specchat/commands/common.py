@@ -25,9 +25,34 @@ def compile_target(service) -> None:
           f"(pass lengths {', '.join(map(str, compiled.buckets))})", file=sys.stderr, flush=True)
 
 
+def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
+    """--drafter (default ``auto``: the measured pick, as in the app), -k / --num-speculative-tokens
+    (default 12, the most per round) and --fixed-gamma (the default is adaptive γ, as in the app)."""
+    from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS
+    from specchat.drafters.kinds import KIND_NAMES
+    from specchat.options import ranged
+
+    parser.add_argument("--drafter", choices=("auto", *KIND_NAMES), default="auto",
+                        help="how drafts are made (default auto: the one measured fastest on this machine, as the app "
+                             "picks it; the first run times them, then the pick is kept)")
+    parser.add_argument("--num-speculative-tokens", "-k", default=12,
+                        type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
+                        help="γ: the most draft tokens per round (default 12, as in the app); with --fixed-gamma exactly "
+                             "this many")
+    parser.add_argument("--fixed-gamma", action="store_true",
+                        help="draft exactly -k tokens every round; by default γ is chosen each round (up to -k) to maximise "
+                             "the predicted speedup and drafting pauses when it cannot pay, as in the app. Adaptive γ "
+                             "depends on measured timings, so with temperature > 0 a --seed fixes the reply only with "
+                             "--fixed-gamma (the distribution is the same either way)")
+    parser.add_argument("--adaptive-gamma", action="store_true", help=argparse.SUPPRESS)  # the default now
+
+
 def load_service(args: argparse.Namespace):
-    """A loaded ChatService with the drafter ready, or an exit status for a bad argument."""
+    """A loaded ChatService with the drafter ready, or an exit status for a bad argument.
+    ``args.drafter == "auto"`` becomes the measured pick (:meth:`ChatService.pick_drafter`,
+    said on stderr). Each loading stage is printed on stderr as it starts."""
     from specchat.errors import RegistryError
+    from specchat.progress import BOARD
     from specchat.service import ChatService
 
     try:
@@ -36,15 +61,22 @@ def load_service(args: argparse.Namespace):
     except (RegistryError, ValueError) as exc:  # an unknown --target or a runtime it cannot run on, before any loading
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return None, 2
-    if args.drafter not in service.drafter_kinds():
+    if args.drafter != "auto" and args.drafter not in service.drafter_kinds():
         print(
             f"{PROG}: error: drafter {args.drafter!r} is not available for {service.target_name}; "
-            f"allowed: {', '.join(service.drafter_kinds())}",
+            f"allowed: auto, {', '.join(service.drafter_kinds())}",
             file=sys.stderr,
         )
         return None, 2
-    service.load()
-    service.prepare_drafter(args.drafter)
+    BOARD.echo_to(sys.stderr)
+    try:
+        service.load()
+        if args.drafter == "auto":
+            args.drafter, why = service.pick_drafter()
+            print(f"drafter: {args.drafter} ({why})", file=sys.stderr, flush=True)
+        service.prepare_drafter(args.drafter)
+    finally:
+        BOARD.echo_to(None)
     if getattr(args, "compile", False):
         compile_target(service)
     return service, 0

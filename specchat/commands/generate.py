@@ -10,11 +10,10 @@ import json
 import sys
 
 from specchat.analysis.ledger import count_ledger
-from specchat.commands.common import add_compile_argument, load_service
-from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
+from specchat.commands.common import add_compile_argument, add_speculation_arguments, load_service
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
-from specchat.drafters.kinds import KIND_NAMES
 from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
 from specchat.runtimes.select import describe_service
 
@@ -24,16 +23,8 @@ _ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "
 def add_parser(subparsers) -> argparse.ArgumentParser:
     gen = subparsers.add_parser("generate", help="generate text from a prompt (headless)")
     gen.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
-    gen.add_argument("--drafter", choices=KIND_NAMES, default="none")
+    add_speculation_arguments(gen)
     gen.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory (default: the target's sibling)")
-    gen.add_argument(
-        "--num-speculative-tokens", "-k", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
-        default=4, help="γ: draft tokens per round (default 4); with --adaptive-gamma the most per round",
-    )
-    gen.add_argument("--adaptive-gamma", action="store_true",
-                     help="choose γ each round (up to -k) to maximise the predicted speedup, as the app does by "
-                          "default. γ then depends on measured timings, so with temperature > 0 a --seed no longer "
-                          "fixes the reply (the distribution is unchanged)")
     gen.add_argument("--temperature", type=ranged(float, 0.0, MAX_TEMPERATURE, f"0..{MAX_TEMPERATURE} (0 = greedy)"), default=0.0)
     gen.add_argument("--top-p", type=ranged(float, 0.0, 1.0, "0 < P <= 1", lo_open=True), default=1.0)
     gen.add_argument("--top-k", type=ranged(int, 0, None, "an integer >= 0 (0 = off)"), default=0)
@@ -44,7 +35,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_runtime_argument(gen, threads=True)
     gen.add_argument("--num-samples", type=ranged(int, 1, 100000, "an integer >= 1"), default=1,
                      help="independent samples, seeds S, S+1, …")
-    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                     help="wrap the prompt in the model's chat template as a user message (the default for a model "
+                          "that has one); --no-chat (or --raw) continues the prompt as plain text")
+    gen.add_argument("--raw", dest="chat", action="store_false", help="the same as --no-chat")
     gen.add_argument("--prompt", required=True, help="the prompt text")
     gen.add_argument("--json", action="store_true", help="one JSON object per sample per line")
     gen.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
@@ -75,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         service, status = load_service(args)
         if service is None:
             return status
+        if args.chat is None:
+            args.chat = getattr(service.tokenizer, "chat_template", None) is not None
         if args.chat:
             ids, notice = service.encode_chat([], args.prompt, args.max_new_tokens)
         else:
@@ -82,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         for i in range(args.num_samples):
             config = GenerationConfig(
                 num_speculative_tokens=args.num_speculative_tokens,
-                adaptive_gamma=args.adaptive_gamma,
+                adaptive_gamma=not args.fixed_gamma,
                 temperature=args.temperature,
                 top_k=args.top_k,
                 top_p=args.top_p,

@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
-import torch._inductor.config as inductor_config
 from transformers import PreTrainedModel, StaticCache
 
 # a decode step is padded to 2 positions: dynamo specialises a dimension of size 1, so a
@@ -148,6 +147,8 @@ class CompiledTarget:
         t0 = time.perf_counter()
         # freezing as a config patch around the call: passed as torch.compile(options=…) it was
         # not applied here (no gain over eager, measured), patched globally it was (1.3-1.5×)
+        import torch._inductor.config as inductor_config  # here: importing inductor takes ~0.8 s
+
         with inductor_config.patch(freezing=True):
             out = self._compiled(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=bucket)
         if first:
