@@ -52,14 +52,6 @@ class Notice:
     fallback_drafter: str | None = None
 
 
-def _transformers_runtime(model, **kwargs):
-    """A TransformersRuntime on ``model``; imported here, not at the top: transformers' model
-    classes take seconds to import and a llama.cpp run needs none of them."""
-    from specchat.runtimes.transformers import TransformersRuntime
-
-    return TransformersRuntime(model, **kwargs)
-
-
 class ChatService:
     """Owns the loaded target, tokenizer and drafters.
 
@@ -201,18 +193,16 @@ class ChatService:
                 model = loading.load_model(self.target_path, dtype=self.dtype, device=str(self.device))
             except loading.ModelSourceError as exc:
                 raise loading.damaged_cache_error(self.target_entry, self.target_path, exc) from exc
-            self.engine = SpeculativeEngine(
-                _transformers_runtime(model, context_length=self.target_entry.context_length),
-                self.tokenizer,
-                eos_token_ids=eos_token_ids(model, self.tokenizer),
-            )
+            from specchat.runtimes.transformers import TransformersRuntime  # here: its import takes ~1.5 s
+
+            runtime = TransformersRuntime(model, context_length=self.target_entry.context_length)
+            self.engine = SpeculativeEngine(runtime, self.tokenizer, eos_token_ids=eos_token_ids(model, self.tokenizer))
 
     def compile_target(self, progress: Callable[[str], None] | None = None) -> CompiledTarget:
         """Compile the target's decode and verify passes (:mod:`specchat.runtimes.compiled`; one graph,
-        a few minutes on 2 CPU cores, reported through ``progress``), then hand
-        them to the engine: generations that start afterwards use them, target-only ones too.
-        Safe while another generation runs eagerly (the graphs are built on a cache of their
-        own). Returns the compiled target (``compile_s``: seconds per pass length)."""
+        a few minutes on 2 CPU cores, reported through ``progress``), then hand them to the engine:
+        generations that start afterwards use them, target-only ones too. Safe while another runs
+        eagerly (the graphs have a cache of their own). Returns the compiled target."""
         runtime = self._engine().target
         if self.runtime != "transformers":
             raise SpecchatError(f"--compile compiles transformers' passes; the target runs on {self.runtime}")
@@ -235,8 +225,7 @@ class ChatService:
         return self._engine().context_length
 
     def drafter_kinds(self) -> list[str]:
-        """Drafter kinds available for this target, in display order (:attr:`unavailable_drafters`
-        says why the others are not)."""
+        """Drafter kinds available for this target, in display order (see :attr:`unavailable_drafters`)."""
         return drafter_kinds.kinds_for(has_sibling=bool(self.drafter_model or self.target_entry.sibling),
                                        has_int4=self.runtime != "llamacpp" or llamacpp.has_quantizer())
 
@@ -414,7 +403,9 @@ class ChatService:
         return ModelSizes(self._sizes["target"], self._sizes.get(drafter) if runtime is not None else None)
 
     def _model_drafter(self, model, name: str) -> ModelDrafter:
-        return self._model_drafter_on(_transformers_runtime(model), name)
+        from specchat.runtimes.transformers import TransformersRuntime
+
+        return self._model_drafter_on(TransformersRuntime(model), name)
 
     def _model_drafter_on(self, runtime, name: str) -> ModelDrafter:
         return ModelDrafter(

