@@ -75,6 +75,10 @@ def load_service(args: argparse.Namespace):
             args.drafter, why = service.pick_drafter()
             print(f"drafter: {args.drafter} ({why})", file=sys.stderr, flush=True)
         service.prepare_drafter(args.drafter)
+        if service.runtime == "transformers":  # PyTorch's first passes in a process are several times slower
+            BOARD.stage("Warming up (the first forward passes of a process are slow)")
+            service.warm_up(args.drafter, num_tokens=4)
+            service.forget_prefix()  # the first prompt is read whole, as without the warm-up
     finally:
         BOARD.echo_to(None)
     if getattr(args, "compile", False):
