@@ -1146,7 +1146,7 @@ MUTANTS = [
         "probe-at-the-best-gamma",
         17,
         "specchat/core/adaptive.py",
-        "        probe = self.probe_gamma()\n",
+        "        probe = self.probe_gamma(curves)\n",
         "        probe = best\n",
         "a probe drafts the γ with the best S, not the one that loses least while paused",
     ),
@@ -1173,6 +1173,14 @@ MUTANTS = [
         "        if self.costs.target_step_ms is None and self._num_replies and not self._asked_target_step:\n",
         "        if False:\n",
         "without timing rounds adaptive γ never times t₁, so a losing drafter can never pause",
+    ),
+    Mutant(
+        "paused-controller-skips-its-probes",
+        17,
+        "specchat/core/adaptive.py",
+        "        self._skip = interval - self._since_probe - 1\n",
+        "        self._skip = 1 << 30\n",
+        "a paused controller answers 0 without re-deciding past the round its probe was due: α is never measured again",
     ),
     Mutant(
         "fresh-controller-starts-at-four",

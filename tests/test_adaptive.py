@@ -398,3 +398,26 @@ def test_a_replys_first_probe_keeps_the_catch_up_of_the_last_one():
     c.update(dataclasses.replace(_round([False], drafted=1, draft_ms=7.0, verify_ms=16.0, gamma=1), round_index=2))
     assert c.probe_catch_up_ms == 300.0
     assert c.draft_ms_per_token > 5.0  # its 7 ms counted in d
+
+
+def test_a_paused_controller_decides_again_only_when_its_probe_is_due(monkeypatch):
+    """Paused (t₁ 10, d 5, v(2) 16: drafting loses), the controller reads its estimates once when
+    it answers 0 after a probe and once more when the next probe is due, P rounds on: the P − 2
+    target-only steps between cost no estimate at all, and the due round drafts (the probe)."""
+    c = AdaptiveGamma(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    c.new_reply()
+    assert c.choose() == 1 and c.paused  # the reply's first paused choice is a probe
+    c.update(_round([False], drafted=1, draft_ms=5.0, verify_ms=16.0, gamma=1))
+    interval = c.probe_interval(c.probe_gamma())
+    assert interval > 3
+    reads = []
+    curves = c._curves
+    monkeypatch.setattr(c, "_curves", lambda: reads.append(1) or curves())
+    choices = []
+    for _ in range(interval - 1):
+        choices.append(c.choose())
+        c.update(_target_step(10.0))
+    assert choices == [0] * (interval - 1) and len(reads) == 1
+    assert c.choose() == 1 and len(reads) == 2  # due: decided again, and the probe drafts

@@ -90,6 +90,7 @@ class AdaptiveGamma:
     _num_replies: int = 0  # new_reply() calls
     _reply_probe: bool = False  # the last choice was a reply's first probe (no catch-up owed)
     _asked_target_step: bool = False  # this reply already chose one target-only round to time t₁
+    _skip: int = 0  # paused choices left that answer 0 without re-deciding (until the next probe is due)
 
     def __post_init__(self) -> None:
         if self.max_num_speculative_tokens < 1:
@@ -121,14 +122,25 @@ class AdaptiveGamma:
         drafting round."""
         return self.costs.verify_fit()
 
+    def _curves(self) -> tuple[list[float], list[float] | None, float | None]:
+        """One read of the estimates for every γ = 1…γ_max: E[N](γ), the round time T(γ) =
+        γ·d + v(γ + 1) (None before a drafting round was timed) and v(1), with the arithmetic of
+        :meth:`expected_tokens_per_round` and ``CostEstimator.round_ms``. A choice reads them
+        once, not once per γ (each γ used to re-fit v(n) and recompute every β)."""
+        expected, total, reach = [], 1.0, 1.0
+        for beta in self.acceptance_by_position():
+            reach *= beta
+            total += reach
+            expected.append(total)
+        d, fit = self.costs.draft_ms_per_token, self.costs.verify_fit()
+        if d is None or fit is None:
+            return expected, None, None if fit is None else fit[0] + fit[1] * 1
+        v0, v1 = fit
+        return expected, [g * d + (v0 + v1 * (g + 1)) for g in range(1, len(expected) + 1)], v0 + v1 * 1
+
     def expected_tokens_per_round(self, num_speculative_tokens: int) -> float:
         """E[N](γ) = Σ_{k=0..γ} Π_{i=1..k} β_i, with the current β estimates."""
-        beta = self.acceptance_by_position()
-        total, reach = 1.0, 1.0
-        for i in range(num_speculative_tokens):
-            reach *= beta[i]
-            total += reach
-        return total
+        return 1.0 if num_speculative_tokens == 0 else self._curves()[0][num_speculative_tokens - 1]
 
     def predicted_speedup(self, num_speculative_tokens: int) -> float | None:
         """E[N](γ) · t₁ / (γ·d + v(γ + 1)): the speedup over target-only decoding.
@@ -136,22 +148,27 @@ class AdaptiveGamma:
         t₁ is the timed target-only step when one was measured, else v(1). None until one
         drafting round has been timed.
         """
-        round_ms = self.costs.round_ms(num_speculative_tokens)
-        t1 = self.costs.target_step_ms or self.costs.verify_ms(1)
-        if round_ms is None or t1 is None or round_ms <= 0:
-            return None
-        return self.expected_tokens_per_round(num_speculative_tokens) * t1 / round_ms
+        return self._speedup(num_speculative_tokens, self._curves())
 
-    def probe_interval(self, num_speculative_tokens: int) -> int:
+    def _speedup(self, num_speculative_tokens: int, curves) -> float | None:
+        expected, rounds, v_one = curves
+        t1 = self.costs.target_step_ms or v_one
+        if rounds is None or t1 is None or rounds[num_speculative_tokens - 1] <= 0:
+            return None
+        return expected[num_speculative_tokens - 1] * t1 / rounds[num_speculative_tokens - 1]
+
+    def probe_interval(self, num_speculative_tokens: int, curves=None) -> int:
         """P: while paused, one probe round of γ every P rounds. A probe takes T(γ) =
         γ·d + v(γ + 1) and commits E[N](γ) tokens that target-only steps would commit in
         E[N](γ)·t₁, so over P rounds (P − 1 target-only steps and the probe) throughput drops by
         (T − E[N]·t₁) / ((P − 1 + E[N])·t₁); P is the least integer >= 2 that keeps this at most
         :data:`PROBE_BUDGET` (1 when a probe loses nothing). T includes what the last probe spent
         beyond γ·d (:attr:`probe_catch_up_ms`: a model drafter catching up on the tokens committed
-        while it was paused). Needs t₁ and the round costs timed."""
-        t1, round_ms = self.costs.target_step_ms, self.costs.round_ms(num_speculative_tokens)
-        expected = self.expected_tokens_per_round(num_speculative_tokens)
+        while it was paused). Needs t₁ and the round costs timed. ``curves``: :meth:`_curves`, when
+        the caller has them."""
+        curves = curves or self._curves()
+        t1, round_ms = self.costs.target_step_ms, curves[1][num_speculative_tokens - 1]
+        expected = curves[0][num_speculative_tokens - 1]
         loss = round_ms + self.probe_catch_up_ms - expected * t1
         if loss <= 0:
             return 1
@@ -174,16 +191,16 @@ class AdaptiveGamma:
     def new_reply(self) -> None:
         """A reply starts: its drafter has just read the prompt (no catch-up is owed), so while
         paused the first choice of the reply is a probe: a new prompt may be predictable."""
-        self._since_probe = 1 << 30
+        self._since_probe, self._skip = 1 << 30, 0
         self._num_replies += 1
         self._asked_target_step = False
 
-    def probe_gamma(self) -> int:
+    def probe_gamma(self, curves=None) -> int:
         """The γ a probe drafts: the least loss T(γ) − E[N](γ)·t₁ against target-only steps
-        over 1…γ_max (ties: the smaller γ). Needs t₁ and the round costs timed."""
-        t1 = self.costs.target_step_ms
-        losses = [self.costs.round_ms(g) - self.expected_tokens_per_round(g) * t1
-                  for g in range(1, self.max_num_speculative_tokens + 1)]
+        over 1…γ_max (ties: the smaller γ). Needs t₁ and the round costs timed. ``curves``:
+        :meth:`_curves`, when the caller has them."""
+        t1, (expected, rounds, _) = self.costs.target_step_ms, curves or self._curves()
+        losses = [rounds[g] - expected[g] * t1 for g in range(self.max_num_speculative_tokens)]
         return 1 + min(range(len(losses)), key=lambda i: round(losses[i], 9))  # min keeps the first of a tie
 
     def choose(self) -> int:
@@ -191,9 +208,17 @@ class AdaptiveGamma:
         smaller); 0 (a target-only step) when t₁ is timed and even the best γ is predicted to
         lose, but for a probe of :meth:`probe_gamma` every :meth:`probe_interval` rounds. Once per
         reply, 0 also when a drafting round was timed but no target-only step was (no timing
-        rounds): that step times t₁."""
+        rounds): that step times t₁. While paused it re-decides only when the next probe is due
+        (and at a reply's start): the rounds between answer 0 at once, so a drafter that cannot
+        pay costs a target-only step almost nothing beyond its probes (a slowing target resumes
+        drafting at the next probe, not sooner)."""
         self._probing = self._reply_probe = False
-        if self.predicted_speedup(1) is None:
+        if self.paused and self._skip > 0:  # paused, no probe due yet: decided when the pause began or last probe ran
+            self._skip -= 1
+            self._since_probe += 1
+            return 0
+        curves = self._curves()
+        if self._speedup(1, curves) is None:
             return max(1, min(self.initial_num_speculative_tokens, self.max_num_speculative_tokens))
         if self.costs.target_step_ms is None and self._num_replies and not self._asked_target_step:
             # no target-only step timed (a run without timing rounds: measure_speedup off): one
@@ -202,7 +227,7 @@ class AdaptiveGamma:
             return 0
         best, best_s = 1, float("-inf")
         for gamma in range(1, self.max_num_speculative_tokens + 1):
-            s = self.predicted_speedup(gamma)
+            s = self._speedup(gamma, curves)
             if s > best_s + 1e-12:
                 best, best_s = gamma, s
         self.best_predicted_speedup = best_s
@@ -211,11 +236,13 @@ class AdaptiveGamma:
             return best
         self.paused = True
         self._since_probe += 1
-        probe = self.probe_gamma()
-        if self._since_probe >= self.probe_interval(probe):
+        probe = self.probe_gamma(curves)
+        interval = self.probe_interval(probe, curves)
+        if self._since_probe >= interval:
             self._reply_probe = self._since_probe >= 1 << 30
             self._since_probe, self._probing = 0, True
             return probe
+        self._skip = interval - self._since_probe - 1
         return 0
 
     def update(self, event: RoundEvent) -> None:
