@@ -8,6 +8,7 @@ import math
 from collections import Counter
 
 import pytest
+import torch
 from lossless import (
     FakeLM,
     V,
@@ -421,3 +422,28 @@ def test_a_paused_controller_decides_again_only_when_its_probe_is_due(monkeypatc
         c.update(_target_step(10.0))
     assert choices == [0] * (interval - 1) and len(reads) == 1
     assert c.choose() == 1 and len(reads) == 2  # due: decided again, and the probe drafts
+
+
+def test_on_a_tiny_pair_that_never_pays_the_defaults_pause_drafting_and_keep_the_reply():
+    """A tiny target and an equal-size random drafter (scripts/make_tiny_pair.py builds the same
+    pair for the bench): a drafted token costs about a target step and is rarely right, so no
+    γ can pay. With the CLI's and the app's defaults (adaptive γ up to 12, timing rounds) a
+    300-token greedy reply drafts in at most 5 % of its rounds (the first rounds and the probes:
+    the bench measured 0.97× target-only on this pair) and is the target's own greedy reply."""
+    from tiny_models import tiny_model
+
+    target = tiny_model(vocab_size=257, family="qwen2", seed=0, hidden_size=64, max_positions=2048)
+    draft_model = tiny_model(vocab_size=257, family="qwen2", seed=1, hidden_size=64, max_positions=2048)
+    engine = SpeculativeEngine(TransformersRuntime(target), None, eos_token_ids=set())
+    prompt = list(range(40, 80))
+    config = dict(max_new_tokens=300, num_speculative_tokens=12, adaptive_gamma=True, measure_speedup=True)
+    events = events_of(engine, prompt, model_drafter(draft_model, 257), **config)
+    rounds = [e for e in events if isinstance(e, RoundEvent)]
+    drafted = [r for r in rounds if r.num_drafted]
+    assert len(rounds) >= 250 and len(drafted) <= 0.05 * len(rounds), (len(drafted), len(rounds))
+
+    def target_logits(ids):
+        with torch.no_grad():
+            return target(torch.tensor([ids])).logits[0, -1]
+
+    assert list(events[-1].token_ids) == naive_greedy_fn(target_logits, prompt, 300)
