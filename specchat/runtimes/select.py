@@ -184,13 +184,13 @@ def unavailable_drafters(target_name: str, offered: list[str], runtime: str = "t
 
 
 def describe(runtime) -> str:
-    """What runs a model, in a few words: ``llama.cpp (Q4_K_M GGUF, 4.9 bits/weight, 2 threads)``
+    """What runs a model, in a few words: ``llama.cpp (Q4_K - Medium, 4.9 bits/weight, 2 threads, xllamacpp)``
     or ``transformers (PyTorch, bfloat16)``."""
     size = runtime.model_size()
     bits = 8 * size.weight_bytes / max(1, size.matmul_params)
     if getattr(runtime, "name", "") == "llamacpp":
         kind = runtime.weights.file_type() or "GGUF"
-        return f"llama.cpp ({kind}, {bits:.1f} bits/weight, {runtime.threads} threads)"
+        return f"llama.cpp ({kind}, {bits:.1f} bits/weight, {runtime.threads} threads, {llamacpp.library_name()})"
     dtype = str(next(runtime.model.parameters()).dtype).removeprefix("torch.")
     return f"transformers ({dtype}, {bits:.1f} bits/weight)"
 
