@@ -285,11 +285,9 @@ def test_the_service_and_audit_run_on_llamacpp(gguf_path):
     assert check.num_drafted == 60 and check.outside_support == 0 and check.p_value > 1e-3
 
 
-@pytest.mark.skipif(llamacpp.unavailable_reason() is None and not llamacpp.has_quantizer(),
-                    reason="the llama.cpp library in use (xllamacpp's prebuilt one) has no quantizer")
 def test_the_int4_kind_on_llamacpp_is_a_lower_bit_copy_made_once(gguf_path, engine, llama_greedy, tmp_path):
     """The int4 drafter on llama.cpp: a Q2_K copy of the 4-bit file (Q4_1) made with llama.cpp's
-    quantizer, cached, fewer weight bytes, no copy of a copy (2 bits already), a different q
+    quantizer (ggml's on xllamacpp's library), cached, fewer weight bytes, no copy of a copy (2 bits already), a different q
     (the copy's drafts are both kept and rejected), and greedy speculation with it equals
     llama.cpp's own greedy decode of the target."""
     assert llamacpp.lower_bit_file_type(gguf_path) == "Q2_K"
@@ -370,3 +368,32 @@ def test_these_tests_pass_on_xllamacpps_prebuilt_library_too():
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def test_ggmls_quantizer_makes_a_copy_of_the_chosen_types_close_to_the_weights(gguf_path, tmp_path):
+    """xllamacpp's library has no llama_model_quantize: the copy is re-quantized tensor by tensor
+    by ggml (runtimes/gguf_requant.py). Rows of 1536 (a multiple of Q2_K's 256-blocks) become
+    Q2_K, rows of 576 Q4_0 (32-blocks), the embedding and the norms stay as they are; every key is
+    copied, the file type says Q2_K; a Q2_K weight read back is the original within Q2_K's error
+    (relative RMS error under 0.5, where a zero or a shuffled tensor is at 1 or more)."""
+    lib = llamacpp._lib()
+    if not hasattr(lib, "ggml_quantize_chunk"):
+        pytest.skip(f"{llamacpp.library_name()}'s library makes the copy with llama_model_quantize")
+    import gguf
+    from gguf import GGUFReader
+
+    from specchat.runtimes.gguf_requant import requantize
+
+    requantize(gguf_path, tmp_path / "copy.gguf", "Q2_K", lib, threads=2)
+    source, copy = GGUFReader(gguf_path), GGUFReader(tmp_path / "copy.gguf")
+    types = {t.name: t.tensor_type.name for t in copy.tensors}
+    assert types["blk.0.ffn_down.weight"] == "Q2_K" and types["blk.0.attn_q.weight"] == "Q4_0"
+    assert types["token_embd.weight"] == "Q8_0" and types["blk.0.attn_norm.weight"] == "F32"
+    assert set(copy.fields) - {"general.file_type"} >= set(source.fields) - {"general.file_type"}
+    assert copy.fields["general.file_type"].contents() == int(gguf.LlamaFileType.MOSTLY_Q2_K)
+    original = {t.name: t for t in source.tensors}["blk.0.ffn_down.weight"]
+    back = {t.name: t for t in copy.tensors}["blk.0.ffn_down.weight"]
+    w = gguf.quants.dequantize(original.data, original.tensor_type)
+    w2 = gguf.quants.dequantize(back.data, back.tensor_type)
+    error = float(((w2 - w) ** 2).mean() ** 0.5 / (w ** 2).mean() ** 0.5)
+    assert w2.shape == w.shape and 0.0 < error < 0.5, error

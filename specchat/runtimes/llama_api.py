@@ -3,10 +3,10 @@
 Two libraries can: llama-cpp-python's (a source build, 7–19 minutes of compiling on 2 CPU cores,
 through its own ctypes bindings) and the prebuilt one in the ``xllamacpp`` wheel (Linux with glibc
 ≥ 2.17 on x86-64 with AVX2 or aarch64, macOS, Windows; every CPython ≥ 3.10; seconds to install),
-whose extension module exports llama.cpp's C API (``llama_decode``, ``llama_memory_seq_rm``, …; not
-the quantizer). specchat does not use xllamacpp's own Python API: :class:`LlamaLibrary` loads that
-library with :mod:`ctypes` and declares the C functions it calls, as ``common/speculative.cpp``
-in llama.cpp calls them. :func:`library` gives the one library a process uses (:func:`library_name`).
+whose extension module exports llama.cpp's C API (``llama_decode``, ``llama_memory_seq_rm``, …;
+not ``llama_model_quantize``, but ggml's ``ggml_quantize_chunk``). specchat does not use
+xllamacpp's own Python API: :class:`LlamaLibrary` loads that library with :mod:`ctypes` and
+declares the C functions it calls, as ``common/speculative.cpp`` in llama.cpp calls them. :func:`library` gives the one library a process uses (:func:`library_name`).
 
 The struct layouts below are those of ``include/llama.h`` at the llama.cpp build the pinned
 wheel carries (:data:`XLLAMACPP_REQUIREMENT`; llama.cpp b11549). They change between llama.cpp
@@ -182,6 +182,10 @@ _FUNCTIONS = {
     "llama_batch_free": ([llama_batch], None),
     "llama_decode": ([c_void_p, llama_batch], c_int32),
     "llama_get_logits": ([c_void_p], ctypes.POINTER(c_float)),
+    # ggml's quantizer, for a lower-bit copy without llama_model_quantize (runtimes/gguf_requant.py)
+    "ggml_quantize_init": ([c_enum], None),
+    "ggml_quantize_chunk": ([c_enum, ctypes.POINTER(c_float), c_void_p, ctypes.c_int64, ctypes.c_int64,
+                             ctypes.c_int64, ctypes.POINTER(c_float)], c_size_t),
 }
 
 
@@ -322,10 +326,11 @@ def gpu_offload() -> bool:
 
 
 def has_quantizer() -> bool:
-    """True when the library in use has llama.cpp's quantizer (``llama_model_quantize``), which
-    the int4 kinds on llama.cpp need to make their lower-bit copy: llama-cpp-python's has it,
-    xllamacpp's prebuilt library does not export it."""
-    return unavailable_reason() is None and hasattr(library(), "llama_model_quantize")
+    """True when the library in use can make the lower-bit copy the int4 kinds on llama.cpp read:
+    with llama.cpp's quantizer (``llama_model_quantize``: llama-cpp-python's library) or with
+    ggml's (``ggml_quantize_chunk``: xllamacpp's, through :mod:`specchat.runtimes.gguf_requant`)."""
+    lib = library() if unavailable_reason() is None else None
+    return lib is not None and (hasattr(lib, "llama_model_quantize") or hasattr(lib, "ggml_quantize_chunk"))
 
 
 def library():

@@ -161,8 +161,10 @@ def lower_bit_file_type(path: Path) -> str:
 
 def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> Path:
     """A lower-bit copy of the GGUF at ``path`` (:func:`lower_bit_file_type`), made once with
-    llama.cpp's own quantizer (``llama_model_quantize``, re-quantizing from the file's types)
-    into ``folder/<stem>-<type>-<key>.gguf``, the key from the source's path, size and mtime.
+    llama.cpp's own quantizer (``llama_model_quantize``, re-quantizing from the file's types), or
+    where the library has none (xllamacpp's) with ggml's, tensor by tensor
+    (:func:`specchat.runtimes.gguf_requant.requantize`), into ``folder/<stem>-<type>-<key>.gguf``,
+    the key from the source's path, size and mtime.
     Cost measured on this project's 2-core CPU for Qwen2.5-Coder-1.5B Q4_K_M: Q2_K 43 s,
     753 MB on disk (Q4_0 5 s); the copy decoded no faster than the file itself there (43.9 against
     44.2 ms per token: the 4-bit decode is compute-bound on that CPU).
@@ -172,8 +174,8 @@ def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> P
             message says which).
     """
     reason = unavailable_reason() or (None if has_quantizer() else
-                                      f"{library_name()}'s llama.cpp library has no quantizer (llama_model_quantize); "
-                                      f"the lower-bit copy needs {LLAMA_CPP_REQUIREMENT}")
+                                      f"{library_name()}'s llama.cpp library has no quantizer; the lower-bit copy needs "
+                                      f"{LLAMA_CPP_REQUIREMENT}")
     if reason:
         raise RuntimeError(reason)
     import hashlib
@@ -187,11 +189,21 @@ def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> P
         return target
     folder.mkdir(parents=True, exist_ok=True)
     lib = _lib()
+    partial = target.with_suffix(".part")
+    if not hasattr(lib, "llama_model_quantize"):  # xllamacpp's library: ggml's quantizer, tensor by tensor
+        from specchat.runtimes.gguf_requant import requantize
+
+        try:
+            requantize(path, partial, file_type, lib, threads=threads or default_threads())
+        except Exception:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, target)
+        return target
     params = lib.llama_model_quantize_default_params()
     params.ftype = getattr(lib, f"LLAMA_FTYPE_MOSTLY_{file_type}")
     params.allow_requantize = True
     params.nthread = int(threads or default_threads())
-    partial = target.with_suffix(".part")
     code = lib.llama_model_quantize(str(path).encode(), str(partial).encode(), ctypes.byref(params))
     if code != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)

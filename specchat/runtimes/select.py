@@ -174,8 +174,8 @@ def unavailable_drafters(target_name: str, offered: list[str], runtime: str = "t
         if name in offered:
             continue
         if kind.int4 and runtime == "llamacpp" and not llamacpp.has_quantizer():
-            why[name] = (f"the llama.cpp library in use ({llamacpp.library_name()}, prebuilt) has no quantizer to make "
-                         f"the 4-bit copy: `pip install {llamacpp.LLAMA_CPP_REQUIREMENT}` builds one that has")
+            why[name] = (f"the llama.cpp library in use ({llamacpp.library_name()}) has no quantizer to make the 4-bit "
+                         f"copy: `pip install {llamacpp.LLAMA_CPP_REQUIREMENT}` builds one that has")
         elif kind.needs_sibling:
             why[name] = f"{target_name} has no sibling model (a smaller one with its tokenizer)"
         elif kind.source == "hybrid":
