@@ -6,7 +6,8 @@ through its own ctypes bindings) and the prebuilt one in the ``xllamacpp`` wheel
 whose extension module exports llama.cpp's C API (``llama_decode``, ``llama_memory_seq_rm``, …;
 not ``llama_model_quantize``, but ggml's ``ggml_quantize_chunk``). specchat does not use
 xllamacpp's own Python API: :class:`LlamaLibrary` loads that library with :mod:`ctypes` and
-declares the C functions it calls, as ``common/speculative.cpp`` in llama.cpp calls them. :func:`library` gives the one library a process uses (:func:`library_name`).
+declares the C functions it calls, as ``common/speculative.cpp`` in llama.cpp calls them.
+:func:`library` gives the one library a process uses (:func:`library_name`).
 
 The struct layouts below are those of ``include/llama.h`` at the llama.cpp build the pinned
 wheel carries (:data:`XLLAMACPP_REQUIREMENT`; llama.cpp b11549). They change between llama.cpp
