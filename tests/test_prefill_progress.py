@@ -135,8 +135,12 @@ def test_no_prefill_events_unless_asked_for(long_target):
 
 
 @pytest.mark.parametrize("part", ["target", "drafter"])
-def test_stop_during_the_prefill_ends_at_the_next_pass_and_leaves_no_state(long_target, long_other, part):
-    engine, drafter, cancel = _engine(long_target), _drafter(long_other), threading.Event()
+def test_stop_during_the_prefill_ends_at_the_next_pass_and_keeps_what_was_read(long_target, long_other, part):
+    """Stop before a pass ends the reply with no token; the prompt tokens the target has read stay
+    in its cache (a KV state depends only on the tokens before it), so the next reply reads only
+    the rest, and it is the exact target-only reply; the drafter keeps nothing."""
+    engine = SpeculativeEngine(TransformersRuntime(long_target), None, eos_token_ids=[])  # the prefix cache on
+    drafter, cancel = _drafter(long_other), threading.Event()
     events = []
     for event in engine.generate(LONG, drafter, GREEDY, cancel=cancel, prefill_progress=True):
         events.append(event)
@@ -148,7 +152,9 @@ def test_stop_during_the_prefill_ends_at_the_next_pass_and_leaves_no_state(long_
     done = events[-1]
     assert isinstance(done, DoneEvent) and done.stop_reason is StopReason.CANCELLED and done.token_ids == ()
     assert done.num_prefilled == (prefill[-1].num_done if part == "target" else 599)
-    assert engine.target.num_cached == 0 and drafter.runtime.num_cached == 0 and not drafter.active
-    # and the next generation starts clean: the exact target-only reply
+    assert engine.target.cached_ids == tuple(LONG[: done.num_prefilled])
+    assert drafter.runtime.num_cached == 0 and not drafter.active
+    # the next generation reads only what is left, and gives the exact target-only reply
     again = list(engine.generate(LONG, drafter, GREEDY))
+    assert again[-1].num_prefilled == 599 - done.num_prefilled
     assert [e.token_id for e in again if isinstance(e, TokenEvent)] == naive_greedy(long_target, LONG, GREEDY.max_new_tokens)

@@ -15,6 +15,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -201,3 +202,49 @@ def test_in_a_terminal_tokens_are_coloured_and_ctrl_c_stops_only_the_reply(smoll
 def test_the_help_names_every_command():
     for command in ("/drafter", "/gamma", "/temperature", "/clear", "/help", "/quit"):
         assert command in HELP
+
+
+def _start_in_a_terminal(args: list[str], tmp_path):
+    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path), COLUMNS="200", TERM="xterm-256color")
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "specchat", *args], stdin=secondary, stdout=secondary,
+                               stderr=secondary, env=env, preexec_fn=_own_terminal)
+    os.close(secondary)
+    return process, primary
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_in_generate_stops_the_reply_with_its_summary_and_while_loading_exits_130(smollm2_service, tmp_path):
+    base = ["--target", "smollm2-135m-instruct", "--runtime", "llamacpp", "--threads", "1", "--drafter", "ngram"]
+    process, primary = _start_in_a_terminal(
+        ["generate", *base, "--prompt", "Write a very long story about a lighthouse keeper.", "--max-new-tokens", "2000"],
+        tmp_path)
+    try:
+        _read_until(primary, r"Loading target[^\n]*\n[\s\S]{150,}", 120)  # the reply streaming
+        os.write(primary, b"\x03")
+        shown = _read_until(primary, r"stop=cancelled[\s\S]*ledger", 60)
+        assert "Traceback" not in shown and process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(primary)
+    process, primary = _start_in_a_terminal(["chat", *base], tmp_path)
+    try:
+        _read_until(primary, r"Loading target", 60)
+        os.write(primary, b"\x03")  # while the model loads
+        shown = _read_until(primary, r"interrupted", 60)
+        assert "Traceback" not in shown and process.wait(timeout=30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(primary)
+
+
+@pytest.mark.subprocess
+def test_generate_into_a_closed_pipe_stops_quietly(smollm2_service, tmp_path):
+    command = [sys.executable, "-m", "specchat", "generate", "--target", "smollm2-135m-instruct", "--runtime",
+               "llamacpp", "--threads", "1", "--prompt", "Write a long story.", "--max-new-tokens", "300"]
+    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path))
+    done = subprocess.run(f"{shlex.join(command)} | head -c 20", shell=True, capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert len(done.stdout) == 20 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -94,17 +94,18 @@ class Calibration:
     def reason(self, picked: str) -> str:
         """One sentence for the user: why ``picked`` is the default, with the numbers."""
         if not self.drafters:
-            return "no model drafter could be timed on this machine"
+            return ("no model drafter was timed on this machine (none loaded; on llama.cpp the int4 kinds are not "
+                    "timed: their lower-bit copy is made when one is picked)")
         ranked = sorted(self.drafters, key=lambda d: -d.speedup)
         figures = ", ".join(f"{d.kind} {d.speedup:.2f}×" for d in ranked)
         best = ranked[0]
-        base = (f"measured on this machine ({self.measured_at[:10]}; decode speed against target-only, "
-                f"{self.num_tokens} tokens each): {figures}")
+        base = (f"{figures} target-only's decode speed, measured here on {self.measured_at[:10]} "
+                f"({self.num_tokens} tokens each)")
         if picked == "hybrid":
-            return f"hybrid = lookup first, then {best.kind}, the fastest model drafter {base}"
+            return f"hybrid = lookup first, then {best.kind}, the fastest model drafter: {base}"
         if picked == best.kind:
-            return f"{picked} is the fastest model drafter {base}"
-        return f"{picked}: no model drafter sped decoding up {base}"
+            return f"{picked} is the fastest model drafter: {base}"
+        return f"no model drafter sped decoding up: {base}"
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from specchat.analysis.ledger import count_ledger
@@ -51,8 +52,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.errors import SpecchatError
-
     if not args.prompt.strip():
         print(f"{PROG}: error: --prompt is empty", file=sys.stderr)
         return 2
@@ -65,6 +64,20 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"{PROG}: error: cannot write the trace to {args.trace}: {exc.strerror or exc}", file=sys.stderr)
             return 2
+    try:
+        return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C while loading, or a second one while a reply stops
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from specchat.commands.repl import StopOnCtrlC
+    from specchat.errors import SpecchatError
+
     try:
         service, status = load_service(args)
         if service is None:
@@ -94,14 +107,15 @@ def run(args: argparse.Namespace) -> int:
             if sample and not args.json:  # where one sample ends and the next begins
                 sys.stdout.write(f"--- {sample} (seed {config.seed}) ---\n")
             events = []
-            for event in service.generate(ids, drafter=args.drafter, config=config):
-                if args.trace:
-                    events.append(event)
-                metrics.update(event)
-                if isinstance(event, TokenEvent) and not args.json:
-                    kind = event.kind.value
-                    sys.stdout.write(f"{_ANSI[kind]}{event.text}\033[0m" if color else event.text)
-                    sys.stdout.flush()
+            with StopOnCtrlC() as stop:  # Ctrl-C ends the reply at the next round, with its summary
+                for event in service.generate(ids, drafter=args.drafter, config=config, cancel=stop.cancel):
+                    if args.trace:
+                        events.append(event)
+                    metrics.update(event)
+                    if isinstance(event, TokenEvent) and not args.json:
+                        kind = event.kind.value
+                        sys.stdout.write(f"{_ANSI[kind]}{event.text}\033[0m" if color else event.text)
+                        sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
             sizes = service.model_sizes(args.drafter)
@@ -129,7 +143,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     return 0
-
 
 
 def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sample: str | None = None) -> str:

@@ -26,7 +26,7 @@ STYLES = {"accepted": "green", "resampled": "red", "bonus": "blue", "target": ""
 
 HELP = """commands:
   /drafter [NAME]        show the drafter, or switch to NAME ({kinds})
-  /gamma [N|auto]        the most draft tokens per round (adaptive γ), N fixed, or auto (adaptive up to 12)
+  /gamma [N|auto]        draft exactly N tokens every round, or auto: adaptive γ, up to 12
   /temperature [T]       sampling temperature, 0 = greedy (0..{max_t})
   /clear                 forget the conversation
   /help                  this list
@@ -75,7 +75,7 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
         if arg not in kinds:
             return f"no drafter {arg!r} here; available: {', '.join(kinds)}"
         try:
-            prepare(arg)
+            prepare(arg)  # the first time a model drafter loads it (seconds; the loading stages are printed)
         except Exception as exc:  # a drafter that does not load: keep the one we have
             return f"drafter {arg!r} could not be loaded ({exc}); still {state.drafter}"
         state.drafter = arg
@@ -169,6 +169,17 @@ def reply(service, state: ReplState, message: str, console, err_console) -> Done
     return done
 
 
+def _prepare(service, kind: str) -> None:
+    """Load drafter ``kind`` (once), printing the loading stages as the CLI's start does."""
+    from specchat.progress import BOARD
+
+    BOARD.echo_to(sys.stderr)
+    try:
+        service.prepare_drafter(kind)
+    finally:
+        BOARD.echo_to(None)
+
+
 def run_repl(service, state: ReplState, *, read: Callable[[str], str] = input, console=None, err_console=None) -> int:
     """Read messages and commands until ``/quit`` or end of input; 0."""
     from rich.console import Console
@@ -182,12 +193,14 @@ def run_repl(service, state: ReplState, *, read: Callable[[str], str] = input, c
             import readline  # noqa: F401 (line editing and history for input())
         except ImportError:
             pass
-    legend = Text("colours: ")
-    for kind, style in STYLES.items():
-        legend.append(kind, style=style or "bold")
-        legend.append(" ")
-    err_console.print(legend)
-    err_console.print(Text(f"{state.gamma_text()}; /help for commands; Ctrl-C stops a reply, Ctrl-D leaves", style="dim"))
+    if interactive:  # the legend and the keys, for a person at a terminal
+        legend = Text("colours: ")
+        for kind, style in STYLES.items():
+            legend.append(kind, style=style)
+            legend.append(" ")
+        err_console.print(legend)
+        err_console.print(Text(f"{state.gamma_text()}; /help for commands; Ctrl-C stops a reply, Ctrl-D leaves",
+                               style="dim"))
     kinds = list(service.drafter_kinds())
     while True:
         try:
@@ -203,7 +216,7 @@ def run_repl(service, state: ReplState, *, read: Callable[[str], str] = input, c
         if not line:
             continue
         if line.startswith("/"):
-            said = run_command(line, state, kinds, service.prepare_drafter)
+            said = run_command(line, state, kinds, lambda kind: _prepare(service, kind))
             if said is None:
                 return 0
             err_console.print(Text(said, style="cyan"))

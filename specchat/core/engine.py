@@ -207,7 +207,8 @@ class SpeculativeEngine:
         prefill_ms = (self._now() - t0 - state.paused_s) * 1000
         state.paused_s = 0.0
         state.decode_start = self._now()
-        if not whole:  # Stop during the prefill
+        if not whole:  # Stop during the prefill: what the target has read stays for the next prompt to reuse
+            self._finished = (prompt_ids[: self.target.num_cached + 1], False)  # (a cache holds all but the last id)
             yield DoneEvent(StopReason.CANCELLED, (), (), "", prefill_ms, 0.0, len(prompt_ids),
                             prompt_ids=tuple(prompt_ids), num_prefilled=prefilled)
             return
