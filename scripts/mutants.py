@@ -1195,7 +1195,7 @@ MUTANTS = [
         "stopped-prefill-forgets-what-was-read",
         19,
         "specchat/core/engine.py",
-        "            self._finished = (prompt_ids[: self.target.num_cached + 1], False)  # (a cache holds all but the last id)\n",
+        "            self._finished = (prompt_ids[: self.target.num_cached + 1], False)\n",
         "            self._finished = None\n",
         "a Stop while the prompt is read drops the conversation's whole cache: the next message reads it all again",
     ),

@@ -8,6 +8,7 @@ terminal (a pty) the tokens are coloured, and with a pipe the output is plain te
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import importlib.metadata
 import io
@@ -153,6 +154,24 @@ def _own_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+@contextlib.contextmanager
+def in_a_terminal(args: list[str], tmp_path):
+    """``python -m specchat ARGS`` in a pseudo-terminal of its own: (the process, the terminal's
+    primary side to read and type on); killed and closed on the way out."""
+    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path), COLUMNS="200", TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "specchat", *args], stdin=secondary, stdout=secondary,
+                               stderr=secondary, env=env, preexec_fn=_own_terminal)
+    os.close(secondary)
+    try:
+        yield process, primary
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(primary)
+
+
 def _read_until(fd, pattern: str, timeout: float) -> str:
     seen, end = b"", time.monotonic() + timeout
     while time.monotonic() < end:
@@ -173,15 +192,9 @@ def test_in_a_terminal_tokens_are_coloured_and_ctrl_c_stops_only_the_reply(smoll
     """The program in a pseudo-terminal, as a person runs it: the legend and the tokens in colour;
     Ctrl-C while a reply streams stops it and the prompt comes back; a second message is answered;
     Ctrl-D leaves with status 0."""
-    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path), COLUMNS="200", TERM="xterm-256color")
-    env.pop("NO_COLOR", None)
-    primary, secondary = pty.openpty()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "specchat", "chat", "--target", "smollm2-135m-instruct", "--runtime", "llamacpp",
-         "--threads", "1", "--drafter", "ngram", "--max-new-tokens", "400"],
-        stdin=secondary, stdout=secondary, stderr=secondary, env=env, preexec_fn=_own_terminal)
-    os.close(secondary)
-    try:
+    args = ["chat", "--target", "smollm2-135m-instruct", "--runtime", "llamacpp", "--threads", "1", "--drafter", "ngram",
+            "--max-new-tokens", "400"]
+    with in_a_terminal(args, tmp_path) as (process, primary):
         shown = _read_until(primary, r"\n> ", 120)
         assert "\x1b[32maccepted" in shown and "\x1b[31mresampled" in shown and "\x1b[34mbonus" in shown
         os.write(primary, b"Write a very long story about a lighthouse keeper.\r")
@@ -193,10 +206,6 @@ def test_in_a_terminal_tokens_are_coloured_and_ctrl_c_stops_only_the_reply(smoll
         assert process.poll() is None
         os.write(primary, b"\x04")  # Ctrl-D
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(primary)
 
 
 def test_the_help_names_every_command():
@@ -204,40 +213,20 @@ def test_the_help_names_every_command():
         assert command in HELP
 
 
-def _start_in_a_terminal(args: list[str], tmp_path):
-    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path), COLUMNS="200", TERM="xterm-256color")
-    primary, secondary = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "specchat", *args], stdin=secondary, stdout=secondary,
-                               stderr=secondary, env=env, preexec_fn=_own_terminal)
-    os.close(secondary)
-    return process, primary
-
-
 @pytest.mark.subprocess
 def test_ctrl_c_in_generate_stops_the_reply_with_its_summary_and_while_loading_exits_130(smollm2_service, tmp_path):
     base = ["--target", "smollm2-135m-instruct", "--runtime", "llamacpp", "--threads", "1", "--drafter", "ngram"]
-    process, primary = _start_in_a_terminal(
-        ["generate", *base, "--prompt", "Write a very long story about a lighthouse keeper.", "--max-new-tokens", "2000"],
-        tmp_path)
-    try:
+    long_story = ["--prompt", "Write a very long story about a lighthouse keeper.", "--max-new-tokens", "2000"]
+    with in_a_terminal(["generate", *base, *long_story], tmp_path) as (process, primary):
         _read_until(primary, r"Loading target[^\n]*\n[\s\S]{150,}", 120)  # the reply streaming
         os.write(primary, b"\x03")
         shown = _read_until(primary, r"stop=cancelled[\s\S]*ledger", 60)
         assert "Traceback" not in shown and process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(primary)
-    process, primary = _start_in_a_terminal(["chat", *base], tmp_path)
-    try:
-        _read_until(primary, r"Loading target", 60)
-        os.write(primary, b"\x03")  # while the model loads
+    with in_a_terminal(["chat", *base], tmp_path) as (process, primary):
+        time.sleep(1.0)
+        os.write(primary, b"\x03")  # while it starts (imports, then the model loads)
         shown = _read_until(primary, r"interrupted", 60)
         assert "Traceback" not in shown and process.wait(timeout=30) == 130
-    finally:
-        if process.poll() is None:
-            process.kill()
-        os.close(primary)
 
 
 @pytest.mark.subprocess

@@ -120,6 +120,3 @@ def _chat(args: argparse.Namespace) -> int:
     except (SpecchatError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C while loading (in a reply it stops the reply)
-        print(f"\n{PROG}: interrupted", file=sys.stderr)
-        return 130

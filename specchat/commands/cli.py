@@ -32,7 +32,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``specchat COMMAND …`` / ``python -m specchat COMMAND …``; the exit status."""
+    """``specchat COMMAND …`` / ``python -m specchat COMMAND …``; the exit status (130 after a
+    Ctrl-C that a command did not take as "stop this reply": while loading, or a second one)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     problem = use_model_sources(args)
     if problem is not None:

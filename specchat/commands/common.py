@@ -6,7 +6,9 @@ the service) stay inside the functions: ``specchat --help`` imports neither torc
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from specchat.options import PROG
 
@@ -86,3 +88,24 @@ def load_service(args: argparse.Namespace):
     return service, 0
 
 
+class StopOnCtrlC:
+    """While inside: Ctrl-C sets :attr:`cancel` (the engine ends the reply at its next round, or
+    between prefill passes) instead of raising; a second Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.cancel = threading.Event()
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.cancel.is_set():
+            raise KeyboardInterrupt
+        self.cancel.set()
+
+    def __enter__(self) -> StopOnCtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

@@ -11,7 +11,7 @@ import os
 import sys
 
 from specchat.analysis.ledger import count_ledger
-from specchat.commands.common import add_compile_argument, add_speculation_arguments, load_service
+from specchat.commands.common import StopOnCtrlC, add_compile_argument, add_speculation_arguments, load_service
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
@@ -66,16 +66,12 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         return _run(args)
-    except KeyboardInterrupt:  # Ctrl-C while loading, or a second one while a reply stops
-        print(f"\n{PROG}: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specchat.commands.repl import StopOnCtrlC
     from specchat.errors import SpecchatError
 
     try:

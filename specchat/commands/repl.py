@@ -11,12 +11,11 @@ Ctrl-C ends the program); Ctrl-D or ``/quit`` leaves. Commands: :data:`HELP`.
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from specchat.commands.common import StopOnCtrlC
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, PrefillEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
@@ -106,29 +105,6 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
         state.temperature = value
         return f"temperature {value:g}"
     return f"unknown command /{name}; /help lists them"
-
-
-class StopOnCtrlC:
-    """While inside: Ctrl-C sets :attr:`cancel` (the engine ends the reply at its next round, or
-    between prefill passes) instead of raising; a second Ctrl-C raises KeyboardInterrupt."""
-
-    def __init__(self) -> None:
-        self.cancel = threading.Event()
-        self._previous = None
-
-    def _handle(self, signum, frame) -> None:
-        if self.cancel.is_set():
-            raise KeyboardInterrupt
-        self.cancel.set()
-
-    def __enter__(self) -> StopOnCtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
 
 
 def reply(service, state: ReplState, message: str, console, err_console) -> DoneEvent | None:

@@ -207,8 +207,8 @@ class SpeculativeEngine:
         prefill_ms = (self._now() - t0 - state.paused_s) * 1000
         state.paused_s = 0.0
         state.decode_start = self._now()
-        if not whole:  # Stop during the prefill: what the target has read stays for the next prompt to reuse
-            self._finished = (prompt_ids[: self.target.num_cached + 1], False)  # (a cache holds all but the last id)
+        if not whole:  # Stop in the prefill: what the target read stays for reuse (a cache holds all but the last id)
+            self._finished = (prompt_ids[: self.target.num_cached + 1], False)
             yield DoneEvent(StopReason.CANCELLED, (), (), "", prefill_ms, 0.0, len(prompt_ids),
                             prompt_ids=tuple(prompt_ids), num_prefilled=prefilled)
             return
@@ -217,9 +217,8 @@ class SpeculativeEngine:
 
         controller = None
         adaptive = state.drafter is not None and config.adaptive_gamma
-        # a drafter with several sources (the hybrid: a lookup after a long or a short match, or
-        # the model) names each round's source, and each source gets a controller of its own:
-        # their acceptance and costs differ
+        # a drafter with several sources (the hybrid: a lookup after a long or a short match, or the
+        # model) names each round's source; each source gets a controller (their α and costs differ)
         round_source = getattr(state.drafter, "round_source", None) if adaptive else None
         replied: set = set()  # the controllers that chose a γ in this reply
 
