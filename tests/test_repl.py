@@ -149,7 +149,9 @@ def test_piped_input_is_read_to_its_end_and_answered_in_plain_text(smollm2_servi
 
 def _own_terminal() -> None:
     """In the child: a session of its own with the pty as its controlling terminal, so that the
-    terminal's Ctrl-C reaches it as SIGINT (as in a shell)."""
+    terminal's Ctrl-C reaches it as SIGINT, and SIGINT's default action, as a shell gives it (a
+    test run in the background inherits SIGINT ignored, and Python then keeps it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
@@ -157,8 +159,9 @@ def _own_terminal() -> None:
 @contextlib.contextmanager
 def in_a_terminal(args: list[str], tmp_path):
     """``python -m specchat ARGS`` in a pseudo-terminal of its own: (the process, the terminal's
-    primary side to read and type on); killed and closed on the way out."""
-    env = dict(os.environ, SPECCHAT_CACHE_DIR=str(tmp_path), COLUMNS="200", TERM="xterm-256color")
+    primary side to read and type on); killed and closed on the way out. The model cache is the
+    one the smollm2_service fixture filled, so no assembly bar comes before the reply."""
+    env = dict(os.environ, COLUMNS="200", TERM="xterm-256color")
     env.pop("NO_COLOR", None)
     primary, secondary = pty.openpty()
     process = subprocess.Popen([sys.executable, "-m", "specchat", *args], stdin=secondary, stdout=secondary,
@@ -218,13 +221,13 @@ def test_ctrl_c_in_generate_stops_the_reply_with_its_summary_and_while_loading_e
     base = ["--target", "smollm2-135m-instruct", "--runtime", "llamacpp", "--threads", "1", "--drafter", "ngram"]
     long_story = ["--prompt", "Write a very long story about a lighthouse keeper.", "--max-new-tokens", "2000"]
     with in_a_terminal(["generate", *base, *long_story], tmp_path) as (process, primary):
-        _read_until(primary, r"Loading target[^\n]*\n[\s\S]{150,}", 120)  # the reply streaming
+        _read_until(primary, r"Loading target[^\n]*\n[\s\S]{400,}", 120)  # the reply streaming
         os.write(primary, b"\x03")
         shown = _read_until(primary, r"stop=cancelled[\s\S]*ledger", 60)
         assert "Traceback" not in shown and process.wait(timeout=30) == 0
     with in_a_terminal(["chat", *base], tmp_path) as (process, primary):
-        time.sleep(1.0)
-        os.write(primary, b"\x03")  # while it starts (imports, then the model loads)
+        time.sleep(0.5)
+        os.write(primary, b"\x03")  # while it starts (its imports take over a second here, then the model loads)
         shown = _read_until(primary, r"interrupted", 60)
         assert "Traceback" not in shown and process.wait(timeout=30) == 130
 
