@@ -95,8 +95,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def _chat(args: argparse.Namespace) -> int:
     """The terminal chat (:func:`specchat.commands.repl.run_repl`) on the loaded service."""
     from specchat.commands.repl import ReplState, run_repl

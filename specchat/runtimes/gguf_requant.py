@@ -20,9 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-BITS_PER_WEIGHT = {"F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q6_K": 6.5625, "Q5_K": 5.5, "Q5_1": 6, "Q5_0": 5.5,
-                   "Q4_K": 4.5, "Q4_1": 5, "Q4_0": 4.5, "IQ4_NL": 4.5, "IQ4_XS": 4.25, "Q3_K": 3.4375, "Q2_K": 2.625}
-"""Bits per weight of the GGML types a copy may replace (block sizes and scales included)."""
+
+def bits_per_weight(type_name: str) -> float:
+    """Bits per weight of a GGML type, its block's scales included (gguf-py's GGML_QUANT_SIZES)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    return 8 * size / block
+
 
 _SKIP = ("token_embd.weight", "output.weight")  # lookups and the head keep their precision
 
@@ -36,7 +41,7 @@ def _new_type(tensor, wanted: str) -> str | None:
         return None
     for name in (wanted, "Q4_0") if wanted == "Q2_K" else (wanted,):
         block = GGML_QUANT_SIZES[GGMLQuantizationType[name]][0]
-        if int(tensor.shape[0]) % block == 0 and BITS_PER_WEIGHT.get(source, 0) > BITS_PER_WEIGHT[name]:
+        if int(tensor.shape[0]) % block == 0 and bits_per_weight(source) > bits_per_weight(name):
             return name
     return None
 

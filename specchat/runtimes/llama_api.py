@@ -308,6 +308,8 @@ def library_name() -> str | None:
 
 def unavailable_reason() -> str | None:
     """None when llama.cpp can run here, else why not (in words, with the command that fixes it)."""
+    if _loaded is not None:  # loaded once for the process: nothing to look up again
+        return None
     wanted = os.environ.get(LIBRARY_ENV, "").strip()
     if wanted and wanted not in LIBRARIES:
         return f"{LIBRARY_ENV}={wanted!r} names no llama.cpp library specchat knows ({', '.join(LIBRARIES)})"
