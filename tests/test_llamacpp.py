@@ -17,9 +17,13 @@ the file runs once on each (the last test).
 from __future__ import annotations
 
 import importlib.metadata
+import linecache
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -237,6 +241,34 @@ def test_a_rejected_draft_leaves_no_trace_in_the_cache(engine):
     first = after_a_verify_pass([5365, 327, 260])
     assert torch.equal(first, after_a_verify_pass([11173, 3365, 3511]))
     assert (first - after_a_verify_pass([5365, 327, 260], roll_back=False)).abs().max() > 0.1
+
+
+def _ctrl_c_once_the_main_thread_is_inside(function_name: str, timeout: float = 30.0) -> None:
+    """From another thread: send SIGINT to this process once the main thread's innermost Python
+    frame is on the line that calls llama.cpp's ``function_name`` (so the call is under way in C)."""
+    main, end = threading.main_thread().ident, time.monotonic() + timeout
+    while time.monotonic() < end:
+        frame = sys._current_frames().get(main)
+        if frame is not None and function_name in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.0002)
+
+
+def test_a_ctrl_c_while_llama_cpp_loads_a_model_is_not_lost(gguf_path):
+    """A Ctrl-C during the load reaches the program as KeyboardInterrupt once the load returns.
+    llama.cpp logs through specchat's Python callback while it loads, Python runs its SIGINT
+    handler there, and ctypes drops an exception raised in a callback: without
+    ``ctrl_c_after_the_call`` the Ctrl-C was printed as "Exception ignored" and the load went on."""
+    for _ in range(3):
+        sender = threading.Thread(target=_ctrl_c_once_the_main_thread_is_inside, args=("llama_model_load_from_file",))
+        sender.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                llamacpp.LlamaCppModel(gguf_path)
+        finally:
+            sender.join()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_model_size_follows_the_files_quantization(weights, gguf_path):

@@ -147,6 +147,9 @@ def test_piped_input_is_read_to_its_end_and_answered_in_plain_text(smollm2_servi
     assert "γ = 2 every round" in err.getvalue() and state.history[0]["content"] == "Say hi."
 
 
+SMALL = ["--target", "smollm2-135m-instruct", "--runtime", "llamacpp", "--threads", "1", "--drafter", "ngram"]
+
+
 def _own_terminal() -> None:
     """In the child: a session of its own with the pty as its controlling terminal, so that the
     terminal's Ctrl-C reaches it as SIGINT, and SIGINT's default action, as a shell gives it (a
@@ -217,19 +220,31 @@ def test_the_help_names_every_command():
 
 
 @pytest.mark.subprocess
-def test_ctrl_c_in_generate_stops_the_reply_with_its_summary_and_while_loading_exits_130(smollm2_service, tmp_path):
-    base = ["--target", "smollm2-135m-instruct", "--runtime", "llamacpp", "--threads", "1", "--drafter", "ngram"]
+def test_ctrl_c_in_generate_stops_the_reply_with_its_summary(smollm2_service, tmp_path):
     long_story = ["--prompt", "Write a very long story about a lighthouse keeper.", "--max-new-tokens", "2000"]
-    with in_a_terminal(["generate", *base, *long_story], tmp_path) as (process, primary):
+    with in_a_terminal(["generate", *SMALL, *long_story], tmp_path) as (process, primary):
         _read_until(primary, r"(\x1b\[0m[\s\S]*){20}", 120)  # 20 coloured tokens: the reply is streaming
         os.write(primary, b"\x03")
         shown = _read_until(primary, r"stop=cancelled[\s\S]*ledger", 60)
         assert "Traceback" not in shown and process.wait(timeout=30) == 0
-    with in_a_terminal(["chat", *base], tmp_path) as (process, primary):
-        time.sleep(0.5)
-        os.write(primary, b"\x03")  # while it starts (its imports take over a second here, then the model loads)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("moment", ["imports", "later imports", "load"])
+def test_ctrl_c_while_starting_ends_the_process_as_a_ctrl_c_does(smollm2_service, tmp_path, moment):
+    """A Ctrl-C before the chat is up: one line, no traceback, and the process ends by SIGINT
+    (the shell's status 130), whenever it comes: early in Python's imports, late in them (where a
+    C extension's own Python code may see it), or while llama.cpp loads the model (where it runs
+    specchat's log callback, and a KeyboardInterrupt raised in a ctypes callback would be dropped)."""
+    with in_a_terminal(["chat", *SMALL], tmp_path) as (process, primary):
+        if moment == "load":
+            _read_until(primary, r"Loading target", 60)
+        else:
+            time.sleep(0.3 if moment == "imports" else 1.1)
+        os.write(primary, b"\x03")
         shown = _read_until(primary, r"interrupted", 60)
-        assert "Traceback" not in shown and process.wait(timeout=30) == 130
+        assert "Traceback" not in shown and "Exception ignored" not in shown
+        assert process.wait(timeout=30) == -signal.SIGINT
 
 
 @pytest.mark.subprocess

@@ -33,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``specchat COMMAND …`` / ``python -m specchat COMMAND …``; the exit status (130 after a
-    Ctrl-C that a command did not take as "stop this reply": while loading, or a second one)."""
+    Ctrl-C that a command did not take as "stop this reply": while loading, or a second one;
+    ``specchat.__main__.run`` then ends the process by SIGINT, which a shell shows as 130)."""
     try:
         return _main(argv)
     except KeyboardInterrupt:

@@ -17,11 +17,13 @@ checks the defaults the library returns against the header's (:func:`_check_layo
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.metadata
 import importlib.util
 import logging
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -274,6 +276,30 @@ def _check_layout(lib: LlamaLibrary) -> None:
 _init_lock = threading.Lock()
 _loaded = None  # the library in use: llama-cpp-python's module or llama_api.LlamaLibrary
 _loaded_name: str | None = None
+@contextlib.contextmanager
+def ctrl_c_after_the_call():
+    """Hold a Ctrl-C that comes while llama.cpp works in C, and hand it on once the call returns.
+
+    llama.cpp calls specchat's log callback from inside a load; Python runs its SIGINT handler
+    there, and a KeyboardInterrupt raised inside a ctypes callback is printed and dropped
+    ("Exception ignored on calling ctypes callback function"): the Ctrl-C would be lost and the
+    load would go on. Here the handler only notes the Ctrl-C; the handler that was in place
+    (Python's, which raises KeyboardInterrupt) runs after the call. In a thread other than the
+    main one (where Python runs no signal handler) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held and callable(previous):
+        previous(signal.SIGINT, None)
+
+
 _log_callback = None  # keep the ctypes callback alive while llama.cpp may call it
 
 

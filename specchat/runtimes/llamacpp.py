@@ -38,6 +38,7 @@ from specchat.runtimes.llama_api import (  # noqa: F401 (re-exported: which libr
     LIBRARIES,
     LIBRARY_ENV,
     LLAMA_CPP_REQUIREMENT,
+    ctrl_c_after_the_call,
     gpu_offload,
     has_quantizer,
     library_name,
@@ -195,7 +196,7 @@ def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> P
 
         try:
             requantize(path, partial, file_type, lib, threads=threads or default_threads())
-        except Exception:
+        except BaseException:  # a failure, or Ctrl-C: no half-written copy left behind
             partial.unlink(missing_ok=True)
             raise
         os.replace(partial, target)
@@ -204,7 +205,8 @@ def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> P
     params.ftype = getattr(lib, f"LLAMA_FTYPE_MOSTLY_{file_type}")
     params.allow_requantize = True
     params.nthread = int(threads or default_threads())
-    code = lib.llama_model_quantize(str(path).encode(), str(partial).encode(), ctypes.byref(params))
+    with ctrl_c_after_the_call():
+        code = lib.llama_model_quantize(str(path).encode(), str(partial).encode(), ctypes.byref(params))
     if code != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         raise RuntimeError(f"llama.cpp's quantizer could not make a {file_type} copy of {path.name} (code {code})")
@@ -238,7 +240,8 @@ class LlamaCppModel:
         if amx_build():  # llama.cpp's AMX kernels crash on Q4_K (llama.cpp #20824): keep the plain CPU buffers
             params.use_extra_bufts = False
         self._lib = lib
-        self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        with ctrl_c_after_the_call():
+            self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:
             raise RuntimeError(f"llama.cpp could not load {self.path} (not a GGUF file, damaged, or an architecture "
                                "this llama.cpp build does not support)")
@@ -318,7 +321,8 @@ class LlamaCppRuntime:
         if precise:
             params.type_k = params.type_v = lib.GGML_TYPE_F32
             params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self.ctx = lib.llama_init_from_model(self.weights.ptr, params)
+        with ctrl_c_after_the_call():
+            self.ctx = lib.llama_init_from_model(self.weights.ptr, params)
         if not self.ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {self.context_length} positions for "
                                f"{self.weights.path.name} (out of memory?)")
