@@ -12,6 +12,10 @@ import threading
 
 from specchat.options import PROG
 
+TOKEN_STYLES = {"accepted": "green", "resampled": "red", "bonus": "blue", "target": ""}
+"""The colour (a rich style) of each token kind in a terminal, as the app's legend: accepted,
+resampled, bonus; a target token is plain. ``generate`` and ``chat`` both draw with it."""
+
 
 def add_compile_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",

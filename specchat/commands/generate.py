@@ -11,14 +11,12 @@ import os
 import sys
 
 from specchat.analysis.ledger import count_ledger
-from specchat.commands.common import StopOnCtrlC, add_compile_argument, add_speculation_arguments, load_service
+from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC, add_compile_argument, add_speculation_arguments, load_service
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
 from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
 from specchat.runtimes.select import describe_service
-
-_ANSI = {"accepted": "\033[32m", "resampled": "\033[31m", "bonus": "\033[34m", "target": ""}
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -71,7 +69,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _token_console():
+    """stdout through rich (imported here: ``specchat --help`` stays light)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
 def _run(args: argparse.Namespace) -> int:
+    from rich.text import Text
+
     from specchat.errors import SpecchatError
 
     try:
@@ -98,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
                 trace=bool(args.trace),
             )
             metrics = SpeculationMetrics()
-            color = sys.stdout.isatty() and not args.json
+            console = _token_console() if sys.stdout.isatty() and not args.json else None
             sample = f"sample {i + 1}/{args.num_samples}" if args.num_samples > 1 else None
             if sample and not args.json:  # where one sample ends and the next begins
                 sys.stdout.write(f"--- {sample} (seed {config.seed}) ---\n")
@@ -109,9 +116,11 @@ def _run(args: argparse.Namespace) -> int:
                         events.append(event)
                     metrics.update(event)
                     if isinstance(event, TokenEvent) and not args.json:
-                        kind = event.kind.value
-                        sys.stdout.write(f"{_ANSI[kind]}{event.text}\033[0m" if color else event.text)
-                        sys.stdout.flush()
+                        if console is not None:  # rich: colour, unless NO_COLOR or TERM=dumb says not to
+                            console.print(Text(event.text, style=TOKEN_STYLES[event.kind.value]), end="")
+                        else:
+                            sys.stdout.write(event.text)
+                            sys.stdout.flush()
             done = metrics.done
             assert isinstance(done, DoneEvent)
             sizes = service.model_sizes(args.drafter)

@@ -15,12 +15,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specchat.commands.common import StopOnCtrlC
+from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, PrefillEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
 
-STYLES = {"accepted": "green", "resampled": "red", "bonus": "blue", "target": ""}
+STYLES = TOKEN_STYLES
 """The colour of each token kind (the app's legend: accepted, resampled, bonus, target)."""
 
 HELP = """commands:
