@@ -39,9 +39,10 @@ class ProgressBoard:
 
     def echo_to(self, stream: TextIO | None = sys.stderr) -> None:
         """From now on also print each stage to ``stream`` (the terminal), after the seconds
-        since this call: ``[ 12.3 s] Calibrating: target only``. None stops it."""
+        since the process started (since the command was typed, Python's imports included):
+        ``[ 12.3 s] Calibrating: target only``. None stops it."""
         with self._lock:
-            self._echo, self._echo_start = stream, time.monotonic()
+            self._echo, self._echo_start = stream, time.monotonic() - process_age_s()
 
     def stage(self, text: str) -> None:
         with self._lock:
@@ -65,6 +66,17 @@ class ProgressBoard:
     def snapshot(self) -> Snapshot:
         with self._lock:
             return Snapshot(self._stage, self._bar, self._fraction)
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (psutil, from the operating system's record), or 0
+    where that cannot be read."""
+    try:
+        import psutil
+
+        return max(0.0, time.time() - psutil.Process().create_time())
+    except Exception:  # no psutil, or a platform that does not say: count from now
+        return 0.0
 
 
 BOARD = ProgressBoard()

@@ -22,16 +22,31 @@ def test_disabled_bar_reports_nothing():
 
 
 def test_stages_are_echoed_to_the_terminal_with_the_seconds_since_the_start(monkeypatch):
+    """The seconds count from the process's start (the command typed), not from the call."""
     import io
 
     from specchat import progress
 
     clock = iter([100.0, 112.34, 150.0])
     monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(progress, "process_age_s", lambda: 2.5)
     out = io.StringIO()
     BOARD.echo_to(out)
     BOARD.stage("Loading target m")
     BOARD.stage("")  # nothing to say: no line
     BOARD.echo_to(None)
     BOARD.stage("Ready")  # after the echo stopped
-    assert out.getvalue() == "[ 12.3 s] Loading target m\n"
+    assert out.getvalue() == "[ 14.8 s] Loading target m\n"
+
+
+def test_the_process_age_is_the_time_since_the_process_started():
+    """A child process that sleeps 1 s before it asks says at least 1 s (the imports before the
+    question count too), and not the machine's uptime."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import time; time.sleep(1.0); from specchat.progress import process_age_s; print(process_age_s())"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=Path(__file__).resolve().parents[1])
+    assert 1.0 <= float(child.stdout) < 30.0
