@@ -260,15 +260,21 @@ def test_a_ctrl_c_while_llama_cpp_loads_a_model_is_not_lost(gguf_path):
     llama.cpp logs through specchat's Python callback while it loads, Python runs its SIGINT
     handler there, and ctypes drops an exception raised in a callback: without
     ``ctrl_c_after_the_call`` the Ctrl-C was printed as "Exception ignored" and the load went on."""
-    for _ in range(3):
-        sender = threading.Thread(target=_ctrl_c_once_the_main_thread_is_inside, args=("llama_model_load_from_file",))
-        sender.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                llamacpp.LlamaCppModel(gguf_path)
-        finally:
-            sender.join()
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own SIGINT handler, as in a program run from a terminal (a test run started in the
+    # background inherits SIGINT ignored)
+    outside = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        for _ in range(3):
+            sender = threading.Thread(target=_ctrl_c_once_the_main_thread_is_inside, args=("llama_model_load_from_file",))
+            sender.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    llamacpp.LlamaCppModel(gguf_path)
+            finally:
+                sender.join()
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outside)
 
 
 def test_model_size_follows_the_files_quantization(weights, gguf_path):
