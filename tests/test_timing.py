@@ -147,6 +147,39 @@ def test_rounds_that_drafted_nothing_anyway_stand_in_for_timing_rounds(monkeypat
     assert list(events[-1].token_ids) == naive_greedy_fn(fn_t, [3, 1, 4, 1], 70)
 
 
+def test_a_round_that_asks_no_drafter_is_all_target_step(monkeypatch):
+    """The engine's own work before the verify pass (here 5 ms on the fake clock, as a busy
+    interpreter can make it) belongs to the target-only step when no drafter is asked: with the
+    drafter none every round has draft_ms 0, t₁ is the whole round (105 ms), and the measured
+    speedup of a target-only reply is 1 exactly. A lookup that is asked and finds nothing is the
+    drafter's time: its 5 ms stay out of t₁."""
+    engine, _, clock, fn_t = clocked_engine(monkeypatch)
+    draft = engine._draft
+
+    def slow_draft(*args):
+        clock[0] += 0.005
+        return draft(*args)
+
+    monkeypatch.setattr(engine, "_draft", slow_draft)
+    events = events_of(engine, [3, 1, 4, 1], None, max_new_tokens=12, measure_speedup=True)
+    rounds = rounds_of(events)
+    assert all(r.draft_ms == 0.0 and r.round_ms == pytest.approx(TARGET_MS + 5.0) for r in rounds)
+    metrics = SpeculationMetrics()
+    for e in events:
+        metrics.update(e)
+    assert metrics.target_step_ms == pytest.approx(TARGET_MS + 5.0)
+    assert metrics.measured_speedup == pytest.approx(1.0, abs=1e-12)
+    assert metrics.target_only_tokens_per_s == pytest.approx(metrics.tokens_per_s)
+
+    engine, _, clock, fn_t = clocked_engine(monkeypatch)
+    draft = engine._draft
+    monkeypatch.setattr(engine, "_draft", slow_draft)
+    lookup = MissingDrafter(fn_t, misses={0})
+    first = rounds_of(events_of(engine, [3, 1, 4, 1], lookup, num_speculative_tokens=2, max_new_tokens=4))[0]
+    assert first.num_drafted == 0 and first.draft_ms == pytest.approx(5.0)
+    assert first.round_ms - first.draft_ms == pytest.approx(TARGET_MS)
+
+
 @pytest.mark.parametrize("kind", ["self", "other", "ngram"])
 def test_timing_rounds_keep_greedy_identity(kind):
     fn_t = hashed_logits(V, seed=11, scale=2.0)

@@ -286,7 +286,7 @@ class SpeculativeEngine:
         TokenEvents, then its RoundEvent. With no drafter (or γ = 0, a timing round) the round
         is a plain target-only decode step that commits one target token."""
         num_committed_before = len(state.ids)
-        t_start = self._now()
+        t_start, asked = self._now(), state.drafter is not None and num_speculative_tokens > 0  # else no drafter time
         draft = self._draft(state, config, generator, num_speculative_tokens)  # 1. x1..xγ and q
         t_verify = self._now()
         target_logits, target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample, bonus or target
@@ -295,7 +295,7 @@ class SpeculativeEngine:
         token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
         round_event = self._round_event(
             state, config, num_speculative_tokens, draft, result, len(token_events),
-            draft_ms=(t_verify - t_start) * 1000, verify_ms=verify_ms, timing=timing, drafting_paused=drafting_paused,
+            draft_ms=(t_verify - t_start) * 1000 if asked else 0.0, verify_ms=verify_ms, timing=timing, drafting_paused=drafting_paused,
             paused_speedup=paused_speedup,
         )
         if config.trace:  # recorded after the round's timing, and left out of the decode time

@@ -95,7 +95,8 @@ class RoundEvent:
             drafts after the first rejection are discarded unjudged. In a round truncated by a
             stop it covers only the committed positions (all True). ``len(accepted_mask)`` is
             the number of judged positions that α divides by.
-        draft_ms: wall time spent in the drafter this round, milliseconds.
+        draft_ms: wall time spent in the drafter this round, milliseconds; 0 for a round that asked
+            no drafter (no drafter, or γ = 0), whose whole time is the target-only step.
         draft_steps: drafter forward passes this round (0 for n-gram and target-only).
         verify_ms: wall time of the single target forward pass plus verification, milliseconds.
         elapsed_ms: decoding time from the start of decoding (after prefill) to the end of
