@@ -756,6 +756,14 @@ MUTANTS = [
         "a round's time is the decode time so far, not its own share",
     ),
     Mutant(
+        "no-drafter-round-charges-draft-time",
+        10,
+        "specchat/core/engine.py",
+        "draft_ms=(t_verify - t_start) * 1000 if asked else 0.0,",
+        "draft_ms=(t_verify - t_start) * 1000,",
+        "a round that asks no drafter books the engine's work before its verify pass as drafting (t₁ leaves it out)",
+    ),
+    Mutant(
         "stop-leaves-queued-messages",
         11,
         "specchat/ui/session.py",
