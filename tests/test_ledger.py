@@ -117,6 +117,8 @@ def test_target_only_ledger_is_one_for_one():
     ledger = count_ledger(rounds, sizes=ModelSizes(ModelSize(10, 20)), alpha=None, prefill_ms=10.0)
     assert ledger.reads_factor == 1.0 and ledger.arithmetic == 1.0 and ledger.flop_ratio == 0.0
     assert ledger.bytes_factor == 1.0 and not ledger.mostly_prefill
+    assert "6 target passes for 6 tokens (as many weight reads as target-only," in ledger.line()
+    assert "(2.67× fewer weight reads, E[N] predicts n/a)" in count_ledger(_rounds()).line()  # 8 tokens, 3 passes
 
 
 def test_model_sizes_json_round_trip_and_bad_values():

@@ -216,9 +216,11 @@ class Ledger:
     def line(self) -> str:
         """One line of text for the CLI."""
         f = lambda v, spec="{:.2f}×": "n/a" if v is None else spec.format(v)  # noqa: E731
+        saved = (f"{f(self.reads_factor)} fewer weight reads" if self.reads_factor is None or self.reads_factor >= 1.005
+                 else "as many weight reads as target-only")
         parts = [
-            f"{self.target_passes} target passes for {self.num_tokens} tokens ({f(self.reads_factor)} fewer weight "
-            f"reads, E[N] predicts {f(self.reads_factor_predicted)})",
+            f"{self.target_passes} target passes for {self.num_tokens} tokens ({saved}, E[N] predicts "
+            f"{f(self.reads_factor_predicted)})",
         ]
         if self.drafter_passes:
             parts.append(f"{self.drafter_passes} drafter passes ({f(self.draft_share, '{:.0%}')} of decode time)")
