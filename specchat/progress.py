@@ -8,6 +8,7 @@ progress in the browser (the loading runs in a background thread, which Gradio's
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -37,12 +38,21 @@ class ProgressBoard:
         self._echo: TextIO | None = None
         self._echo_start = 0.0
 
-    def echo_to(self, stream: TextIO | None = sys.stderr) -> None:
+    def echo_to(self, stream: TextIO | None = sys.stderr, *, from_now: bool = False) -> None:
         """From now on also print each stage to ``stream`` (the terminal), after the seconds
-        since the process started (since the command was typed, Python's imports included):
-        ``[ 12.3 s] Calibrating: target only``. None stops it."""
+        since the process started (since the command was typed, Python's imports included), or
+        with ``from_now`` since this call: ``[ 12.3 s] Calibrating: target only``. None stops it."""
         with self._lock:
-            self._echo, self._echo_start = stream, time.monotonic() - process_age_s()
+            self._echo, self._echo_start = stream, time.monotonic() - (0.0 if from_now else process_age_s())
+
+    @contextlib.contextmanager
+    def echoing(self, stream: TextIO = sys.stderr, *, from_now: bool = False):
+        """:meth:`echo_to` ``stream`` while inside, and no more after (also after an error)."""
+        self.echo_to(stream, from_now=from_now)
+        try:
+            yield
+        finally:
+            self.echo_to(None)
 
     def stage(self, text: str) -> None:
         with self._lock:

@@ -39,6 +39,26 @@ def test_stages_are_echoed_to_the_terminal_with_the_seconds_since_the_start(monk
     assert out.getvalue() == "[ 14.8 s] Loading target m\n"
 
 
+def test_a_later_load_counts_from_its_own_command(monkeypatch):
+    """``echoing(from_now=True)`` (the chat's /drafter): the seconds since that call, and no echo
+    after the block, also when the load fails."""
+    import io
+
+    import pytest
+
+    from specchat import progress
+
+    clock = iter([500.0, 503.21, 510.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(progress, "process_age_s", lambda: 400.0)
+    out = io.StringIO()
+    with pytest.raises(RuntimeError), BOARD.echoing(out, from_now=True):
+        BOARD.stage("Loading drafter d")
+        raise RuntimeError("the load failed")
+    BOARD.stage("Ready")
+    assert out.getvalue() == "[  3.2 s] Loading drafter d\n"
+
+
 def test_the_process_age_is_the_time_since_the_process_started():
     """A child process that sleeps 1 s before it asks says at least 1 s (the imports before the
     question count too), and not the machine's uptime."""

@@ -74,8 +74,7 @@ def load_service(args: argparse.Namespace):
             file=sys.stderr,
         )
         return None, 2
-    BOARD.echo_to(sys.stderr)
-    try:
+    with BOARD.echoing(sys.stderr):
         service.load()
         if args.drafter == "auto":
             args.drafter, why = service.pick_drafter()
@@ -85,8 +84,6 @@ def load_service(args: argparse.Namespace):
             BOARD.stage("Warming up (the first forward passes of a process are slow)")
             service.warm_up(args.drafter, num_tokens=4)
             service.forget_prefix()  # the first prompt is read whole, as without the warm-up
-    finally:
-        BOARD.echo_to(None)
     if getattr(args, "compile", False):
         compile_target(service)
     return service, 0

@@ -146,14 +146,12 @@ def reply(service, state: ReplState, message: str, console, err_console) -> Done
 
 
 def _prepare(service, kind: str) -> None:
-    """Load drafter ``kind`` (once), printing the loading stages as the CLI's start does."""
+    """Load drafter ``kind`` (once), printing the loading stages as the CLI's start does, with
+    the seconds since the command that asked for it."""
     from specchat.progress import BOARD
 
-    BOARD.echo_to(sys.stderr)
-    try:
+    with BOARD.echoing(sys.stderr, from_now=True):
         service.prepare_drafter(kind)
-    finally:
-        BOARD.echo_to(None)
 
 
 def run_repl(service, state: ReplState, *, read: Callable[[str], str] = input, console=None, err_console=None) -> int:

@@ -272,10 +272,6 @@ def _check_layout(lib: LlamaLibrary) -> None:
                            f"({wrong}); install {XLLAMACPP_REQUIREMENT}")
 
 
-# -- which library: one per process ---------------------------------------------------------
-_init_lock = threading.Lock()
-_loaded = None  # the library in use: llama-cpp-python's module or llama_api.LlamaLibrary
-_loaded_name: str | None = None
 @contextlib.contextmanager
 def ctrl_c_after_the_call():
     """Hold a Ctrl-C that comes while llama.cpp works in C, and hand it on once the call returns.
@@ -300,6 +296,10 @@ def ctrl_c_after_the_call():
         previous(signal.SIGINT, None)
 
 
+# -- which library: one per process ---------------------------------------------------------
+_init_lock = threading.Lock()
+_loaded = None  # the library in use: llama-cpp-python's module or llama_api.LlamaLibrary
+_loaded_name: str | None = None
 _log_callback = None  # keep the ctypes callback alive while llama.cpp may call it
 
 

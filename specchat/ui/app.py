@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from specchat.progress import BOARD
 
-    BOARD.echo_to(sys.stderr)  # each stage the page shows, in the terminal too, with the seconds since now
+    BOARD.echo_to(sys.stderr)  # each stage the page shows, in the terminal too, with the seconds since the start
     service.start(drafter)
     host = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else host}:{args.port}"
