@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from specchat.drafters.kinds import KIND_NAMES
+from specchat.offline import ALLOW_DOWNLOAD_ENV, allow_hub
 
 PROG = "specchat" if Path(sys.argv[0]).name == "specchat" else "python -m specchat"  # as the user ran it
 # The same names as specchat.runtimes.registry's and specchat.runtimes.loading's (tests/test_package.py checks),
 # repeated so that building the parser imports neither pydantic and yaml nor torch.
 MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
-ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 RUNTIME_CHOICES = ("auto", "transformers", "llamacpp")  # specchat.runtimes.select.RUNTIME_NAMES (a test checks)
 RUNTIME_HELP = ("what runs the target and the model drafters: llamacpp (the GGUF as it is, on llama.cpp through "
@@ -85,7 +85,7 @@ def use_model_sources(args: argparse.Namespace) -> str | None:
     """Apply ``--allow-download`` and ``--models FILE`` for this process (see
     :func:`use_models_file`); an error message, or None."""
     if args.allow_download:
-        os.environ[ALLOW_DOWNLOAD_ENV] = "1"
+        allow_hub()
     return use_models_file(args.models)
 
 

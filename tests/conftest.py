@@ -3,15 +3,16 @@
 import os
 import sys
 
-import pytest
-import torch
-
-from specchat.runtimes.transformers import TransformersRuntime
-
-# Offline and private: no Gradio analytics, no Hub telemetry (UI_NOTES.md).
+# Offline and private: no Gradio analytics, no Hub telemetry, no Hub at all. Set before anything
+# imports huggingface_hub, which reads them once (importing specchat sets them too: specchat.offline).
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from specchat.runtimes.transformers import TransformersRuntime  # noqa: E402
 
 # No outgoing connection during the tests: every socket connect / name lookup of this process
 # whose host is not loopback is recorded, and the session fails if there was one (an audit hook

@@ -14,15 +14,16 @@ ALLOWED = {
     "core": {"core"},
     "drafters": {"core", "drafters"},
     "errors": set(),
+    "offline": set(),
     "progress": set(),
-    "runtimes": {"core", "drafters", "runtimes", "errors", "progress"},
+    "runtimes": {"core", "drafters", "runtimes", "errors", "progress", "offline"},
     "analysis": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
     "service": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
-    "options": {"drafters", "runtimes", "errors"},
+    "options": {"drafters", "runtimes", "errors", "offline"},
     "ui": {"core", "drafters", "runtimes", "analysis", "service", "options", "errors", "progress", "ui"},
     "commands": {"core", "drafters", "runtimes", "analysis", "service", "options", "errors", "progress", "ui", "commands"},
     "__main__": {"commands"},
-    "__init__": set(),
+    "__init__": {"offline"},
 }
 CORE_FORBIDDEN = {"transformers", "gradio", "plotly", "argparse", "yaml", "pydantic", "bitsandbytes", "llama_cpp"}
 MAX_LINES = 520  # "no room over ~500 lines"

@@ -80,3 +80,45 @@ def test_the_cli_names_the_same_environment_variables():
     from specchat.runtimes import loading, registry
 
     assert options.MODELS_YAML_ENV == registry.MODELS_YAML_ENV and options.ALLOW_DOWNLOAD_ENV == loading.ALLOW_DOWNLOAD_ENV
+
+
+@pytest.fixture(scope="module")
+def no_template_pair(tmp_path_factory):
+    """A tiny target and drafter whose tokenizer has no chat template (as a base model's)."""
+    from tiny_models import byte_tokenizer, tiny_model
+
+    out = tmp_path_factory.mktemp("no-template")
+    tokenizer = byte_tokenizer()
+    assert tokenizer.chat_template is None
+    for name, seed in (("target", 0), ("drafter", 1)):
+        model = tiny_model(vocab_size=len(tokenizer), family="qwen2", seed=seed, hidden_size=64, max_positions=512)
+        model.config.eos_token_id = tokenizer.eos_token_id
+        model.save_pretrained(out / name)
+        tokenizer.save_pretrained(out / name)
+    return out / "target", out / "drafter"
+
+
+@pytest.mark.parametrize("command", [
+    ["generate", "--prompt", "n m l k", "--max-new-tokens", "6"],  # auto: calibration, then the warm-up
+    ["generate", "--prompt", "n m l k", "--max-new-tokens", "6", "--no-chat", "--drafter", "ngram"],
+    ["generate", "--prompt", "n m l k", "--max-new-tokens", "6", "--chat", "--drafter", "sibling"],
+    ["chat", "--script", "SCRIPT", "--max-new-tokens", "6", "--drafter", "auto"],
+    ["calibrate", "--again"],
+])
+def test_every_command_runs_a_model_without_a_chat_template(command, no_template_pair, tmp_path, monkeypatch, capsys):
+    """A model whose tokenizer has no chat template (any base model) works in every command: the
+    warm-up, the calibration and the chat send plain text (the commands said "this model's
+    tokenizer has no chat template" and stopped), and the runtime line says so."""
+    from specchat.commands.cli import main
+
+    target, drafter = no_template_pair
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    script = tmp_path / "script.json"
+    script.write_text('["a b c", "a b c d"]')
+    argv = [str(script) if a == "SCRIPT" else a for a in command]
+    status = main([*argv, "--target", str(target), "--drafter-model", str(drafter), "--dtype", "float32"])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-2000:]
+    assert "no chat template" not in err or "reach it as plain text" in err
+    if command[0] == "generate":
+        assert "this model has no chat template: messages reach it as plain text" in err

@@ -140,3 +140,20 @@ def test_trimming_a_long_chat_templates_it_a_logarithmic_number_of_times(num_exc
     assert prompt.num_dropped_messages == 2 * (num_exchanges - 5)
     assert len(prompt.input_ids) == 24 * 5 + 7 + 1
     assert tok.calls <= 2 * math.ceil(math.log2(num_exchanges + 1)) + 2, tok.calls
+
+
+def test_a_tokenizer_without_a_chat_template_gets_the_messages_as_plain_text():
+    """A base model has no chat template: the messages are one plain text, oldest first, joined by
+    a blank line (the byte tokenizer's ids are the UTF-8 bytes, so the ids are known by hand), and
+    trimming still drops the oldest turns first."""
+    tok = byte_tokenizer()
+    assert tok.chat_template is None
+    prompt = build_chat_prompt(tok, [], "n m l k", context_length=100, max_new_tokens=8)
+    assert prompt.input_ids == list(b"n m l k") and prompt.num_dropped_messages == 0
+    history = [{"role": "user", "content": "ab"}, {"role": "assistant", "content": "cd"}]
+    prompt = build_chat_prompt(tok, history, "ef", context_length=100, max_new_tokens=8)
+    assert prompt.input_ids == list(b"ab\n\ncd\n\nef")
+    prompt = build_chat_prompt(tok, history, "ef", context_length=len(b"ab\n\ncd\n\nef") + 7, max_new_tokens=8)
+    assert prompt.input_ids == list(b"ef") and prompt.num_dropped_messages == 2
+    with pytest.raises(ValueError, match="as plain text; the context window holds 4"):
+        build_chat_prompt(tok, [], "abcdef", context_length=4, max_new_tokens=1)

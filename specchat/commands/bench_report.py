@@ -387,9 +387,9 @@ def machine_description(service) -> dict:
         "runtime": describe_service(service) if getattr(service, "engine", None) is not None else None,
     }
     if getattr(service, "runtime", None) == "llamacpp":
-        import llama_cpp
+        from specchat.runtimes.llama_api import library_version
 
-        info["llama_cpp_python"] = llama_cpp.__version__
+        info["llama_cpp_library"] = library_version()  # the one in use: xllamacpp or llama-cpp-python
     if service.device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(service.device)
     return info

@@ -80,13 +80,16 @@ def _run(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from specchat.errors import SpecchatError
+    from specchat.runtimes.chat import PLAIN_PROMPT_NOTE, has_chat_template
 
     try:
         service, status = load_service(args)
         if service is None:
             return status
         if args.chat is None:
-            args.chat = getattr(service.tokenizer, "chat_template", None) is not None
+            args.chat = has_chat_template(service.tokenizer)
+        elif args.chat and not has_chat_template(service.tokenizer):
+            print(f"{PROG}: note: {PLAIN_PROMPT_NOTE}", file=sys.stderr)
         if args.chat:
             ids, notice = service.encode_chat([], args.prompt, args.max_new_tokens)
         else:

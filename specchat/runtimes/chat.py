@@ -1,4 +1,5 @@
-"""Chat history → prompt token ids, with the model's own chat template."""
+"""Chat history → prompt token ids, with the model's own chat template (or, for a model that has
+none, such as a base model, as plain text: :func:`plain_prompt_ids`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def build_chat_prompt(
     context_length: int,
     max_new_tokens: int,
 ) -> ChatPrompt:
-    """Apply the chat template to ``history + [user message]``, trimming the oldest turns.
+    """Apply the chat template to ``history + [user message]``, trimming the oldest turns. A
+    tokenizer without a chat template gets the messages as plain text (:func:`plain_prompt_ids`).
 
     Whole messages are dropped oldest first (a leading system message is kept) until the
     prompt plus ``max_new_tokens`` fits ``context_length``. The current message is never cut:
@@ -39,13 +41,11 @@ def build_chat_prompt(
     does not, the reply gets the room that is left.
 
     Raises:
-        ValueError: the message is empty or whitespace only; the tokenizer has no chat
-            template; or the message alone does not fit the context window.
+        ValueError: the message is empty or whitespace only, or the message alone does not fit
+            the context window.
     """
     if is_blank(message):
         raise ValueError("the message is empty: type something to send")
-    if tokenizer.chat_template is None:
-        raise ValueError("this model's tokenizer has no chat template; use plain-text prompts")
     system = [m for m in history[:1] if m.get("role") == "system"]
     turns = [m for m in history[len(system) :] if m.get("content")]
     current = {"role": "user", "content": message}
@@ -80,7 +80,8 @@ def build_chat_prompt(
     ids, dropped = ids_from(hi), starts[hi]
     if len(ids) >= context_length:
         raise ValueError(
-            f"the message is {len(ids)} tokens with the chat template; the context window holds "
+            f"the message is {len(ids)} tokens {'with the chat template' if has_chat_template(tokenizer) else 'as plain text'}; "
+            f"the context window holds "
             f"{context_length}: shorten it"
         )
     return ChatPrompt(ids, dropped)
@@ -100,7 +101,24 @@ def is_blank(text: str | None) -> bool:
     )
 
 
+PLAIN_PROMPT_NOTE = "this model has no chat template: messages reach it as plain text, and the reply continues it"
+
+
+def has_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer carries a chat template (a base model's usually does not)."""
+    return getattr(tokenizer, "chat_template", None) is not None
+
+
+def plain_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
+    """The prompt for a model without a chat template: every message's text, oldest first, joined
+    by a blank line, encoded with the tokenizer's own special tokens (e.g. BOS). One message alone
+    is exactly its text, as a plain-text prompt (``ChatService.encode_plain``) is."""
+    return [int(t) for t in tokenizer("\n\n".join(m["content"] for m in messages)).input_ids]
+
+
 def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
+    if not has_chat_template(tokenizer):
+        return plain_prompt_ids(tokenizer, messages)
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     if isinstance(out, dict) or hasattr(out, "input_ids"):
         out = out["input_ids"]

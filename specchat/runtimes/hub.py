@@ -4,26 +4,17 @@ default (specchat makes no network connections), allowed with ``--allow-download
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from specchat.errors import ModelSourceError
+from specchat.offline import ALLOW_DOWNLOAD_ENV, allow_hub, download_allowed, offline_by_user  # noqa: F401 (re-exported)
 from specchat.runtimes.gguf_cache import cache_root
 from specchat.runtimes.registry import ModelEntry
 
-ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
-"""Set to 1 (or pass ``--allow-download``) to let specchat fetch a model that has a Hub id and no
-offline source from the Hugging Face Hub. Off by default: specchat makes no network connections."""
-
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 """What a download fetches: config, weights in safetensors, tokenizer and chat template files."""
-
-
-def download_allowed() -> bool:
-    """True when the user allowed Hub downloads (``$SPECCHAT_ALLOW_DOWNLOAD`` is 1/true/yes)."""
-    return os.environ.get(ALLOW_DOWNLOAD_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def hub_dir_for(entry: ModelEntry, root: Path | None = None) -> Path:
@@ -45,11 +36,12 @@ def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None,
     target = hub_dir_for(entry, cache_dir)
     if (target / "config.json").is_file() and any(target.glob("*.safetensors")) and (target / ".complete").is_file():
         return target
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes"):
+    if offline_by_user():
         raise ModelSourceError(
             f"model {entry.name!r} would be downloaded from the Hub ({entry.hub_id}), but HF_HUB_OFFLINE is set; "
             f"unset it to allow the download, or download it yourself and pass the directory as the model."
         )
+    allow_hub()  # lifts the offline switch specchat itself set (specchat.offline)
     if snapshot_download is None:
         from huggingface_hub import snapshot_download
     target.mkdir(parents=True, exist_ok=True)

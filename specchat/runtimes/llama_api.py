@@ -349,6 +349,20 @@ def unavailable_reason() -> str | None:
             f"`pip install {LLAMA_CPP_REQUIREMENT}` (cmake and a C++ compiler, about 7 minutes on 2 CPU cores)")
 
 
+def library_version() -> str | None:
+    """The library in use and its package's version, e.g. ``"xllamacpp 2026.10.11549"``; None when
+    no llama.cpp library can be used. Reads package metadata: imports nothing."""
+    import importlib.metadata
+
+    name = library_name()
+    if name is None:
+        return None
+    try:
+        return f"{name} {importlib.metadata.version(name)}"
+    except importlib.metadata.PackageNotFoundError:
+        return name
+
+
 def gpu_offload() -> bool:
     """True when the installed llama.cpp was built with a GPU backend (CUDA, Metal, …)."""
     return unavailable_reason() is None and bool(library().llama_supports_gpu_offload())

@@ -209,4 +209,9 @@ def describe_service(service, drafter: str | None = None) -> str:
     unavailable = getattr(getattr(service, "runtime_choice", None), "unavailable", None)
     if unavailable:
         parts.append(f"llama.cpp is not offered: {unavailable}")
+    from specchat.runtimes.chat import PLAIN_PROMPT_NOTE, has_chat_template
+
+    tokenizer = getattr(service, "tokenizer", None)
+    if tokenizer is not None and not has_chat_template(tokenizer):
+        parts.append(PLAIN_PROMPT_NOTE)
     return " · ".join(parts)
