@@ -329,8 +329,7 @@ class ChatService:
         kind = drafter_kinds.get(name)
         entry = self._sibling_entry() if kind.needs_sibling else self.target_entry
         BOARD.stage(f"Loading {'a lower-bit copy of ' if kind.int4 else ''}{entry.name} on llama.cpp for the "
-                    f"{name} drafter" + (" (the copy is made once with llama.cpp's quantizer: tens of seconds)"
-                                         if kind.int4 else ""))
+                    f"{name} drafter" + (f" (the copy is {llamacpp.lower_bit_how()})" if kind.int4 else ""))
         if not entry.has_gguf:
             raise loading.ModelSourceError(f"drafter {entry.name!r} has no GGUF file, so llama.cpp cannot run it")
         runtime, drafter_tokenizer = select.load_llamacpp(entry, threads=self.threads, lower_bit=kind.int4)

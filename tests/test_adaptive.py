@@ -3,7 +3,6 @@ engine with adaptive γ on stays lossless (greedy identity, exact distribution).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 
@@ -24,9 +23,9 @@ from lossless import (
 
 from specchat.core import adaptive
 from specchat.core.adaptive import AdaptiveGamma
-from specchat.core.costs import CostEstimator
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import RoundEvent
+from specchat.core.round_costs import RelativeCosts
 from specchat.runtimes.transformers import TransformersRuntime
 
 
@@ -40,23 +39,33 @@ def _round(mask, *, drafted=None, draft_ms=30.0, verify_ms=100.0, gamma=8):
     )
 
 
+def _target_step(ms=10.0):
+    return _round([], drafted=0, draft_ms=0.0, verify_ms=ms)
+
+
+def _controller(max_gamma=8, **kwargs) -> AdaptiveGamma:
+    """A controller whose costs count from the first round (the warm-up skip is tested apart)."""
+    return AdaptiveGamma(max_gamma, costs=RelativeCosts(_skip=0), **kwargs)
+
+
 def test_one_round_gives_the_hand_computed_estimates_and_choice():
-    """After one round (accept, accept, reject; 30 ms drafting 3 tokens; 100 ms verify):
-    pooled α = (2 + 0.6·2)/(3 + 2) = 0.64; β1 = β2 = (1 + 1.28)/3 = 0.76, β3 = 1.28/3,
-    β4… = 0.64; t_draft = 10 ms; v0 = 100, v1 = 0 (one n seen).
-    S(γ) = E[N](γ)·100/(10γ + 100): S(1) = 1.6, S(2) = 1.948, S(3) = 1.98772, S(4) = 1.95840."""
+    """A target step of 100 ms, then one round (accept, accept, reject; 30 ms drafting 3 tokens;
+    100 ms verify): pooled α = (2 + 0.6·2)/(3 + 2) = 0.64; β1 = β2 = (1 + 1.28)/3 = 0.76,
+    β3 = 1.28/3, β4… = 0.64; c = 10/100 = 0.1; ρ(4) = 100/100 = 1, so the line through (1, 1) is
+    flat. S(γ) = E[N](γ)/(0.1γ + 1): S(1) = 1.6, S(2) = 1.948, S(3) = 1.98772, S(4) = 1.95840."""
     assert adaptive.PRIOR_ACCEPTANCE == 0.6 and adaptive.PRIOR_WEIGHT == 2.0  # the numbers below use them
-    c = AdaptiveGamma(8)
+    c = _controller()
     assert c.choose() == 1  # nothing timed yet: the initial γ, the cheapest round that measures
     assert AdaptiveGamma(8, initial_num_speculative_tokens=4).choose() == 4
     assert AdaptiveGamma(3, initial_num_speculative_tokens=6).choose() == 3  # clipped to γ_max
+    c.update(_target_step(100.0))
     c.update(_round([True, True, False]))
     assert c.pooled_acceptance == pytest.approx(0.64)
     beta = c.acceptance_by_position()
     assert beta[:4] == pytest.approx([0.76, 0.76, 1.28 / 3, 0.64])
     assert beta[4:] == pytest.approx([0.64] * 4)
-    assert c.draft_ms_per_token == pytest.approx(10.0)
-    assert c.verify_ms_fit() == pytest.approx((100.0, 0.0))
+    assert c.draft_cost() == pytest.approx(0.1)
+    assert c.costs.verify_line() == pytest.approx((1.0, 0.0))
     assert c.expected_tokens_per_round(3) == pytest.approx(1 + 0.76 + 0.5776 + 0.5776 * 1.28 / 3)
     speedups = [c.predicted_speedup(g) for g in (1, 2, 3, 4)]
     assert speedups == pytest.approx([1.6, 1.948, 1.98772, 1.95840], abs=1e-5)
@@ -71,66 +80,120 @@ def test_uniform_acceptance_reproduces_leviathan_equation_1():
         assert c.expected_tokens_per_round(gamma) == pytest.approx((1 - alpha ** (gamma + 1)) / (1 - alpha))
 
 
-def test_verify_cost_fit_on_a_line_is_the_shrunk_slope_and_ignores_rounds_without_drafts():
-    """Points on 100 + 10·k at k = 2 and k = 6 drafts, that is n = k + 1 = 3 and 7 checked
-    positions (weights 0.9 and 1 after decay): least squares gives slope 10, shrunk by
-    S_nn/(S_nn + SLOPE_PRIOR) with S_nn = Σw(n − n̄)²; the line passes through the weighted
-    means."""
-    c = AdaptiveGamma(8)
-    c.costs.anchor_target_step = False  # the plain fit (with t₁ as a point: the test after this one)
-    c.update(_round([True, False], verify_ms=120.0))  # n = 2
-    c.update(_round([True] * 6, verify_ms=160.0))  # n = 6
-    c.update(_round([], drafted=0, verify_ms=500.0))  # no drafts: not part of the fit
-    w2, w6 = 0.9, 1.0  # the k = 2 round decayed once; the no-draft round only times t₁
-    mean_k = (2 * w2 + 6 * w6) / (w2 + w6)
-    s_nn = w2 * (2 - mean_k) ** 2 + w6 * (6 - mean_k) ** 2  # the same in n = k + 1
-    slope = 10.0 * s_nn / (s_nn + adaptive.SLOPE_PRIOR)
-    v0, v1 = c.verify_ms_fit()
-    assert v1 == pytest.approx(slope)
-    assert v0 == pytest.approx(100.0 + 10.0 * mean_k - slope * (mean_k + 1))
-    assert c.costs.target_step_ms == pytest.approx(500.0)
+def _blocks(costs, load, *, rest2=15.0, step=10.0, draft=2.0, rounds=3):
+    """Three target steps then ``rounds`` drafting rounds of γ = 1, every time × ``load``."""
+    for _ in range(3):
+        costs.add(_target_step(step * load))
+    for _ in range(rounds):
+        costs.add(_round([False], drafted=1, draft_ms=draft * load, verify_ms=rest2 * load, gamma=1))
 
 
-def test_rounds_without_drafts_and_broken_timings_change_nothing():
-    c = AdaptiveGamma(8)
+def test_costs_are_ratios_to_the_target_steps_next_to_them_so_a_busy_moment_changes_nothing():
+    """Three times slower for two blocks, then quiet (t₁ 10 ms, v(2) 15, d 2): every drafting
+    round divided by the median of the 3 target steps nearest it (ties: the earlier) gives
+    ρ(2) = 1.5 and c = 0.2 throughout, where dividing by the latest t₁ (10 ms) would read the
+    busy rounds as 4.5 and 0.6 (the mean v(2) here is 35 ms against a mean t₁ of 23.3). A round at
+    the seam is normalised by a mix (round 12: steps 13, 14 and 9 → 10 ms, ρ = 4.5) and the median
+    of the 9 ignores it; so does one round slowed 10×."""
+    costs = RelativeCosts(_skip=0)
+    for load in (3, 3, 1):
+        _blocks(costs, load)
+    assert [costs.step_near(seq) for seq in (4, 11, 12, 16)] == [30.0, 30.0, 10.0, 10.0]
+    assert costs.verify_cost(2) == pytest.approx(1.5) and costs.draft_cost() == pytest.approx(0.2)
+    costs.add(_round([False], drafted=1, draft_ms=2.0, verify_ms=150.0, gamma=1))
+    assert costs.verify_cost(2) == pytest.approx(1.5)
+    assert costs.target_step_ms == 10.0 and costs.num_samples() == (9, 10, 10)
+
+
+def test_the_verify_line_is_least_squares_through_the_per_n_medians_and_one_at_one_position():
+    """Medians ρ(2) = 1.4 (2 rounds) and ρ(4) = 2.6 (1 round), with (1, 1) at weight 1: in
+    x = n − 1, points (0, 1), (1, 1.4), (3, 2.6), weights 1, 2, 1: x̄ = 1.25, ȳ = 1.6,
+    Sxx = 4.75, Sxy = 2.6, so b = 2.6/4.75 and a = 1.6 − 1.25·b. One n alone: the line through
+    (1, 1) and it, so a pass over 9 positions is not read as cheap as one over 3."""
+    costs = RelativeCosts(_skip=0)
+    costs.add(_target_step(10.0))
+    costs.add(_round([False, False], drafted=2, draft_ms=0.0, verify_ms=20.0, gamma=2))
+    assert costs.verify_line() == pytest.approx((1.0, 0.5)) and costs.verify_cost(9) == pytest.approx(5.0)
+    costs = RelativeCosts(_skip=0)
+    costs.add(_target_step(10.0))
+    for ms, n in ((14.0, 2), (14.0, 2), (26.0, 4)):
+        costs.add(_round([False], drafted=n - 1, draft_ms=0.0, verify_ms=ms, gamma=n - 1))
+    b = 2.6 / 4.75
+    assert [x for point in costs.verify_points() for x in point] == pytest.approx([2, 1.4, 2, 4, 2.6, 1])
+    assert costs.verify_line() == pytest.approx((1.6 - 1.25 * b, b))
+    assert RelativeCosts().verify_line() is None
+
+
+def test_a_reply_starts_from_two_earlier_samples_and_its_own_two_replace_them():
+    """At a reply's start the latest 2 ratios per n stay (a prior); once the reply has 2 of its
+    own for that n, only its own count."""
+    costs = RelativeCosts(_skip=0)
+    costs.add(_target_step(10.0))
+    for ms in (30.0, 30.0, 30.0, 20.0, 20.0):  # ρ(2) = 3, 3, 3, 2, 2
+        costs.add(_round([False], drafted=1, draft_ms=0.0, verify_ms=ms, gamma=1))
+    assert costs.verify_cost(2) == pytest.approx(3.0)
+    costs.new_reply()
+    assert costs.verify_points() == [(2, 2.0, 2)]  # the latest two
+    costs.add(_round([False], drafted=1, draft_ms=0.0, verify_ms=15.0, gamma=1))
+    assert costs.verify_cost(2) == pytest.approx(2.0)  # one of its own: with the prior (2, 2, 1.5)
+    costs.add(_round([False], drafted=1, draft_ms=0.0, verify_ms=15.0, gamma=1))
+    assert costs.verify_cost(2) == pytest.approx(1.5)  # two of its own: they alone
+
+
+def test_rounds_without_drafts_and_broken_timings_change_no_ratio_of_a_steady_load():
+    c = _controller()
+    c.update(_target_step(100.0))
     c.update(_round([True, True, False]))
-    before = (c.acceptance_by_position(), c.draft_ms_per_token, c.verify_ms_fit(), c.choose())
+    before = (c.draft_cost(), c.costs.verify_line(), c.choose())
     for _ in range(40):
-        c.update(_round([], drafted=0, draft_ms=0.1, verify_ms=300.0))
+        c.update(_target_step(100.0))
     c.update(_round([True, True, False], draft_ms=float("nan"), verify_ms=float("inf")))
-    after = (c.acceptance_by_position(), c.draft_ms_per_token, c.verify_ms_fit(), c.choose())
-    assert after[1:] == before[1:]  # d and v(n) untouched by no-draft rounds and non-finite timings
-    assert after[0][:3] != before[0][:3]  # (the last round's acceptance still counts)
-
-
-def test_a_convex_verify_cost_keeps_a_positive_intercept():
-    c = AdaptiveGamma(8)
-    for n, ms in ((1, 10.0), (2, 12.0), (8, 200.0)):
-        c.update(_round([True] * n, verify_ms=ms))
-    v0, v1 = c.verify_ms_fit()
-    assert v0 > 0 and v1 >= 0
-    assert c.predicted_speedup(1) is not None
+    assert (c.draft_cost(), c.costs.verify_line(), c.choose()) == before
 
 
 def test_choice_goes_to_the_ends_for_a_perfect_and_a_useless_drafter():
-    good, bad = AdaptiveGamma(8), AdaptiveGamma(8)
+    good, bad = _controller(), _controller()
+    for c in (good, bad):
+        c.update(_target_step(100.0))
     for _ in range(30):
-        good.update(_round([True] * 8, draft_ms=8.0))  # 1 ms per draft, always right
-        bad.update(_round([False], drafted=8, draft_ms=80.0))  # 10 ms per draft, always wrong
+        good.update(_round([True] * 8, draft_ms=8.0))  # c = 0.01, always right
+        bad.update(_round([False], drafted=8, draft_ms=80.0))  # c = 0.1, always wrong
     assert good.choose() == 8
-    assert bad.choose() == 1
+    assert bad.choose() == 0 and bad.paused  # every γ loses: paused
 
 
 def test_estimates_follow_a_change_of_regime():
     """Exponential decay: after 40 rounds of rejections the earlier acceptances barely count."""
-    c = AdaptiveGamma(8)
+    c = _controller()
+    c.update(_target_step(100.0))
     for _ in range(40):
         c.update(_round([True] * 8, draft_ms=8.0))
     assert c.choose() == 8
     for _ in range(40):
         c.update(_round([False], drafted=8, draft_ms=8.0))
     assert c.acceptance_by_position()[0] < 0.1
-    assert c.choose() == 1
+    assert c.choose() in (0, 1)
+
+
+def test_earlier_replies_acceptance_is_a_prior_of_three_judged_drafts():
+    """40 rejected rounds, then a new reply: the history is scaled to 3 judged drafts at the first
+    position (all positions alike), so two accepted γ = 1 rounds raise β1 to
+    (1.9 + 2·pooled)/(3·0.81 + 1.9 + 2), pooled = (1.9 + 1.2)/(3·0.81 + 1.9 + 2), where the
+    unscaled history (Σ 0.9^j, j < 40) would hold it near 0.2."""
+    c = _controller(1)
+    c.update(_target_step(100.0))
+    for _ in range(40):
+        c.update(_round([False], drafted=1, draft_ms=1.0, gamma=1))
+    history = sum(0.9**j for j in range(40))
+    assert c.judged == pytest.approx(history)
+    c.new_reply()
+    assert c.judged == pytest.approx(adaptive.HISTORY_WEIGHT)
+    for _ in range(2):
+        c.update(_round([True], drafted=1, draft_ms=1.0, gamma=1))
+    reached = 3 * 0.81 + 0.9 + 1
+    pooled = (1.9 + 1.2) / (reached + 2)
+    assert c.acceptance_by_position()[0] == pytest.approx((1.9 + 2 * pooled) / (reached + 2))
+    assert c.acceptance_by_position()[0] > 0.45
 
 
 def test_max_gamma_must_be_positive():
@@ -156,7 +219,8 @@ def test_adaptive_greedy_output_is_target_only_greedy(kind):
         assert all(r.num_drafted <= r.num_speculative_tokens <= 6
                    and (r.num_speculative_tokens or r.drafting_paused or r.timing) for r in rounds)
         assert sum(r.timing for r in rounds) <= 1
-    assert (make_drafter(kind).name, 6, True, "") in engine.gamma_controllers
+    sources = {key[3] for key in engine.gamma_controllers if key[:3] == (make_drafter(kind).name, 6, True)}
+    assert sources == ({"match-1", "match-2", "miss"} & sources if kind == "ngram" else {""}) and sources
 
 
 def test_confidence_stop_is_greedy_only():
@@ -203,30 +267,33 @@ def test_adaptive_gamma_keeps_the_exact_distribution():
 
 
 # -- γ = 0 with probes: drafting pauses when no γ pays -----------------------------------------
-def _target_step(ms=10.0):
-    return _round([], drafted=0, draft_ms=0.0, verify_ms=ms)
-
-
 def _rejected_rounds(c, n, *, draft_ms, verify_ms):
     for _ in range(n):
         c.update(_round([False], drafted=1, draft_ms=draft_ms, verify_ms=verify_ms, gamma=1))
 
 
-def test_drafting_pauses_at_the_break_even_and_probes_on_a_hand_computed_schedule():
-    """t₁ = 10 ms, d = 5 ms, v(2) = 16 ms (one n seen: v flat), 10 rejected γ = 1 rounds.
-    β1 = (0 + 2·pooled)/(R + 2), pooled = (0 + 1.2)/(R + 2), R = Σ_{j<10} 0.9^j = 6.5132;
-    S(1) = (1 + β1)·10/21 < 1, and every γ > 1 costs more for less: paused. A probe of γ = 1
-    loses 21 − (1 + β1)·10 ms against target-only steps, so P = ceil(loss/(0.02·10) + 1 − (1 + β1))
-    = 54 (β1 = 0.0331); break-even α for γ = 1: 1 + α = 21/10, α = 1.1 > 1 → 1.0."""
-    c = AdaptiveGamma(4)
+def _paused(max_gamma=4):
+    """t₁ = 10 ms, d = 5 ms (c = 0.5), v(2) = 16 ms (ρ(2) = 1.6, the line ρ(n) = 1 + 0.6·(n − 1)),
+    then 10 rejected γ = 1 rounds."""
+    c = _controller(max_gamma)
     c.update(_target_step(10.0))
     _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    return c
+
+
+def test_drafting_pauses_at_the_break_even_and_probes_on_a_hand_computed_schedule():
+    """c = 0.5 and ρ(2) = 1.6: a round of γ = 1 costs 2.1 target steps. After 10 rejections
+    β1 = (0 + 2·pooled)/(R + 2), pooled = (0 + 1.2)/(R + 2), R = Σ_{j<10} 0.9^j = 6.5132;
+    S(1) = (1 + β1)/2.1 < 1, and every γ > 1 costs more for less: paused. A probe of γ = 1 loses
+    2.1 − (1 + β1) steps, so P = ceil(loss/0.02 + 1 − (1 + β1)) = 54 (β1 = 0.0331); the break-even
+    α of γ = 1 would be 1.1 > 1 → 1.0."""
+    c = _paused()
     reached = sum(0.9**j for j in range(10))
     pooled = 1.2 / (reached + 2)
     beta1 = 2 * pooled / (reached + 2)
     assert c.acceptance_by_position()[0] == pytest.approx(beta1)
-    assert c.predicted_speedup(1) == pytest.approx((1 + beta1) * 10 / 21)
-    assert c.probe_interval(1) == 54 == math.ceil((21 - (1 + beta1) * 10) / (0.02 * 10) + 1 - (1 + beta1))
+    assert c.predicted_speedup(1) == pytest.approx((1 + beta1) / 2.1)
+    assert c.probe_interval(1) == 54 == math.ceil((2.1 - (1 + beta1)) / 0.02 + 1 - (1 + beta1))
     assert c.break_even_acceptance(1) == 1.0
     choices = [c.choose() for _ in range(108)]
     assert c.paused
@@ -236,11 +303,11 @@ def test_drafting_pauses_at_the_break_even_and_probes_on_a_hand_computed_schedul
 
 
 def test_without_timing_rounds_the_controller_times_t1_itself_once_per_reply_then_pauses():
-    """No target-only step timed, one rejected γ = 1 round (5 ms drafting, 16 ms verify): the
-    next choice is 0, a target-only step that times t₁; with t₁ = 10 ms, S(1) = (1 + β1)·10/21
-    < 1 (β1 = 2·pooled/3, pooled = 1.2/3): paused. Until t₁ arrives it asks once per reply, then
-    drafts the formula's γ (v(1) standing in for t₁); outside a reply it never asks."""
-    c = AdaptiveGamma(4)
+    """One rejected γ = 1 round (5 ms drafting, 16 ms verify) and no target step timed: the costs
+    are unknown, so within a reply the next choice is 0, a target-only step that times t₁; with
+    t₁ = 10 ms, S(1) = (1 + β1)/2.1 < 1 (β1 = 2·pooled/3, pooled = 1.2/3): paused. Until t₁
+    arrives it asks once per reply, then drafts the initial γ; outside a reply it never asks."""
+    c = _controller(4)
     _rejected_rounds(c, 1, draft_ms=5.0, verify_ms=16.0)
     assert c.choose() == 1  # outside a reply (no new_reply yet) it never asks
     c.new_reply()
@@ -248,51 +315,34 @@ def test_without_timing_rounds_the_controller_times_t1_itself_once_per_reply_the
     assert c.choose() == 1  # asked once: this reply's t₁ round did not arrive, so draft on
     c.new_reply()
     assert c.choose() == 0  # a new reply asks again
-    c.update(dataclasses.replace(_target_step(10.0), round_index=5))  # past the warm-up rounds
-    assert c.predicted_speedup(1) == pytest.approx((1 + 2 * 0.4 / 3) * 10 / 21)
+    c.update(_target_step(10.0))
+    assert c.predicted_speedup(1) == pytest.approx((1 + 2 * 0.4 / 3) / 2.1)
     assert c.choose() == 1 and c.paused  # paused; the reply's first paused round is its probe
     assert c.choose() == 0 and c.paused
 
 
-def test_the_controllers_verify_fit_takes_its_slope_from_t1_at_one_position():
-    """Rounds that all check n = 3 positions (20 ms) and t₁ = 10 ms: the least-squares line
-    through (1, 10) and (3, 20), equally weighted, has slope 5; S_nn = 2·1² = 2 shrinks it to
-    5·2/22; the line passes through the drafting rounds' (3, 20). A flat fit would say v(9) = 20."""
-    costs = CostEstimator(anchor_target_step=True)
-    costs.update(_target_step(10.0))
-    costs.update(_round([False, False], drafted=2, draft_ms=0.0, verify_ms=20.0, gamma=2))
-    slope = 5.0 * 2 / (2 + adaptive.SLOPE_PRIOR)
-    assert costs.verify_fit() == pytest.approx((20.0 - 3 * slope, slope))
-    assert costs.verify_ms(9) == pytest.approx(20.0 + 6 * slope)
-    assert CostEstimator().verify_fit() is None
-
-
-def test_break_even_acceptance_solves_leviathan_equation_1_against_the_round_time():
-    """t₁ = 10, d = 1, v(2) = 12: γ = 1 breaks even at 1 + α = 13/10 → α = 0.3. v(3) follows the
-    line through (2, 12) whose slope is the least-squares one with t₁ at n = 1 (weight W = 1 + 0.9
-    + 0.81 for both), 2, shrunk by S_nn/(S_nn + 20), S_nn = W/2; γ = 2 breaks even at
-    1 + α + α² = (2 + v(3))/10."""
-    c = AdaptiveGamma(4)
+def test_break_even_acceptance_solves_leviathan_equation_1_against_the_round_cost():
+    """t₁ = 10, d = 1, v(2) = 12: c = 0.1, ρ(2) = 1.2, so γ = 1 breaks even at 1 + α = 1.3 → α = 0.3;
+    ρ(3) = 1.4 on the line through (1, 1), so γ = 2 breaks even at 1 + α + α² = 0.2 + 1.4."""
+    c = _controller(4)
     c.update(_target_step(10.0))
     _rejected_rounds(c, 3, draft_ms=1.0, verify_ms=12.0)
     assert c.break_even_acceptance(1) == pytest.approx(0.3)
-    w = 1 + 0.9 + 0.81
-    v3 = 12.0 + 2.0 * (w / 2) / (w / 2 + adaptive.SLOPE_PRIOR)
-    need = (2.0 + v3) / 10.0
+    need = 0.2 + 1.4
     assert c.break_even_acceptance(2) == pytest.approx((-1 + (1 + 4 * (need - 1)) ** 0.5) / 2)
 
 
 def test_probes_resume_drafting_when_the_drafter_turns_right():
-    """Cheap rounds (t₁ 10, d 1, v 12: γ = 1 pays from α = 0.3): rejections pause drafting; the
+    """Cheap rounds (c 0.1, ρ(2) 1.2: γ = 1 pays from α = 0.3): rejections pause drafting; the
     probes are then accepted, α climbs past the break-even and drafting resumes (no pause)."""
-    c = AdaptiveGamma(4)
+    c = _controller(4)
     c.update(_target_step(10.0))
     _rejected_rounds(c, 20, draft_ms=1.0, verify_ms=12.0)
     assert c.choose() == 0 and c.paused
     for _ in range(200):
         gamma = c.choose()
         if gamma:  # a probe, accepted whole
-            c.update(_round([True] * gamma, draft_ms=1.0 * gamma, verify_ms=12.0, gamma=gamma))
+            c.update(_round([True] * gamma, draft_ms=1.0 * gamma, verify_ms=10.0 + 2.0 * gamma, gamma=gamma))
         else:
             c.update(_target_step(10.0))
         if not c.paused:
@@ -304,9 +354,7 @@ def test_a_paused_drafters_probes_cost_at_most_the_budget_over_a_long_reply():
     """A drafter that is always wrong (t₁ 10, d 5, v(2) 16): over 2000 rounds, the time spent
     against target-only for the same tokens is at most 2 % more (PROBE_BUDGET) (each probe commits 1 token in
     21 ms where a step takes 10), up to the estimate's prior (β1 ≈ 0.03 where the truth is 0)."""
-    c = AdaptiveGamma(4)
-    c.update(_target_step(10.0))
-    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    c = _paused()
     time_ms = tokens = 0
     for _ in range(2000):
         gamma = c.choose()
@@ -322,92 +370,93 @@ def test_a_paused_drafters_probes_cost_at_most_the_budget_over_a_long_reply():
 
 def test_a_probe_leaves_the_draft_cost_alone():
     """A probe's drafting time includes the drafter catching up on the paused rounds' tokens: it
-    updates α and v(n), not d, and the catch-up is charged to the next probes' interval."""
-    c = AdaptiveGamma(4)
-    c.update(_target_step(10.0))
-    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
-    d = c.draft_ms_per_token
+    updates α and ρ(n), not c, and the catch-up (500/10 − 0.5 = 49.5 target steps) is charged to
+    the next probes' interval: 49.5 / 0.02 = 2475 rounds longer."""
+    c = _paused()
+    assert c.draft_cost() == pytest.approx(0.5)
     while not c.choose():
         c.update(_target_step(10.0))
     before = c.probe_interval(1)
     c.update(_round([False], drafted=1, draft_ms=500.0, verify_ms=16.0, gamma=1))
-    assert c.draft_ms_per_token == pytest.approx(d)
-    # but the catch-up counts in what a probe costs: 495 ms more per probe, so probes grow rarer
-    # by 495 / (0.02 · 10) = 2475 rounds
-    assert c.probe_catch_up_ms == pytest.approx(500.0 - d)
+    assert c.draft_cost() == pytest.approx(0.5)
+    assert c.probe_catch_up == pytest.approx(49.5)
     assert c.probe_interval(1) - before == pytest.approx(2475, abs=1)
+    # a reply of paused rounds: its first probe owes no catch-up (5 ms: counted), its scheduled
+    # probes do (500 ms: not counted), so c stays 0.5, where counting them would make it 50
+    c.new_reply()
+    c.costs.new_reply()
+    probes = 0
+    while probes < 3:
+        gamma = c.choose()
+        if gamma:
+            c.update(_round([False], drafted=1, draft_ms=5.0 if probes == 0 else 500.0, verify_ms=16.0, gamma=1))
+            probes += 1
+        else:
+            c.update(_target_step(10.0))
+    assert c.draft_cost() == pytest.approx(0.5)
     c.choose()  # paused again: not a probe
-    c.update(_round([False], drafted=1, draft_ms=500.0, verify_ms=16.0, gamma=1))
-    assert c.draft_ms_per_token > d
+    for _ in range(20):
+        c.update(_round([False], drafted=1, draft_ms=500.0, verify_ms=16.0, gamma=1))
+    assert c.draft_cost() > 0.5  # drafting rounds that are not probes count in c
 
 
 def test_a_probe_drafts_the_gamma_that_loses_least():
-    """Paused at t₁ 10, d 5, v flat 16: a probe of γ loses 5γ + 16 − 10·E[N](γ) ms, least at γ = 1
-    (21 − 10.33 = 10.67 vs 26 − 10.34 for γ = 2), which need not be the γ with the best S."""
-    c = AdaptiveGamma(4)
-    c.update(_target_step(10.0))
-    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    """Paused at c 0.5, ρ(n) = 1 + 0.6·(n − 1): a probe of γ loses T(γ)/t₁ − E[N](γ) target steps,
+    least at γ = 1, which need not be the γ with the best S."""
+    c = _paused()
     assert c.probe_gamma() == 1
     c.new_reply()
     assert c.choose() == 1 and c.paused  # the reply's first probe drafts that γ
 
-    # the best S and the least loss part: t₁ 10, d 0.5, v(3) = 20 at γ = 2 and β ≈ 0.5 (T(1), T(2)
-    # from the fitted line): S(2) > S(1), yet a γ = 2 probe loses more than a γ = 1 probe
-    mixed = AdaptiveGamma(2)
+    # the best S and the least loss part: a fixed cost per round (ρ(2) = 2.0, ρ(3) = 2.25: a line
+    # with an intercept above 1), c = 0.01 and β ≈ 0.6: S(2) > S(1), yet a γ = 2 probe loses more
+    mixed = _controller(2)
     mixed.update(_target_step(10.0))
-    for mask in [[False], [True, False], [True, True], [False]] * 10:
-        mixed.update(_round(mask, drafted=2, draft_ms=1.0, verify_ms=20.0, gamma=2))
+    for mask, drafted in [([False], 1), ([True, False], 2), ([True], 1), ([True, True], 2), ([False], 2)] * 8:
+        mixed.update(_round(mask, drafted=drafted, draft_ms=0.1 * drafted, verify_ms=17.5 + 2.5 * drafted, gamma=drafted))
     b1, b2 = mixed.acceptance_by_position()
-    t_1, t_2 = mixed.costs.round_ms(1), mixed.costs.round_ms(2)
-    assert t_2 == pytest.approx(21.0)  # the line passes through the measured rounds
-    assert 10 * (1 + b1) / t_1 < 10 * (1 + b1 + b1 * b2) / t_2 < 1
-    assert t_1 - 10 * (1 + b1) < t_2 - 10 * (1 + b1 + b1 * b2)
+    t_1, t_2 = mixed.costs.round_cost(1), mixed.costs.round_cost(2)
+    a, b = mixed.costs.verify_line()
+    assert (t_1, t_2) == pytest.approx((0.01 + a + b, 0.02 + a + 2 * b)) and a > 1
+    assert (1 + b1) / t_1 < (1 + b1 + b1 * b2) / t_2 < 1
+    assert t_1 - (1 + b1) < t_2 - (1 + b1 + b1 * b2)
     assert mixed.probe_gamma() == 1
     mixed.new_reply()
     assert mixed.choose() == 1 and mixed.paused
 
 
-def test_a_fresh_controllers_first_two_rounds_leave_the_cost_fit_alone():
-    """The first reply's rounds 0 and 1 (slow first passes: 500 ms) are left out of t₁, d and v;
-    from round 2 on, and in later replies from round 0, every round counts."""
-    def at(index, event):
-        return dataclasses.replace(event, round_index=index)
-
-    c = AdaptiveGamma(4)
+def test_the_first_two_rounds_ever_leave_the_costs_alone():
+    """The first rounds a cost model sees (slow first passes: 500 ms) are left out of t₁, c and ρ;
+    from the third on every round counts, in later replies too."""
+    c = AdaptiveGamma(4)  # the default costs: the warm-up skip on
     c.new_reply()
-    c.update(at(0, _round([False], drafted=1, draft_ms=400.0, verify_ms=500.0, gamma=1)))
-    c.update(at(1, _round([False], drafted=1, draft_ms=400.0, verify_ms=500.0, gamma=1)))
-    assert c.draft_ms_per_token is None and c.verify_ms_fit() is None
+    c.update(_round([False], drafted=1, draft_ms=400.0, verify_ms=500.0, gamma=1))
+    c.update(_round([False], drafted=1, draft_ms=400.0, verify_ms=500.0, gamma=1))
+    assert c.draft_cost() is None and c.costs.num_samples() == (0, 0, 0)
     assert c.acceptance_by_position()[0] < adaptive.PRIOR_ACCEPTANCE  # their acceptance counts
-    c.update(at(2, _target_step(10.0)))
-    c.update(at(3, _round([False], drafted=1, draft_ms=5.0, verify_ms=16.0, gamma=1)))
-    assert c.costs.target_step_ms == 10.0 and c.draft_ms_per_token == 5.0 and c.costs.verify_ms(2) == 16.0
-    c.new_reply()
-    c.update(at(0, _round([False], drafted=1, draft_ms=5.0, verify_ms=26.0, gamma=1)))
-    assert c.costs.verify_ms(2) == pytest.approx((0.9 * 16.0 + 26.0) / 1.9)
+    c.update(_target_step(10.0))
+    c.update(_round([False], drafted=1, draft_ms=5.0, verify_ms=16.0, gamma=1))
+    assert c.costs.target_step_ms == 10.0 and c.draft_cost() == 0.5 and c.costs.verify_cost(2) == 1.6
 
 
 def test_a_replys_first_probe_keeps_the_catch_up_of_the_last_one():
     """A reply's first probe owes no catch-up (its drafter just read the prompt), so it neither
-    resets the catch-up charged to the probe interval nor is left out of d."""
-    c = AdaptiveGamma(4)
-    c.update(_target_step(10.0))
-    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
-    c.probe_catch_up_ms = 300.0  # what the last scheduled probe spent catching up
+    resets the catch-up charged to the probe interval nor is left out of c."""
+    c = _paused()
+    c.probe_catch_up = 30.0  # what the last scheduled probe spent catching up
     c.new_reply()
+    c.costs.new_reply()
     assert c.choose() == 1
-    c.update(dataclasses.replace(_round([False], drafted=1, draft_ms=7.0, verify_ms=16.0, gamma=1), round_index=2))
-    assert c.probe_catch_up_ms == 300.0
-    assert c.draft_ms_per_token > 5.0  # its 7 ms counted in d
+    c.update(_round([False], drafted=1, draft_ms=7.0, verify_ms=16.0, gamma=1))
+    assert c.probe_catch_up == 30.0
+    assert c.costs.num_samples()[2] == 3  # 2 kept from the last reply, and this probe's 7 ms
 
 
 def test_a_paused_controller_decides_again_only_when_its_probe_is_due(monkeypatch):
-    """Paused (t₁ 10, d 5, v(2) 16: drafting loses), the controller reads its estimates once when
-    it answers 0 after a probe and once more when the next probe is due, P rounds on: the P − 2
+    """Paused (c 0.5, ρ(2) 1.6: drafting loses), the controller reads its estimates once when it
+    answers 0 after a probe and once more when the next probe is due, P rounds on: the P − 2
     target-only steps between cost no estimate at all, and the due round drafts (the probe)."""
-    c = AdaptiveGamma(4)
-    c.update(_target_step(10.0))
-    _rejected_rounds(c, 10, draft_ms=5.0, verify_ms=16.0)
+    c = _paused()
     c.new_reply()
     assert c.choose() == 1 and c.paused  # the reply's first paused choice is a probe
     c.update(_round([False], drafted=1, draft_ms=5.0, verify_ms=16.0, gamma=1))
@@ -422,6 +471,92 @@ def test_a_paused_controller_decides_again_only_when_its_probe_is_due(monkeypatc
         c.update(_target_step(10.0))
     assert choices == [0] * (interval - 1) and len(reads) == 1
     assert c.choose() == 1 and len(reads) == 2  # due: decided again, and the probe drafts
+
+
+def test_a_probe_that_alone_says_drafting_pays_is_confirmed_at_once_then_resumes():
+    """A lookup (c 0) paused after a busy reply (ρ(2) 1.6, always rejected) turns right and the
+    machine quiet: the reply's first probe is accepted and cheap (v(2) 11 ms: 1.1 steps for
+    E[N](1) = 1 + β1 = 1.31 tokens, β1 = (1 + 2·0.386)/5.7). Alone it does not replace the
+    history's costs, but it is probed again at once; two of the reply's own rounds then replace
+    them, and drafting resumes on the third round rather than a probe interval later."""
+    c = _controller(4)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 10, draft_ms=0.0, verify_ms=16.0)  # a lookup: c = 0
+    c.new_reply()
+    c.costs.new_reply()
+    choices = []
+    for _ in range(6):
+        gamma = c.choose()
+        choices.append(gamma)
+        if gamma:
+            c.update(_round([True] * gamma, drafted=gamma, draft_ms=0.0, verify_ms=10.0 + gamma, gamma=gamma))
+        else:
+            c.update(_target_step(10.0))
+    assert choices[:2] == [1, 1] and not c.paused and all(choices[2:])
+
+
+def test_free_evidence_ends_a_lookup_pause_as_soon_as_it_says_drafting_pays():
+    """A lookup (c 0) paused at ρ(2) = 1.7 after rejections: each round that drafts nothing judges
+    what it would have proposed (observe). With the decayed sums, β1 after k accepted observations
+    is (A_k + 2·pooled)/(R_k + 2) (A_k = Σ_{j<k} 0.9^j, R_k = 0.9^k·R_0 + A_k); drafting γ = 1
+    pays once 1 + β1 > 1.7, and the controller decides again after each observation: it resumes
+    at the first k where the arithmetic says so."""
+    c = _controller(1)
+    c.update(_target_step(10.0))
+    _rejected_rounds(c, 10, draft_ms=0.0, verify_ms=17.0)
+    assert c.choose() == 0 and c.paused
+    r0 = sum(0.9**j for j in range(10))
+    expected_k = None
+    for k in range(1, 30):
+        a_k = sum(0.9**j for j in range(k))
+        r_k = 0.9**k * r0 + a_k
+        pooled = (a_k + 1.2) / (r_k + 2)
+        if 1 + (a_k + 2 * pooled) / (r_k + 2) > 1.7:
+            expected_k = k
+            break
+    resumed_at = None
+    for observed in range(1, 30):
+        c.observe(True)
+        c.update(_target_step(10.0))
+        gamma = c.choose()
+        if gamma and not c.paused:  # (a due probe drafts too, paused: fed here as a target step,
+            resumed_at = observed  # so that only the observations move α)
+            break
+    assert resumed_at == expected_k and not c.paused and expected_k <= 12
+
+
+def test_under_a_cpu_hog_the_choice_is_a_quiet_machines_once_the_hog_stops():
+    """Fake clock: a lookup (c ≈ 0) whose drafts are right twice then wrong (β1 = β2 = 1, β3 = 0:
+    E[N] = 3 from γ = 2 on), on a machine where t₁ = 10 ms and a pass over n positions costs
+    10 + 6·(n − 1) ms: S(2) = 3/2.2 beats S(3) = 3/2.8, so γ = 2. One reply under a hog that slows
+    every pass 3× and the passes over several positions 4× (the worst case: the ratios change), then
+    a quiet reply: from its 10th round on the controller drafts the quiet machine's γ again, and
+    its costs are the quiet ones."""
+    def run_reply(c, rounds, slow_step, slow_verify):
+        c.new_reply()
+        c.costs.new_reply()
+        chosen = []
+        for i in range(rounds):
+            gamma = 0 if i in (2, 6, 22, 38) else c.choose()  # the engine's timing rounds
+            chosen.append(gamma)
+            if gamma:
+                mask = [True, True, False][:gamma]
+                c.update(_round(mask, drafted=gamma, draft_ms=0.01 * gamma, verify_ms=(10 + 6 * gamma) * slow_verify,
+                                gamma=gamma))
+            else:
+                c.update(_target_step(10.0 * slow_step))
+        return chosen
+
+    quiet = _controller(8)
+    run_reply(quiet, 60, 1, 1)
+    assert quiet.choose() == 2 and quiet.costs.verify_cost(3) == pytest.approx(2.2)
+    c = _controller(8)
+    run_reply(c, 60, 1, 1)
+    run_reply(c, 60, 3, 4)  # the hog
+    assert c.costs.verify_cost(3) == pytest.approx(2.2 * 4 / 3)
+    after = run_reply(c, 12, 1, 1)
+    assert after[9:] == [2, 2, 2], after
+    assert c.costs.verify_cost(3) == pytest.approx(2.2)
 
 
 def test_on_a_tiny_pair_that_never_pays_the_defaults_pause_drafting_and_keep_the_reply():
@@ -447,3 +582,38 @@ def test_on_a_tiny_pair_that_never_pays_the_defaults_pause_drafting_and_keep_the
             return target(torch.tensor([ids])).logits[0, -1]
 
     assert list(events[-1].token_ids) == naive_greedy_fn(target_logits, prompt, 300)
+
+
+def test_the_policy_judges_a_free_draft_against_the_targets_token_in_a_round_that_drafts_nothing():
+    """GammaPolicy: one controller per source (sharing one cost model); in a round that drafts
+    nothing, the free draft's first token is compared with the token the target committed (the
+    draft's acceptance: P(token = x) = p(x)), and a model source (no free draft) is not judged."""
+    from specchat.core.adaptive import GammaPolicy
+
+    class Lookup:
+        name = "look"
+
+        def round_source(self, ids):
+            return "model" if ids[-1] == 9 else "lookup"
+
+        def free_draft(self, ids):
+            return [] if ids[-1] == 9 else [7, 8]
+
+    controllers, costs = {}, {}
+    policy = GammaPolicy(controllers, costs, Lookup(), 4, True)
+    assert policy.choose([1, 2], timing=True) == (0, False, False)  # the engine's timing round
+    policy.update(_target_step(10.0), [7])  # the target's token is the lookup's: accepted
+    lookup = controllers[("look", 4, True, "lookup")]
+    assert lookup.costs is costs[("look", 4, True)] and lookup.judged == 1.0
+    assert lookup.acceptance_by_position()[0] > adaptive.PRIOR_ACCEPTANCE
+    policy.choose([1, 2, 7], timing=True)
+    policy.update(_target_step(10.0), [5])  # rejected
+    assert lookup.judged == pytest.approx(1.9) and lookup._accepted[0] == pytest.approx(0.9)
+    policy.choose([1, 2, 7, 9], timing=True)
+    policy.update(_target_step(10.0), [7])
+    model = controllers[("look", 4, True, "model")]
+    assert model.costs is lookup.costs and model.judged == 0.0  # nothing free to judge
+    gamma, paused, own = policy.choose([1, 2, 7, 9, 3], timing=False)
+    assert gamma >= 1 and not paused  # a drafting round: nothing to judge after it
+    policy.update(_round([True], drafted=1, draft_ms=0.0, verify_ms=12.0, gamma=1), [7, 3])
+    assert lookup.judged == pytest.approx(1.9 * 0.9 + 1.0)  # its own round, judged once

@@ -7,12 +7,14 @@ makes the two equal. Every number below is worked out by hand in the test's docs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
 from specchat.core.costs import BreakEven, CostEstimator
 from specchat.core.events import RoundEvent
+from specchat.core.evidence import break_even_sentence
 from specchat.core.metrics import SpeculationMetrics
 
 
@@ -22,7 +24,7 @@ def test_gamma_1_breaks_even_at_c_plus_v2_minus_1():
     assert even.round_cost == pytest.approx(1.25)
     assert even.acceptance == pytest.approx(0.25)
     assert even.pays(0.3) and not even.pays(0.2)  # 1.3 > 1.25 > 1.2
-    assert even.sentence() == ("drafting one token costs c = 0.10 target steps and the verify pass over 2 positions "
+    assert break_even_sentence(even) == ("drafting one token costs c = 0.10 target steps and the verify pass over 2 positions "
                                "1.15, so drafting γ = 1 pays from α ≥ 0.25")
 
 
@@ -31,7 +33,7 @@ def test_a_drafter_dearer_than_the_target_can_never_pay():
     even = BreakEven(1, 2.7, 0.98)
     assert even.never_pays and not even.pays_always and even.acceptance is None
     assert not even.pays(1.0)
-    assert even.sentence().endswith("a round of γ = 1 costs 3.68 target steps and commits at most 2 tokens, "
+    assert break_even_sentence(even).endswith("a round of γ = 1 costs 3.68 target steps and commits at most 2 tokens, "
                                     "so no acceptance rate can pay")
 
 
@@ -41,7 +43,7 @@ def test_a_round_cheaper_than_a_target_step_pays_at_any_alpha():
     even = BreakEven(1, 0.02, 0.93)
     assert even.pays_always and even.acceptance is None
     assert even.pays(0.0)
-    assert even.sentence().endswith("a round of γ = 1 costs 0.95 target steps, no more than one, so drafting pays "
+    assert break_even_sentence(even).endswith("a round of γ = 1 costs 0.95 target steps, no more than one, so drafting pays "
                                     "at any acceptance rate")
 
 
@@ -49,12 +51,20 @@ def test_gamma_2_solves_the_quadratic():
     # c = 0.2, v(3)/t₁ = 1.3: T(2)/t₁ = 1.7 = 1 + α + α²  →  α* = (−1 + √(1 + 4·0.7)) / 2 = 0.4747
     even = BreakEven(2, 0.2, 1.3)
     assert even.acceptance == pytest.approx((-1 + math.sqrt(3.8)) / 2, abs=1e-12)
-    assert even.sentence().endswith("so drafting γ = 2 pays from α ≥ 0.48")  # rounded up, still true
+    assert break_even_sentence(even).endswith("so drafting γ = 2 pays from α ≥ 0.48")  # rounded up, still true
 
 
-@pytest.mark.parametrize(("round_cost", "shown"), [(1.2501, "0.26"), (1.003, "0.01"), (1.25, "0.25"), (1.999, "1.00")])
+@pytest.mark.parametrize(("round_cost", "shown"), [(1.2501, "0.26"), (1.003, "0.01"), (1.25, "0.25"), (1.98, "0.98")])
 def test_the_threshold_is_rounded_up_and_never_reads_0(round_cost, shown):
-    assert BreakEven(1, 0.0, round_cost).sentence().endswith(f"pays from α ≥ {shown}")
+    assert break_even_sentence(BreakEven(1, 0.0, round_cost)).endswith(f"pays from α ≥ {shown}")
+
+
+@pytest.mark.parametrize(("round_cost", "shown"), [(1.999, "0.999"), (1.9951, "0.996"), (1.991, "0.991")])
+def test_a_threshold_near_1_is_never_written_as_alpha_at_least_1(round_cost, shown):
+    """α* = 0.999 rounded up to two digits would read "pays from α ≥ 1.00", a condition no
+    acceptance rate below 1 meets (a reply once said so at α 0.00)."""
+    assert break_even_sentence(BreakEven(1, 0.0, round_cost)).endswith(
+        f"pays only if nearly every draft is accepted (α ≥ {shown})")
 
 
 def _round(i, drafted, accepted, draft_ms, verify_ms, paused=False, predicted=None):
@@ -74,28 +84,36 @@ def test_the_cost_estimator_and_the_metrics_give_the_same_break_even():
     assert costs.break_even(1) == metrics.break_even() == BreakEven(1, pytest.approx(0.1), pytest.approx(1.15))
 
 
-def test_a_pause_the_reply_s_own_costs_agree_with_names_its_alpha():
-    # t₁ = 10, d = 1, v(2) = 11.5 → α* = 0.25; the reply's α: 0 accepted of 2 judged = 0.00 < 0.25
+def _reply(*rounds):
     metrics = SpeculationMetrics()
-    for e in (_round(0, 0, 0, 0.0, 10.0), _round(1, 1, 0, 1.0, 11.5), _round(2, 1, 0, 1.0, 11.5),
-              _round(3, 0, 0, 0.0, 10.0, paused=True, predicted=0.8)):
-        metrics.update(e)
-    assert metrics.pause_note() == ("drafting paused in 1 of 4 rounds: here drafting one token costs c = 0.10 target "
-                                    "steps and the verify pass over 2 positions 1.15, so drafting γ = 1 pays from "
-                                    "α ≥ 0.25 (this reply's α: 0.00)")
+    for i, e in enumerate(rounds):
+        metrics.update(dataclasses.replace(e, round_index=i))
+    return metrics
 
 
-def test_a_pause_the_reply_s_own_costs_contradict_says_what_the_controller_predicted():
-    # the same costs (α* = 0.25) but every draft accepted (α = 1.00): by this reply's totals
-    # drafting paid; the controller, pooling earlier rounds, had predicted 0.93× at best
-    metrics = SpeculationMetrics()
-    for e in (_round(0, 0, 0, 0.0, 10.0), _round(1, 1, 1, 1.0, 11.5),
-              _round(2, 0, 0, 0.0, 10.0, paused=True, predicted=0.93)):
-        metrics.update(e)
-    note = metrics.pause_note()
-    assert note.endswith("; at this reply's α 1.00 drafting would pay, but when it paused the controller, which "
-                         "pools the rounds before (recent ones weighted more), predicted at best 0.93× for every γ")
-    assert metrics.paused_speedup == 0.93
+def test_a_pause_note_gives_the_break_even_once_the_sample_carries_one():
+    """t₁ = 10 ms (3 steps), d = 1, v(2) = 11.5 (3 drafting rounds): α* = 0.25, said with the
+    controller's own prediction where it paused; with fewer timed rounds the note says so
+    instead of a break-even from one round's timing."""
+    step, drafted = _round(0, 0, 0, 0.0, 10.0), _round(0, 1, 0, 1.0, 11.5)
+    paused = _round(0, 0, 0, 0.0, 10.0, paused=True, predicted=0.8)
+    metrics = _reply(step, drafted, drafted, drafted, step, paused)
+    assert metrics.pause_note() == ("drafting paused in 1 of 6 rounds (where it paused, its controller predicted at "
+                                    "best 0.80× for every γ): here drafting one token costs c = 0.10 target steps "
+                                    "and the verify pass over 2 positions 1.15, so drafting γ = 1 pays from α ≥ 0.25")
+    thin = _reply(step, drafted, paused)
+    assert thin.pause_note() == ("drafting paused in 1 of 3 rounds (where it paused, its controller predicted at best "
+                                 "0.80× for every γ): here too few timed rounds to say where drafting pays "
+                                 "(2 target steps, 1 drafting round)")
+
+
+def test_timings_that_disagree_give_no_break_even():
+    """A pass over 2 positions timed at 0.34 target steps (a busy moment during the target steps):
+    no "pays at any acceptance rate" from it."""
+    step, fast = _round(0, 0, 0, 0.0, 30.0), _round(0, 1, 0, 0.0, 10.2)
+    metrics = _reply(step, step, step, fast, fast, fast, _round(0, 0, 0, 0.0, 30.0, paused=True))
+    assert metrics.pause_note().endswith("here the timings disagree (a pass over 2 positions timed at 0.34 target "
+                                         "steps): the machine's load changed during the reply, so no break-even is given")
 
 
 def test_no_pause_no_note():

@@ -96,3 +96,36 @@ def test_a_real_calibration_on_smollm2_and_its_int4_copy(smollm2_dir, tmp_path, 
     monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: pytest.fail("calibrated again"))
     assert again.pick_drafter() == (kind, reason)
     assert again.hybrid_part() == "int4"
+
+
+def test_the_menu_says_what_each_calibrated_drafter_costs_here():
+    """Target-only rates 10, 12 and 11 tok/s (median 11: t₁ = 1000/11 ms); a drafted token of the
+    sibling took 40 ms (c = 40·11/1000 = 0.44) and of the int4 copy 140 ms (c = 1.54: a draft
+    step costs more than a target step, so no α can pay). An untimed kind keeps its plain name."""
+    from specchat.analysis.calibrate import menu_label
+
+    record = Calibration({"machine": "m"}, [10.0, 12.0, 11.0], [DrafterTiming("sibling", 9.0, 0.8, 0.6, 40.0),
+                                                                 DrafterTiming("int4", 5.0, 0.45, 0.9, 140.0)],
+                         32, "2026-12-06T00:00:00Z")
+    assert record.cost_ratio("sibling") == pytest.approx(0.44) and record.cost_ratio("int4") == pytest.approx(1.54)
+    assert menu_label("sibling", record) == "sibling · c 0.44 here"
+    assert menu_label("int4", record) == "int4 · costs 1.54 target steps a token here: cannot pay"
+    assert menu_label("ngram", record) == "ngram" and menu_label("sibling", None) == "sibling"
+
+    class Service:
+        calibration = record
+        kinds = ["none", "ngram", "int4", "sibling", "hybrid"]
+
+        def hybrid_part(self):
+            return "sibling"
+
+    from specchat.commands.common import drafter_cost_note
+    from specchat.ui.layout import drafter_menu
+
+    assert drafter_menu(Service(), Service.kinds, True) == [
+        ("auto: picked by measurement", "auto"), ("none", "none"), ("ngram", "ngram"),
+        ("int4 · costs 1.54 target steps a token here: cannot pay", "int4"), ("sibling · c 0.44 here", "sibling"),
+        ("hybrid (lookup, then sibling) · c 0.44 here", "hybrid")]
+    assert drafter_cost_note(Service(), "int4") == ("int4 · costs 1.54 target steps a token here: cannot pay "
+                                                    "(calibrated 2026-12-06)")
+    assert drafter_cost_note(Service(), "sibling") is None

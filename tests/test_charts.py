@@ -48,8 +48,9 @@ def _metrics(rounds: list[RoundEvent]) -> SpeculationMetrics:
     return m
 
 
-# (drafted, accepted) per round: a target-only round (t₁ = 100 ms), then 4 rounds of γ = 4.
-ROUNDS = [(0, 0), (4, 2), (4, 4), (4, 1), (4, 3)]
+# (drafted, accepted) per round: 3 target-only rounds (t₁ = 100 ms, enough to show a speedup)
+# between 4 rounds of γ = 4 (13 judged drafts).
+ROUNDS = [(0, 0), (4, 2), (4, 4), (0, 0), (4, 1), (4, 3), (0, 0)]
 
 
 @pytest.fixture
@@ -79,31 +80,31 @@ def test_acceptance_by_position_matches_hand_counts(metrics):
 def test_acceptance_rate_series(metrics):
     fig = charts.acceptance_rate_figure(metrics)
     cumulative = _trace(fig, "cumulative α")
-    assert list(cumulative.x) == [1, 2, 3, 4, 5]
+    assert list(cumulative.x) == [1, 2, 3, 4, 5, 6, 7]
     assert cumulative.y[0] is None  # nothing drafted yet after the target-only round
-    assert list(cumulative.y)[1:] == pytest.approx([2 / 3, 6 / 7, 7 / 9, 10 / 13], abs=1e-4)
+    assert list(cumulative.y)[1:] == pytest.approx([2 / 3, 6 / 7, 6 / 7, 7 / 9, 10 / 13, 10 / 13], abs=1e-4)
     per_round = _trace(fig, "per round")
-    assert list(per_round.x) == [2, 3, 4, 5]  # the target-only round has no ratio
+    assert list(per_round.x) == [2, 3, 5, 6]  # the target-only rounds have no ratio
     assert list(per_round.y) == pytest.approx([2 / 3, 1.0, 0.5, 0.75], abs=1e-4)
     assert "0.77" in fig.layout.title.text
 
 
 def test_speed_series_and_bars(metrics):
     seconds, rates = charts.speed_series(metrics)
-    # committed tokens 1, 3, 5, 2, 4 at 0.10, 0.24, 0.38, 0.52, 0.66 s
-    assert seconds == pytest.approx([0.10, 0.24, 0.38, 0.52, 0.66])
-    assert rates == pytest.approx([1 / 0.10, 4 / 0.24, 9 / 0.38, 11 / 0.52, 15 / 0.66], abs=0.01)
+    # committed tokens 1, 3, 5, 1, 2, 4, 1 at 0.10, 0.24, 0.38, 0.48, 0.62, 0.76, 0.86 s
+    assert seconds == pytest.approx([0.10, 0.24, 0.38, 0.48, 0.62, 0.76, 0.86])
+    assert rates == pytest.approx([1 / 0.10, 4 / 0.24, 9 / 0.38, 10 / 0.48, 12 / 0.62, 16 / 0.76, 17 / 0.86], abs=0.01)
     fig = charts.speed_figure(metrics)
-    # the one target-only round took 100 ms: 10 tok/s, timed during the reply
-    assert list(_trace(fig, "target-only steps").y) == [10.0]
+    # the target-only rounds took 100 ms: 10 tok/s, timed during the reply
+    assert list(_trace(fig, "target-only steps").y) == [10.0] * 3
     assert list(_trace(fig, "their mean").y) == [10.0, 10.0]
     bars = next(t for t in fig.data if t.type == "bar")
     measured, predicted = bars.y
-    assert measured == pytest.approx(15 * 100 / 660, abs=1e-3)
-    # predicted for the rounds as run: the target-only round (1 token, 100 ms) and four rounds of
-    # γ = 4 (E[N](α = 10/13, 4) tokens, 4 × 10 ms + v(5) = 100 ms each)
+    assert measured == pytest.approx(17 * 100 / 860, abs=1e-3)
+    # predicted for the rounds as run: the target-only rounds (1 token, 100 ms each) and four
+    # rounds of γ = 4 (E[N](α = 10/13, 4) tokens, 4 × 10 ms + v(5) = 100 ms each)
     e4 = theory.expected_tokens_per_round(10 / 13, 4)
-    assert predicted == pytest.approx((1 + 4 * e4) * 100 / (100 + 4 * 140), abs=1e-3)
+    assert predicted == pytest.approx((3 + 4 * e4) * 100 / (300 + 4 * 140), abs=1e-3)
     assert list(bars.x) == ["measured", "predicted"]
     assert "timed in it" in fig.layout.title.text
 
@@ -116,7 +117,7 @@ def test_speed_without_a_target_only_round_says_not_measured():
     assert bars.y[0] is None and bars.text[0] == "not measured"
     # an empty bar draws no text: the reason is written on the axis where the bar would be
     # (the prediction needs t₁ too)
-    assert [(a.x, a.text) for a in fig.layout.annotations] == [("measured", "not measured"), ("predicted", "not measured")]
+    assert [(a.x, a.text) for a in fig.layout.annotations] == [("measured", "not measured"), ("predicted", "held back")]
     assert "no target-only step timed yet" in fig.layout.title.text
 
 
@@ -130,14 +131,15 @@ def test_speed_series_adds_the_rounds_of_several_streams():
 def test_conversation_figures_have_one_bar_per_reply_in_the_drafters_colors(metrics):
     from specchat.drafters import kinds as drafter_kinds
 
-    other = _metrics([_round(0, 0, 0, round_ms=200.0), _round(1, 2, 2)])  # t₁ = 200 ms; 4 tokens in 320 ms
+    other = _metrics([_round(0, 0, 0, round_ms=200.0), _round(1, 2, 2)])  # t₁ = 200 ms from one step: held back
     figs = charts.conversation_figures([(1, "ngram", metrics), (2, "sibling", other)])
     alpha, per_round, speedup, speed = figs
     assert list(alpha.data[0].x) == ["#1 ngram", "#2 sibling"]
     assert list(alpha.data[0].y) == pytest.approx([round(10 / 13, 3), 1.0])
     assert list(alpha.data[0].marker.color) == [drafter_kinds.color("ngram"), drafter_kinds.color("sibling")]
-    assert list(per_round.data[0].y) == pytest.approx([3.0, 2.0])
-    assert list(speedup.data[0].y) == pytest.approx([round(1500 / 660, 3), round(4 * 200 / 320, 3)])
+    assert list(per_round.data[0].y) == pytest.approx([round(17 / 7, 3), 2.0])
+    assert list(speedup.data[0].y) == pytest.approx([round(1700 / 860, 3), 0.0])
+    assert list(speedup.data[0].text) == [f"{1700 / 860:.2f}×", "held<br>back"]
     assert [t.name for t in speedup.data] == ["measured", "predicted"]
     assert list(speed.data[1].y) == pytest.approx([10.0, 5.0])  # target only, timed in each reply
     assert all(not f.data for f in charts.conversation_figures([]))
@@ -159,16 +161,16 @@ def test_conversation_bars_without_a_value_say_why():
 
 
 def _alpha_08_c_01() -> SpeculationMetrics:
-    # one target-only round (t₁ = 100 ms), then 16 accepted of 20 judged drafts (four rounds
+    # three target-only rounds (t₁ = 100 ms), then 16 accepted of 20 judged drafts (four rounds
     # reject the 4th draft, one accepts all four); 10 ms per drafted token; the rest of a
     # drafting round costs 100 ms whatever γ (v flat: the textbook's assumption)
     accepted = [3, 3, 3, 3, 4]
-    return _metrics([_round(0, 0, 0)] + [_round(i + 1, 4, a) for i, a in enumerate(accepted)])
+    return _metrics([_round(i, 0, 0) for i in range(3)] + [_round(i + 3, 4, a) for i, a in enumerate(accepted)])
 
 
 def test_theory_curve_worked_example():
     curve = charts.theory_curve(0.8, 0.1)
-    assert len(curve) == 10
+    assert len(curve) == 12
     assert curve[3] == pytest.approx(2.40, abs=0.01)  # ALGORITHM.md: α=0.8, c=0.1, γ=4 → 2.40×
     assert curve[0] == pytest.approx(1.8 / 1.1)
 
@@ -178,7 +180,7 @@ def test_theory_figure_marks_current_and_best(metrics):
     assert m.acceptance_rate == pytest.approx(0.8) and m.cost_ratio == pytest.approx(0.1)
     fig = charts.theory_figure(m, 4)
     curve = _trace(fig, "S(γ), measured costs")
-    assert list(curve.x) == list(range(1, 11))
+    assert list(curve.x) == list(range(1, 13))
     # v flat at t₁: the measured-cost curve is the textbook one, S(4) = 2.40 (ALGORITHM.md)
     assert curve.y[3] == pytest.approx(2.40, abs=0.01)
     assert list(_trace(fig, "textbook (verify = 1 step)").y) == pytest.approx(list(curve.y), abs=1e-4)
@@ -186,9 +188,9 @@ def test_theory_figure_marks_current_and_best(metrics):
     assert list(current.x) == [4] and current.y[0] == pytest.approx(2.40, abs=0.01)
     best = next(t for t in fig.data if t.name.startswith("best"))
     assert list(best.x) == [6]  # S(5)=2.46, S(6)=2.47, S(7)=2.45
-    assert best.x[0] == theory.optimal_num_speculative_tokens(0.8, 0.1, 10)
-    measured = _trace(fig, "measured")
-    assert measured.y[0] == pytest.approx(m.measured_speedup, abs=1e-3) and m.measured_speedup == pytest.approx(2.75)
+    assert best.x[0] == theory.optimal_num_speculative_tokens(0.8, 0.1, 12)
+    measured = _trace(fig, "measured")  # 24 tokens in 3 × 100 + 5 × 140 ms, against t₁ = 100 ms
+    assert measured.y[0] == pytest.approx(m.measured_speedup, abs=1e-3) and m.measured_speedup == pytest.approx(2.4)
     assert fig.layout.shapes[0].y0 == 1  # the S = 1 line
     # the default γ is the mean γ drafted (4), as in metrics.predicted_speedup
     assert list(_trace(charts.theory_figure(m), "γ drafted ≈ 4").x) == [4]
@@ -197,9 +199,9 @@ def test_theory_figure_marks_current_and_best(metrics):
 def test_theory_star_is_the_argmax_of_the_measured_cost_curve_not_the_textbook():
     """A verify pass that grows by 20 ms per checked position: the measured-cost S(γ) falls below
     the textbook curve at large γ and its best γ (the adaptive controller's formula) is smaller."""
-    rounds = [_round(0, 0, 0)]
+    rounds = [_round(i, 0, 0) for i in range(3)]
     for i, k in enumerate([2, 8] * 6):
-        rounds.append(_round(i + 1, k, k - 1, round_ms=10.0 * k + 80.0 + 20.0 * (k + 1)))
+        rounds.append(_round(i + 3, k, k - 1, round_ms=10.0 * k + 80.0 + 20.0 * (k + 1)))
     m = _metrics(rounds)
     fig = charts.theory_figure(m)
     curve = list(_trace(fig, "S(γ), measured costs").y)
@@ -211,7 +213,7 @@ def test_theory_star_is_the_argmax_of_the_measured_cost_curve_not_the_textbook()
 
 
 def test_theory_figure_warns_when_alpha_not_above_c():
-    m = _metrics([_round(0, 0, 0)] + [_round(i + 1, 4, 0, draft_ms=200.0) for i in range(3)])
+    m = _metrics([_round(i, 0, 0) for i in range(3)] + [_round(i + 3, 4, 0, draft_ms=200.0) for i in range(10)])
     fig = charts.theory_figure(m)
     assert any("α ≤ c" in a.text for a in fig.layout.annotations)
 
@@ -220,9 +222,9 @@ def test_theory_figure_says_when_no_gamma_wins_at_the_measured_costs():
     """α = 0.75 > c = 0.1, so the textbook curve promises a speedup, but a verify pass costs
     50 + 100 ms per checked position (t₁ = 100 ms): at these costs every γ loses. The page says
     so, and why the star still marks a γ ≥ 1."""
-    rounds = [_round(0, 0, 0)]
+    rounds = [_round(i, 0, 0) for i in range(3)]
     for i, k in enumerate([2, 6] * 6):
-        rounds.append(_round(i + 1, k, k - 1, round_ms=10.0 * k + 50.0 + 100.0 * (k + 1)))
+        rounds.append(_round(i + 3, k, k - 1, round_ms=10.0 * k + 50.0 + 100.0 * (k + 1)))
     m = _metrics(rounds)
     assert m.acceptance_rate == pytest.approx(0.75) and m.cost_ratio == pytest.approx(0.1)
     fig = charts.theory_figure(m)
@@ -264,7 +266,7 @@ def test_empty_state_has_a_hint_not_an_error(build):
 
 
 def test_target_only_run_shows_a_hint_for_acceptance():
-    m = _metrics([_round(i, 0, 0, committed=1, round_ms=ms) for i, ms in enumerate([90.0, 110.0, 100.0, 120.0, 80.0])])
+    m = _metrics([_round(i, 0, 0, committed=1, round_ms=ms) for i, ms in enumerate([90.0, 110.0, 100.0, 120.0, 80.0] * 4)])
     assert "none" in charts.acceptance_rate_figure(m).layout.annotations[0].text
     assert len(charts.acceptance_by_position_figure(m).data) == 0
     assert len(charts.theory_figure(m).data) == 0

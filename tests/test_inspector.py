@@ -163,6 +163,28 @@ def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
     assert "Type a message" in views[-1].race
     views = list(session.run_race("hi", ReplySettings("none", 4, False, 0.0, 1.0, 16)))
     assert "Pick a drafter" in views[-1].race
+
+    class Offering(Service):  # a service that offers ngram and picked it: "auto" races ngram
+        picked = ("ngram", "measured")
+
+        def drafter_kinds(self):
+            return ["none", "ngram"]
+
+    refused = ChatSession(Offering())
+    views = list(refused.run_race("hi", ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
+    assert "drafter &#x27;sibling&#x27; is not available for this target (available: none, ngram)" in views[-1].race
+    lanes = []
+
+    class Racing(Offering):
+        def stream_chat(self, history, message, *, drafter, config, cancel=None):
+            lanes.append(drafter)
+            return iter(())
+
+    racing = ChatSession(Racing())
+    racing._stream = lambda history, message, drafter, config, cancel: racing.service.stream_chat(
+        history, message, drafter=drafter, config=config)
+    views = list(racing.run_race("hi", ReplySettings("auto", 4, False, 0.0, 1.0, 16)))
+    assert lanes == ["none", "ngram"] and "auto → ngram" in views[-1].race  # resolved before anything ran
     # a long replay (10 s of measured time) ends at once after Stop, with the verdict
     session.race_lanes = (_lane("target only", [1, 2], [5000.0, 10000.0]), _lane("sibling", [1, 2], [10.0, 20.0]))
     session.stop()

@@ -342,7 +342,13 @@ def test_worth_figure_has_the_line_and_each_drafter():
     assert set(names) == {"int4", "ngram"}
     assert names["int4"].marker.size > names["ngram"].marker.size
     assert (names["ngram"].x[0], names["ngram"].y[0]) == (0.01, 0.4)
+    assert names["int4"].text[0] == "int4 (1 reply)"  # pooled over its replies, never called "this reply"
     assert "needs a reply" in charts.worth_figure([]).layout.annotations[0].text
+    # the reply in view is its own point: a pooled α of 0.58 is not this reply's α of 1.00
+    fig = charts.worth_figure([DrafterPoint("ngram", 0.58, 0.01, 3, 30)], "ngram", DrafterPoint("ngram", 1.0, 0.02, 1, 8))
+    mine = next(t for t in fig.data if t.name == "this reply")
+    assert (mine.x[0], mine.y[0]) == (0.02, 1.0)
+    assert next(t for t in fig.data if t.name == "ngram").text[0] == "ngram (3 replies)"
 
 
 def test_worth_words_with_the_measured_costs():
@@ -350,7 +356,11 @@ def test_worth_words_with_the_measured_costs():
     (both drafting rounds check 5 positions), α = 5/6. Verifying γ + 1 = 5 costs 100/80 = 1.25
     steps; S(γ) = E[N](5/6, γ)·80 / (10γ + 100): γ = 6 → 4.3255·80/160 = 2.163, γ = 7 →
     4.6046·80/170 = 2.167, γ = 8 → 4.8372·80/180 = 2.150, so the best is γ = 7 at 2.17×."""
-    m = _metrics(_rounds())
+    thin = _metrics(_rounds())  # 6 judged drafts and one timed target step: no best γ from that
+    assert worth_words("sibling", thin.acceptance_rate, thin.cost_ratio, thin) == (
+        "sibling: α = 0.83 > c = 0.125, above the line: some γ speeds decoding up (6 judged draft(s): too few for a "
+        "best γ).")
+    m = _metrics(_rounds() * 3)  # the same reply three times over: 18 judged drafts, 3 target steps
     words = worth_words("sibling", m.acceptance_rate, m.cost_ratio, m)
     assert "α = 0.83 > c = 0.125" in words
     assert "costs 1.25 steps (measured at γ + 1 = 5)" in words

@@ -42,11 +42,15 @@ def test_a_reply_is_labeled_with_what_made_it_and_ends_with_its_own_summary():
     assert run(s, drafter="none") and s.latest.label.startswith("#3 · none · γ — ·")
     bubble = feed_messages(views[-1].transcript)[1]["content"]
     assert bubble.startswith('<div class="spec-label">#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9</div>')
-    # 18 tokens in 7 rounds; α = 11 accepted of 16 judged; t₁ = 100 ms (the target-only round);
-    # decode time 100 + 6 × (100 + 40) = 940 ms → speedup 18 × 100 / 940
-    assert ("18 tokens · α 0.69 · 2.57 tokens/round · 1.91× vs target-only steps timed during this reply"
-            in bubble)
+    # 18 tokens in 7 rounds; α = 11 accepted of 16 judged; t₁ = 100 ms from the one target-only
+    # round: too few steps for a speedup (18 × 100 / 940 = 1.91× is computed, not shown)
+    assert ("18 tokens · α 0.69 · 2.57 tokens/round · speedup held back (timing: 1 target step so far)" in bubble)
     assert reply.metrics.measured_speedup == pytest.approx(1800 / 940)
+    # the script three times over: 3 target steps of 100 ms (no scatter) carry it
+    longer = ChatSession(FakeService(rounds=3))
+    bubble = feed_messages(run(longer, drafter="ngram")[-1].transcript)[1]["content"]
+    assert ("54 tokens · α 0.69 · 2.57 tokens/round · 1.91× ±0.00 against 3 target steps timed in this reply "
+            "(95 % interval)" in bubble)
 
 
 def test_the_stats_shown_while_a_reply_streams_belong_to_that_reply():
@@ -239,14 +243,15 @@ def test_a_drafter_that_could_not_load_is_named_in_the_label():
 
 
 def test_the_table_after_three_replies_with_different_drafters():
-    """Rows computed by hand from the fake's script: the same 7 rounds whatever the drafter."""
-    s = ChatSession(FakeService())
+    """Rows computed by hand from the fake's script, three times over (3 timed target steps):
+    the same 21 rounds whatever the drafter."""
+    s = ChatSession(FakeService(rounds=3))
     for drafter in ("ngram", "int4", "sibling"):
         run(s, drafter=drafter)
     rows = [r.row() for r in s.replies]
     assert [r["drafter"] for r in rows] == ["ngram", "int4", "sibling"]
     for r in rows:
-        assert r["tokens"] == 18 and r["alpha"] == pytest.approx(11 / 16)
+        assert r["tokens"] == 54 and r["alpha"] == pytest.approx(11 / 16)
         assert r["tokens_per_round"] == pytest.approx(18 / 7) and r["speedup"] == pytest.approx(1800 / 940)
     html = s.table()
     assert html.count("<tr>") == 4 and "<td>sibling</td>" in html and "<td>1.91×</td>" in html
@@ -256,7 +261,7 @@ def test_the_table_after_three_replies_with_different_drafters():
 
 
 def test_the_charts_show_this_reply_or_the_whole_conversation():
-    s = ChatSession(FakeService())
+    s = ChatSession(FakeService(rounds=3))
     run(s, drafter="ngram"), run(s, drafter="int4")
     reply_figures = s.figures()
     assert reply_figures[2].layout.title.text.startswith("reply #2 · Speed: ")

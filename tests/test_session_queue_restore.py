@@ -251,3 +251,14 @@ def test_a_reload_keeps_a_message_not_answered_yet_as_typed():
     shown = feed_messages(after.restore(saved).transcript)
     assert [m["role"] for m in shown] == ["user", "user"] and "not answered" in shown[1]["content"]
     assert after.history == []
+
+
+def test_a_long_prefill_of_a_kept_conversation_announces_the_tokens_its_bar_counts():
+    """7,072 prompt tokens of which 5,098 are new (1,973 kept from the conversation, and the last
+    one the first round feeds): the announcement names both counts, as the bar counts 5,098."""
+    events = [PrefillEvent("target", 0, 5098, 7072, 3.0, None), PrefillEvent("target", 128, 5098, 7072, 1290.0, 50_000.0)]
+    s = ChatSession(_prefill_stream(events), text_interval_s=0.0)
+    toasts = [t for v in run(s) for t in v.toasts]
+    assert toasts == [("info", "The prompt (your message with the conversation and the system prompt) is 7,072 tokens, "
+                               "5,098 of them new (1,973 kept from the conversation): reading the new ones takes about "
+                               "51 s on this machine before the reply starts (measured here). Stop cancels it.")]

@@ -147,9 +147,10 @@ def test_decode_time_adds_up_over_two_streams():
 
 
 def test_a_paused_reply_says_why_in_its_summary_with_hand_computed_costs():
-    """Rounds: one target-only step of 10 ms (t₁), one γ = 1 round drafting 5 ms and verifying
+    """Rounds: one target-only step of 10 ms (t₁), three γ = 1 rounds drafting 5 ms and verifying
     16 ms (v(2), rejected), two paused target-only steps of 10 ms. The verify pass over 2 tokens
-    costs 16/10 = 1.60 target steps; γ = 1 breaks even at α* = (5 + 16)/10 − 1 = 1.1: no α pays."""
+    costs 16/10 = 1.60 target steps; γ = 1 breaks even at α* = (5 + 16)/10 − 1 = 1.1: no α pays
+    (and the reply measured 6·10/93 = 0.65×, which does not say otherwise)."""
     from specchat.core.events import RoundEvent
     from specchat.core.metrics import SpeculationMetrics
     from specchat.ui.render import reply_summary
@@ -160,13 +161,14 @@ def test_a_paused_reply_says_why_in_its_summary_with_hand_computed_costs():
                           verify_ms=verify_ms, elapsed_ms=0.0, round_ms=draft_ms + verify_ms, drafting_paused=paused)
 
     metrics = SpeculationMetrics()
-    for e in (event(0, 0, 0.0, 10.0), event(1, 1, 5.0, 16.0), event(2, 0, 0.0, 10.0, True), event(3, 0, 0.0, 10.0, True)):
+    for e in (event(0, 0, 0.0, 10.0), event(1, 1, 5.0, 16.0), event(2, 1, 5.0, 16.0), event(3, 1, 5.0, 16.0),
+              event(4, 0, 0.0, 10.0, True), event(5, 0, 0.0, 10.0, True)):
         metrics.update(e)
     assert metrics.num_paused_rounds == 2 and metrics.summary()["num_paused_rounds"] == 2
     even = metrics.break_even()
     assert even.draft_cost == pytest.approx(0.5) and even.verify_cost == pytest.approx(1.6)
     assert even.round_cost == pytest.approx(2.1) and even.never_pays and even.acceptance is None
     assert reply_summary(metrics).endswith(
-        "drafting paused in 2 of 4 rounds: here drafting one token costs c = 0.50 target steps and the verify pass "
+        "drafting paused in 2 of 6 rounds: here drafting one token costs c = 0.50 target steps and the verify pass "
         "over 2 positions 1.60: a round of γ = 1 costs 2.10 target steps and commits at most 2 tokens, so no "
         "acceptance rate can pay")

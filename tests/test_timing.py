@@ -309,3 +309,18 @@ def test_a_poor_drafter_pauses_and_costs_little_on_a_fake_clock(monkeypatch):
     assert len(paused) > 0.8 * len(rounds) and all(r.num_drafted == 0 and not r.timing for r in paused)
     assert len(drafted) >= 3  # probes went on: α stays measured (their cost is the bound below)
     assert done.decode_ms <= 1.05 * 200 * TARGET_MS
+
+
+def test_the_prefill_time_is_split_into_the_targets_part_and_the_drafters(monkeypatch):
+    """Fake clock: the target reads the 6-token prompt's first 5 tokens in one pass (100 + 4·10 =
+    140 ms), then the drafter reads them in one step (20 ms): prefill_ms = 160, of which the
+    drafter's part is 20 ms (the ledger used to call it all the target's prefill)."""
+    from specchat.analysis.ledger import count_ledger
+    from specchat.core.config import GenerationConfig
+
+    engine, drafter, clock, fn_t = clocked_engine(monkeypatch, hashed_logits(V, seed=11, scale=2.0))
+    events = list(engine.generate([1, 2, 3, 4, 5, 1], drafter, GenerationConfig(max_new_tokens=4, num_speculative_tokens=2)))
+    done = events[-1]
+    assert done.prefill_ms == pytest.approx(160.0) and done.drafter_prefill_ms == pytest.approx(20.0)
+    ledger = count_ledger(rounds_of(events), prefill_ms=done.prefill_ms, drafter_prefill_ms=done.drafter_prefill_ms)
+    assert "prefill 0.16 s (the drafter's part 0.02 s)" in ledger.line()

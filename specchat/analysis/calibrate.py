@@ -107,6 +107,14 @@ class Calibration:
             return f"{picked} is the fastest model drafter: {base}"
         return f"no model drafter sped decoding up: {base}"
 
+    def cost_ratio(self, kind: str) -> float | None:
+        """c of ``kind`` as timed here: its drafter time per drafted token over one target-only
+        step (1000 ms / the median target-only rate of the calibration); None when not timed."""
+        timing = next((d for d in self.drafters if d.kind == kind), None)
+        if timing is None or timing.draft_ms_per_token is None or not self.target_tokens_per_s:
+            return None
+        return timing.draft_ms_per_token / (1000.0 / statistics.median(self.target_tokens_per_s))
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -243,6 +251,19 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
         timings.append(DrafterTiming(kind, rate, rate / statistics.mean(base_rates[-2:]), alpha, ms))
     return Calibration(calibration_key(service), base_rates, timings, num_tokens,
                        time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+
+
+def menu_label(kind: str, calibration: Calibration | None) -> str:
+    """The drafter menu's entry for ``kind``, with what it costs on this machine when calibrated:
+    ``sibling · c 0.41 here``, or for a drafter whose step costs more than a target step
+    ``int4 · costs 1.54 target steps a token here: cannot pay`` (S(γ) > 1 needs α > c, and α <= 1);
+    the hybrid's is its model part's (``hybrid_part``), its lookup rounds cost nothing."""
+    c = calibration.cost_ratio(kind) if calibration is not None else None
+    if c is None:
+        return kind
+    if c >= 1.0:
+        return f"{kind} · costs {c:.2f} target steps a token here: cannot pay"
+    return f"{kind} · c {c:.2f} here"
 
 
 def pick(calibration: Calibration | None, available: list[str], runtime: str = "transformers") -> str:

@@ -115,6 +115,7 @@ class Ledger:
     reads_factor_predicted: float | None
     arithmetic_predicted: float | None
     num_prefilled: int | None = None  # prompt tokens the prefill computed (the rest came from a kept cache)
+    drafter_prefill_ms: float | None = None  # the drafter's part of prefill_ms (reading the prompt into its cache)
     num_prompt_tokens: int | None = None
 
     # -- reads ---------------------------------------------------------------------------
@@ -210,6 +211,7 @@ class Ledger:
             "num_thrown_away": self.num_thrown_away,
             "prefill_ms": self.prefill_ms,
             "num_prefilled": self.num_prefilled,
+            "drafter_prefill_ms": self.drafter_prefill_ms,
             "decode_ms": self.decode_ms,
         }
 
@@ -229,7 +231,8 @@ class Ledger:
         if self.num_drafted:
             parts.append(f"{self.num_thrown_away} of {self.num_drafted} drafts thrown away")
         if self.prefill_ms is not None:
-            parts.append(f"prefill {self.prefill_ms / 1000:.2f} s, decode {self.decode_ms / 1000:.2f} s"
+            split = (f" (the drafter's part {self.drafter_prefill_ms / 1000:.2f} s)" if self.drafter_prefill_ms else "")
+            parts.append(f"prefill {self.prefill_ms / 1000:.2f} s{split}, decode {self.decode_ms / 1000:.2f} s"
                          + (" (mostly prefill: speculation speeds up only decoding)" if self.mostly_prefill else ""))
         return "ledger: " + "; ".join(parts)
 
@@ -242,6 +245,7 @@ def count_ledger(
     prefill_ms: float | None = None,
     num_prefilled: int | None = None,
     num_prompt_tokens: int | None = None,
+    drafter_prefill_ms: float | None = None,
 ) -> Ledger:
     """Count a reply's ledger from its rounds.
 
@@ -253,6 +257,7 @@ def count_ledger(
         prefill_ms: the reply's prefill time, milliseconds.
         num_prefilled / num_prompt_tokens: prompt tokens the prefill computed, of how many
             (``DoneEvent.num_prefilled``: the rest were reused from the conversation's kept cache).
+        drafter_prefill_ms: the drafter's part of the prefill (``DoneEvent.drafter_prefill_ms``).
 
     Returns:
         The :class:`Ledger`. Predictions per round as run: a round that drafted γ_r tokens is
@@ -290,4 +295,5 @@ def count_ledger(
         arithmetic_predicted=units_pred / tokens_pred if predicted and flop_ratio is not None else None,
         num_prefilled=num_prefilled,
         num_prompt_tokens=num_prompt_tokens,
+        drafter_prefill_ms=drafter_prefill_ms,
     )

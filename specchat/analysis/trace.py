@@ -97,6 +97,7 @@ def done_record(done: DoneEvent) -> dict[str, Any]:
         "decode_ms": done.decode_ms,
         "num_prompt_tokens": done.num_prompt_tokens,
         "num_prefilled": done.num_prefilled,
+        "drafter_prefill_ms": done.drafter_prefill_ms,
         "error": done.error,
     }
 
@@ -306,6 +307,7 @@ def _done_event(r: dict[str, Any]) -> DoneEvent:
         prefill_ms=float(r.get("prefill_ms", 0.0)), decode_ms=float(r.get("decode_ms", 0.0)),
         num_prompt_tokens=int(r.get("num_prompt_tokens", 0)), final_text=str(r.get("final_text", "")),
         error=r.get("error"), num_prefilled=None if r.get("num_prefilled") is None else int(r["num_prefilled"]),
+        drafter_prefill_ms=None if r.get("drafter_prefill_ms") is None else float(r["drafter_prefill_ms"]),
     )
 
 

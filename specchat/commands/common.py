@@ -79,6 +79,9 @@ def load_service(args: argparse.Namespace):
         if args.drafter == "auto":
             args.drafter, why = service.pick_drafter()
             print(f"drafter: {args.drafter} ({why})", file=sys.stderr, flush=True)
+        note = drafter_cost_note(service, args.drafter)
+        if note:
+            print(f"note: {note}", file=sys.stderr, flush=True)
         service.prepare_drafter(args.drafter)
         if service.runtime == "transformers":  # PyTorch's first passes in a process are several times slower
             BOARD.stage("Warming up (the first forward passes of a process are slow)")
@@ -87,6 +90,21 @@ def load_service(args: argparse.Namespace):
     if getattr(args, "compile", False):
         compile_target(service)
     return service, 0
+
+
+def drafter_cost_note(service, drafter: str) -> str | None:
+    """What ``drafter`` costs here when this machine's calibration on record timed it and its step
+    costs at least a target step (it then cannot pay: S(γ) > 1 needs α > c), else None."""
+    from specchat.analysis import calibrate
+
+    record = service.calibration
+    if record is None:
+        try:
+            record = calibrate.load(calibrate.calibration_key(service))
+        except (OSError, ValueError):
+            record = None
+    label = calibrate.menu_label(drafter, record)
+    return f"{label} (calibrated {record.measured_at[:10]})" if "cannot pay" in label else None
 
 
 class StopOnCtrlC:

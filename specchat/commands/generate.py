@@ -12,6 +12,7 @@ import sys
 
 from specchat.analysis.ledger import count_ledger
 from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC, add_compile_argument, add_speculation_arguments, load_service
+from specchat.core import evidence
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
@@ -128,7 +129,8 @@ def _run(args: argparse.Namespace) -> int:
             assert isinstance(done, DoneEvent)
             sizes = service.model_sizes(args.drafter)
             ledger = count_ledger(metrics.rounds, sizes=sizes, alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
-                                  num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
+                                  num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens,
+                                  drafter_prefill_ms=done.drafter_prefill_ms)
             if args.json:
                 print(json.dumps({**_sample_json(done, metrics, args, config.seed), "ledger": ledger.summary(),
                                   "runtime": service.runtime}, ensure_ascii=False))
@@ -155,7 +157,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sample: str | None = None) -> str:
     """One line after a reply: tokens, speed, α, tokens per round and the speedup against the
-    target-only steps timed during this reply (``n/a`` where not measurable); ``sample`` (e.g.
+    target-only steps timed during this reply, with its interval, or held back while too few were
+    timed (:func:`specchat.core.evidence.speedup_phrase`); ``sample`` (e.g.
     "sample 2/3") names the sample when there are several."""
     s = metrics.summary()
 
@@ -165,8 +168,7 @@ def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sam
     return (
         f"[{drafter}{', ' + sample if sample else ''}] {s['num_tokens']} tokens, {fmt(s['tokens_per_s'], '.2f', ' tokens/s')}, "
         f"α={fmt(s['acceptance_rate'], '.2f')}, {fmt(s['mean_tokens_per_round'], '.2f')} tokens/round, "
-        f"speedup {fmt(s['speedup'], '.2f', '×')} vs target-only steps timed during this reply "
-        f"(predicted {fmt(s['speedup_predicted'], '.2f', '×')}), "
+        f"speedup {evidence.speedup_phrase(metrics)}, "
         + (f"{metrics.pause_note()}, " if s["num_paused_rounds"] else "")
         + f"stop={done.stop_reason.value}"
     )

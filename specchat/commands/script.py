@@ -91,7 +91,8 @@ def play_script(
         history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
         ledger = count_ledger(metrics.rounds, sizes=service.model_sizes(drafter),
                               alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
-                              num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens)
+                              num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens,
+                              drafter_prefill_ms=done.drafter_prefill_ms)
         record = {
             "turn": turn, "message": message, "text": done.text, "token_ids": list(done.token_ids),
             "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,

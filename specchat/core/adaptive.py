@@ -3,74 +3,79 @@
 ALGORITHM.md: the best γ is the integer that maximises S(γ); no derivative is needed, so we
 evaluate every γ in 1…γ_max. Leviathan et al. 2023 (Section 3) assume one acceptance rate α
 for every draft position and a verification pass that costs one target step whatever γ is.
-Both assumptions are measured here instead of assumed:
+Both are measured here instead of assumed:
 
 - the per-position acceptance β_i = P(draft i accepted | drafts 1…i−1 accepted), so
   E[N](γ) = Σ_{k=0..γ} Π_{i=1..k} β_i (with one β for every position this is Leviathan's
   Equation 1, (1 − α^(γ+1)) / (1 − α));
-- the round time T(γ) = γ·d + v(γ + 1): d is the drafter's time per drafted token and
-  v(n) = v0 + v1·n the rest of a round that checks n = γ + 1 positions (the verify pass and its
-  bookkeeping), fitted by least squares (:class:`specchat.core.costs.CostEstimator`).
+- the round's cost in target steps T(γ)/t₁ = γ·c + ρ(γ + 1), each drafting round measured against
+  the target-only steps timed next to it, medians of the latest rounds
+  (:class:`specchat.core.round_costs.RelativeCosts`): a busy moment slows every pass alike and
+  leaves these ratios alone, and one slow round moves no median.
 
-γ* = argmax_γ E[N](γ) · t₁ / T(γ), with t₁ one target-only step: the expression the app's
-theory chart draws (ALGORITHM.md, "Measured and predicted speedup, like for like"). With one
-β for every position and v(n) = t₁ it is Leviathan's Theorem 3.8, E[N] / (γc + 1). t₁ only
-scales the curve, so the choice does not need it; until a target-only round was timed, v(1)
-stands in for it.
+γ* = argmax_γ S(γ) = E[N](γ) / (γ·c + ρ(γ + 1)): the expression the app's theory chart draws
+(ALGORITHM.md, "Measured and predicted speedup, like for like"); with one β and ρ = 1 it is
+Leviathan's Theorem 3.8, E[N] / (γc + 1).
 
-**Drafting pauses when it cannot pay** (γ = 0 with probes): once t₁ has been timed, if every γ in
-1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a target-only step, and
+**What the controller believes, and why** (docs/USING.md, "Adaptive γ"):
+
+* *Acceptance follows its cause.* A drafter that has several sources (a lookup after a long or a
+  short match, or a model: ``round_source``) gets one controller per source, since their α
+  differ by far more than any one source's α drifts; they share the round costs.
+* *Each reply is judged on its own.* Earlier replies' acceptance is a prior worth at most
+  :data:`HISTORY_WEIGHT` judged drafts at a reply's start (an open-chat answer says little about
+  the code edit after it), and the round costs keep only their latest few samples.
+* *Free evidence is used.* A drafter whose proposal costs nothing (a lookup: ``free_draft``) is
+  judged in every round that drafts nothing: the target's own token is compared with what the
+  lookup would have proposed, which is exactly the draft's acceptance (P(token = x) = p(x) =
+  min(1, p(x)/q(x)) for a one-hot q). A paused lookup resumes as soon as that evidence says it pays.
+
+**Drafting pauses when it cannot pay** (γ = 0 with probes): once the costs are known, if every γ
+in 1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a target-only step, and
 drafts a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the least P for
 which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only throughput. A probe
-drafts the γ that loses least against target-only steps (:meth:`AdaptiveGamma.probe_gamma`;
-usually 1: on a CPU a verify pass over more positions costs more target steps). Probes keep α
-measured, so drafting resumes when the text turns predictable (a code block that repeats the
-prompt).
-
-All estimates are exponentially weighted (recent rounds count more), so the choice follows a
-prompt whose predictability changes. A controller lives for one drafter and may be carried
-across generations. It only chooses how many tokens to draft; which tokens are committed is
-decided by verification alone, so the output distribution is unchanged (lossless for any γ).
+drafts the γ that loses least (:meth:`AdaptiveGamma.probe_gamma`). It only chooses how many tokens
+to draft; which tokens are committed is decided by verification alone, so the output
+distribution is unchanged (lossless for any γ).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specchat.core.costs import SLOPE_PRIOR, CostEstimator  # noqa: F401 (SLOPE_PRIOR: re-exported)
 from specchat.core.events import RoundEvent
+from specchat.core.round_costs import WARMUP_ROUNDS, RelativeCosts  # noqa: F401 (WARMUP_ROUNDS: re-exported)
 
 # Prior for a fresh controller: β = PRIOR_ACCEPTANCE with weight PRIOR_WEIGHT pseudo-rounds.
 PRIOR_ACCEPTANCE = 0.6
 PRIOR_WEIGHT = 2.0
-# Per-round decay of all running sums: a round 20 rounds ago weighs 0.9^20 ≈ 0.12.
+# Per-observation decay of the acceptance sums: a round 20 rounds ago weighs 0.9^20 ≈ 0.12.
 DECAY = 0.9
-# While drafting is paused, the probes may cost at most this share of target-only throughput
-# (2 %, so that with each reply's first probe, outside the schedule, a paused drafter stays
-# within 3 % of target-only).
+# At a reply's start, earlier replies' acceptance counts as at most this many judged drafts at
+# the first position (all positions scaled alike).
+HISTORY_WEIGHT = 3.0
+# While drafting is paused, the probes may cost at most this share of target-only throughput.
 PROBE_BUDGET = 0.02
-# A fresh controller leaves the round costs of its first reply's first rounds out of its fit: the
-# first forward passes of a process, or of a new batch shape, are slower (costs.py's timing-round
-# schedule skips them for the same reason), and while drafting is paused only probes could
-# correct an inflated v(n).
-WARMUP_ROUNDS = 2
+CONFIRM = 1 << 29  # _since_probe after a probe that alone said drafting pays: the next choice probes again
 
 
 @dataclass
 class AdaptiveGamma:
-    """Choose γ per round from running estimates of per-position acceptance and costs.
+    """Choose γ per round from running estimates of per-position acceptance and round costs.
 
     Args:
         max_num_speculative_tokens: γ_max, the largest γ ever chosen (>= 1).
-        initial_num_speculative_tokens: γ used until a round has been timed (clipped to γ_max).
-            1 by default: the cheapest round that still measures α and the drafting costs, so a
-            drafter that loses (on a CPU a verify pass over 5 positions can cost 4 target steps)
-            costs little before the controller knows; where drafting pays, the fit moves to a
-            larger γ from the second timed round on.
+        initial_num_speculative_tokens: γ used until the costs are known (clipped to γ_max). 1 by
+            default: the cheapest round that still measures α and the drafting costs, so a drafter
+            that loses (on a CPU a verify pass over 5 positions can cost 4 target steps) costs
+            little before the controller knows.
+        costs: the round costs (shared by the controllers of one drafter's sources).
+        source: the drafting source this controller judges (its drafter cost is the source's).
 
-    Feed each :class:`RoundEvent` to :meth:`update`; :meth:`choose` returns the next γ, 0 while
-    drafting is paused (:attr:`paused`) between probes.
+    Feed each :class:`RoundEvent` to :meth:`update` (and a free draft's outcome to
+    :meth:`observe`); :meth:`choose` returns the next γ, 0 while drafting is paused (:attr:`paused`).
 
     Raises:
         ValueError: γ_max < 1.
@@ -78,16 +83,16 @@ class AdaptiveGamma:
 
     max_num_speculative_tokens: int
     initial_num_speculative_tokens: int = 1
-    # exponentially weighted sums: per position i, [accepted, reached]
-    _accepted: list[float] = field(default_factory=list)
-    _reached: list[float] = field(default_factory=list)
-    costs: CostEstimator = field(default_factory=lambda: CostEstimator(decay=DECAY, anchor_target_step=True))
+    costs: RelativeCosts = field(default_factory=RelativeCosts)
+    source: str = ""
     paused: bool = False  # the last choice found every γ >= 1 predicted to lose
     best_predicted_speedup: float | None = None  # the last choice's best prediction over γ = 1…γ_max
+    probe_catch_up: float = 0.0  # the last probe's drafting beyond γ·c (a model drafter catching up), target steps
+    _accepted: list[float] = field(default_factory=list)  # exponentially weighted, per position
+    _reached: list[float] = field(default_factory=list)
     _since_probe: int = 0  # paused rounds since the last probe
     _probing: bool = False  # the last choice was a probe
-    probe_catch_up_ms: float = 0.0  # a probe's drafting time beyond γ·d (the drafter catching up), last probe
-    _num_replies: int = 0  # new_reply() calls
+    _num_replies: int = 0
     _reply_probe: bool = False  # the last choice was a reply's first probe (no catch-up owed)
     _asked_target_step: bool = False  # this reply already chose one target-only round to time t₁
     _skip: int = 0  # paused choices left that answer 0 without re-deciding (until the next probe is due)
@@ -107,131 +112,117 @@ class AdaptiveGamma:
     def acceptance_by_position(self) -> list[float]:
         """β_1…β_γmax: each position's weighted acceptance, shrunk toward the pooled α."""
         pooled = self.pooled_acceptance
-        return [
-            (a + pooled * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for a, n in zip(self._accepted, self._reached)
-        ]
+        return [(a + pooled * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for a, n in zip(self._accepted, self._reached)]
 
     @property
-    def draft_ms_per_token(self) -> float | None:
-        """d: milliseconds of drafting per drafted token; None before any draft."""
-        return self.costs.draft_ms_per_token
+    def judged(self) -> float:
+        """The weight of the acceptance evidence at the first position (decayed judged drafts)."""
+        return self._reached[0]
 
-    def verify_ms_fit(self) -> tuple[float, float] | None:
-        """(v0, v1): a drafting round's time apart from drafting ≈ v0 + v1·n over the n = γ + 1
-        positions it checks (:meth:`specchat.core.costs.CostEstimator.verify_fit`); None before any
-        drafting round."""
-        return self.costs.verify_fit()
+    def draft_cost(self) -> float | None:
+        """c of this controller's source, in target steps; None before it was timed."""
+        return self.costs.draft_cost(self.source)
 
-    def _curves(self) -> tuple[list[float], list[float] | None, float | None]:
-        """One read of the estimates for every γ = 1…γ_max: E[N](γ), the round time T(γ) =
-        γ·d + v(γ + 1) (None before a drafting round was timed) and v(1), with the arithmetic of
-        :meth:`expected_tokens_per_round` and ``CostEstimator.round_ms``. A choice reads them
-        once, not once per γ (each γ used to re-fit v(n) and recompute every β)."""
+    def _curves(self) -> tuple[list[float], list[float] | None]:
+        """One read of the estimates for every γ = 1…γ_max: E[N](γ), and T(γ)/t₁ = γ·c + ρ(γ + 1)
+        (None while the costs are unknown)."""
         expected, total, reach = [], 1.0, 1.0
         for beta in self.acceptance_by_position():
             reach *= beta
             total += reach
             expected.append(total)
-        d, fit = self.costs.draft_ms_per_token, self.costs.verify_fit()
-        if d is None or fit is None:
-            return expected, None, None if fit is None else fit[0] + fit[1] * 1
-        v0, v1 = fit
-        return expected, [g * d + (v0 + v1 * (g + 1)) for g in range(1, len(expected) + 1)], v0 + v1 * 1
+        c, line = self.draft_cost(), self.costs.verify_line()
+        if c is None or line is None:
+            return expected, None
+        a, b = line
+        return expected, [g * c + a + b * g for g in range(1, len(expected) + 1)]  # ρ(g + 1) = a + b·g
 
     def expected_tokens_per_round(self, num_speculative_tokens: int) -> float:
         """E[N](γ) = Σ_{k=0..γ} Π_{i=1..k} β_i, with the current β estimates."""
         return 1.0 if num_speculative_tokens == 0 else self._curves()[0][num_speculative_tokens - 1]
 
     def predicted_speedup(self, num_speculative_tokens: int) -> float | None:
-        """E[N](γ) · t₁ / (γ·d + v(γ + 1)): the speedup over target-only decoding.
-
-        t₁ is the timed target-only step when one was measured, else v(1). None until one
-        drafting round has been timed.
-        """
+        """E[N](γ) / (γ·c + ρ(γ + 1)): the speedup over target-only decoding; None until the costs
+        were timed (a drafting round next to a target step)."""
         return self._speedup(num_speculative_tokens, self._curves())
 
-    def _speedup(self, num_speculative_tokens: int, curves) -> float | None:
-        expected, rounds, v_one = curves
-        t1 = self.costs.target_step_ms or v_one
-        if rounds is None or t1 is None or rounds[num_speculative_tokens - 1] <= 0:
+    @staticmethod
+    def _speedup(num_speculative_tokens: int, curves) -> float | None:
+        expected, rounds = curves
+        if rounds is None or rounds[num_speculative_tokens - 1] <= 0:
             return None
-        return expected[num_speculative_tokens - 1] * t1 / rounds[num_speculative_tokens - 1]
+        return expected[num_speculative_tokens - 1] / rounds[num_speculative_tokens - 1]
 
     def probe_interval(self, num_speculative_tokens: int, curves=None) -> int:
-        """P: while paused, one probe round of γ every P rounds. A probe takes T(γ) =
-        γ·d + v(γ + 1) and commits E[N](γ) tokens that target-only steps would commit in
-        E[N](γ)·t₁, so over P rounds (P − 1 target-only steps and the probe) throughput drops by
-        (T − E[N]·t₁) / ((P − 1 + E[N])·t₁); P is the least integer >= 2 that keeps this at most
-        :data:`PROBE_BUDGET` (1 when a probe loses nothing). T includes what the last probe spent
-        beyond γ·d (:attr:`probe_catch_up_ms`: a model drafter catching up on the tokens committed
-        while it was paused). Needs t₁ and the round costs timed. ``curves``: :meth:`_curves`, when
-        the caller has them."""
-        curves = curves or self._curves()
-        t1, round_ms = self.costs.target_step_ms, curves[1][num_speculative_tokens - 1]
-        expected = curves[0][num_speculative_tokens - 1]
-        loss = round_ms + self.probe_catch_up_ms - expected * t1
+        """P: while paused, one probe round of γ every P rounds. A probe costs T(γ)/t₁ target steps
+        (plus :attr:`probe_catch_up`) and commits E[N](γ) tokens that target-only steps would
+        commit in E[N](γ) steps, so over P rounds throughput drops by (T/t₁ + catch-up − E[N]) /
+        (P − 1 + E[N]); P is the least integer >= 2 that keeps this at most :data:`PROBE_BUDGET`
+        (1 when a probe loses nothing). Needs the costs known."""
+        expected, rounds = curves or self._curves()
+        loss = rounds[num_speculative_tokens - 1] + self.probe_catch_up - expected[num_speculative_tokens - 1]
         if loss <= 0:
             return 1
-        return max(2, math.ceil(loss / (PROBE_BUDGET * t1) + 1.0 - expected - 1e-9))
+        return max(2, math.ceil(loss / PROBE_BUDGET + 1.0 - expected[num_speculative_tokens - 1] - 1e-9))
+
+    def probe_gamma(self, curves=None) -> int:
+        """The γ a probe drafts: the least loss T(γ)/t₁ − E[N](γ) against target-only steps over
+        1…γ_max (ties: the smaller γ). Needs the costs known."""
+        expected, rounds = curves or self._curves()
+        losses = [rounds[g] - expected[g] for g in range(self.max_num_speculative_tokens)]
+        return 1 + min(range(len(losses)), key=lambda i: round(losses[i], 9))
 
     def break_even_acceptance(self, num_speculative_tokens: int = 1) -> float | None:
         """The α (one acceptance rate at every position) at which γ breaks even at the measured
-        costs: E[N](γ; α) · t₁ = T(γ), i.e. Σ_{k=0..γ} α^k = T(γ)/t₁ (Leviathan et al. 2023,
-        Equation 1, against the measured round time; :class:`specchat.core.costs.BreakEven`);
-        1.0 when no α < 1 pays, 0.0 when any α pays, None before t₁ and a drafting round are
-        timed."""
-        even = self.costs.break_even(num_speculative_tokens)
-        if even is None:
+        costs: Σ_{k=0..γ} α^k = T(γ)/t₁ (Leviathan et al. 2023, Equation 1, against the measured
+        round cost); 1.0 when no α < 1 pays, 0.0 when any α pays, None before the costs are known."""
+        from specchat.core.costs import BreakEven
+
+        c, rho = self.draft_cost(), self.costs.verify_cost(num_speculative_tokens + 1)
+        if c is None or rho is None:
             return None
-        if even.never_pays:
-            return 1.0
-        return 0.0 if even.pays_always else even.acceptance
+        even = BreakEven(num_speculative_tokens, c, rho)
+        return 1.0 if even.never_pays else 0.0 if even.pays_always else even.acceptance
 
     # -- the policy -------------------------------------------------------------------------
     def new_reply(self) -> None:
-        """A reply starts: its drafter has just read the prompt (no catch-up is owed), so while
-        paused the first choice of the reply is a probe: a new prompt may be predictable."""
+        """A reply starts: the earlier replies' acceptance becomes a prior of at most
+        :data:`HISTORY_WEIGHT` judged drafts, and while paused the first choice is a probe (the
+        drafter has just read the prompt, so no catch-up is owed; a new prompt may be predictable)."""
+        if self._reached[0] > HISTORY_WEIGHT:
+            scale = HISTORY_WEIGHT / self._reached[0]
+            self._accepted = [a * scale for a in self._accepted]
+            self._reached = [n * scale for n in self._reached]
         self._since_probe, self._skip = 1 << 30, 0
         self._num_replies += 1
         self._asked_target_step = False
 
-    def probe_gamma(self, curves=None) -> int:
-        """The γ a probe drafts: the least loss T(γ) − E[N](γ)·t₁ against target-only steps
-        over 1…γ_max (ties: the smaller γ). Needs t₁ and the round costs timed. ``curves``:
-        :meth:`_curves`, when the caller has them."""
-        t1, (expected, rounds, _) = self.costs.target_step_ms, curves or self._curves()
-        losses = [rounds[g] - expected[g] * t1 for g in range(self.max_num_speculative_tokens)]
-        return 1 + min(range(len(losses)), key=lambda i: round(losses[i], 9))  # min keeps the first of a tie
-
     def choose(self) -> int:
-        """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties:
-        smaller); 0 (a target-only step) when t₁ is timed and even the best γ is predicted to
-        lose, but for a probe of :meth:`probe_gamma` every :meth:`probe_interval` rounds. Once per
-        reply, 0 also when a drafting round was timed but no target-only step was (no timing
-        rounds): that step times t₁. While paused it re-decides only when the next probe is due
-        (and at a reply's start): the rounds between answer 0 at once, so a drafter that cannot
-        pay costs a target-only step almost nothing beyond its probes (a slowing target resumes
-        drafting at the next probe, not sooner)."""
+        """γ for the next round: argmax of :meth:`predicted_speedup` over 1…γ_max (ties: smaller);
+        0 (a target-only step) when even the best γ is predicted to lose, but for a probe of
+        :meth:`probe_gamma` every :meth:`probe_interval` rounds. Before the costs are known: the
+        initial γ, or once per reply 0 when a drafting round was timed but no target step was
+        (no timing rounds), to time t₁. While paused it re-decides only when the next probe is
+        due, at a reply's start, or after new free evidence (:meth:`observe`)."""
         self._probing = self._reply_probe = False
-        if self.paused and self._skip > 0:  # paused, no probe due yet: decided when the pause began or last probe ran
+        if self.paused and self._skip > 0:
             self._skip -= 1
             self._since_probe += 1
             return 0
         curves = self._curves()
-        if self._speedup(1, curves) is None:
+        if curves[1] is None:
+            timed_drafting = self.costs.num_samples(self.source)[1] > 0
+            if timed_drafting and not self.costs.num_target_steps and self._num_replies and not self._asked_target_step:
+                self._asked_target_step = True  # no target step timed (no timing rounds): time t₁ once
+                return 0
             return max(1, min(self.initial_num_speculative_tokens, self.max_num_speculative_tokens))
-        if self.costs.target_step_ms is None and self._num_replies and not self._asked_target_step:
-            # no target-only step timed (a run without timing rounds: measure_speedup off): one
-            # target-only round times t₁, without which a losing drafter could never pause
-            self._asked_target_step = True
-            return 0
         best, best_s = 1, float("-inf")
         for gamma in range(1, self.max_num_speculative_tokens + 1):
             s = self._speedup(gamma, curves)
             if s > best_s + 1e-12:
                 best, best_s = gamma, s
         self.best_predicted_speedup = best_s
-        if best_s >= 1.0 or self.costs.target_step_ms is None:
+        if best_s >= 1.0:
             self.paused, self._since_probe = False, 0
             return best
         self.paused = True
@@ -246,24 +237,90 @@ class AdaptiveGamma:
         return 0
 
     def update(self, event: RoundEvent) -> None:
-        """Fold one round in: its judged positions and its timings.
-
-        A round that drafted nothing (a timing round, an n-gram lookup that found nothing)
-        carries no news about acceptance; it only times t₁. Timings that are not finite and
-        non-negative are ignored.
-        """
+        """Fold one round in: its timings (into the shared costs) and its judged positions. A round
+        that drafted nothing carries no news about acceptance. A probe's drafting time, which
+        includes catching up on the paused rounds' tokens, is not a drafting cost sample; what it
+        spent beyond γ·c is kept as :attr:`probe_catch_up`."""
         catching_up = self._probing and not self._reply_probe
-        if not (self._num_replies == 1 and event.round_index < WARMUP_ROUNDS):
-            self.costs.update(event, draft=not catching_up)
-        d = self.costs.draft_ms_per_token
-        if catching_up and event.num_drafted and d is not None:
-            self.probe_catch_up_ms = max(0.0, event.draft_ms - event.num_drafted * d)
-        if not event.num_drafted:
-            return
+        self.costs.add(event, source=self.source, draft=not catching_up)
+        c, t1 = self.draft_cost(), self.costs.target_step_ms
+        if catching_up and event.num_drafted and c is not None and t1:
+            self.probe_catch_up = max(0.0, event.draft_ms / t1 - event.num_drafted * c)
+        if event.num_drafted:
+            self._judge([bool(a) for a in event.accepted_mask[: self.max_num_speculative_tokens]])
+        if self._probing and event.num_drafted and c is not None and t1:
+            # a probe that alone says drafting pays is not trusted alone, nor ignored: probe again
+            # at once, and two of the reply's own rounds then replace the earlier replies' costs
+            gamma = event.num_drafted
+            own = gamma * c + (event.round_ms - event.draft_ms) / t1
+            if own > 0 and self.expected_tokens_per_round(gamma) / own >= 1.0:
+                self._skip, self._since_probe = 0, CONFIRM
+
+    def observe(self, accepted: bool) -> None:
+        """A free draft's first token, judged without drafting (:class:`GammaPolicy`): one more
+        judged first position. While paused, the next choice decides again (new evidence)."""
+        self._judge([accepted])
+        if self.paused:
+            self._skip = 0
+
+    def _judge(self, mask: list[bool]) -> None:
         for values in (self._accepted, self._reached):
             for i in range(len(values)):
                 values[i] *= DECAY
-        # judged positions: the accepted drafts and the first rejected one (accepted_mask)
-        for i, accepted in enumerate(event.accepted_mask[: self.max_num_speculative_tokens]):
+        for i, accepted in enumerate(mask):  # the accepted drafts and the first rejected one
             self._reached[i] += 1.0
             self._accepted[i] += 1.0 if accepted else 0.0
+
+
+class GammaPolicy:
+    """Adaptive γ for one generation, the engine's side: which controller judges each round (one
+    per drafting source, ``drafter.round_source(ids)``, sharing one :class:`RelativeCosts` per
+    drafter, γ_max and sampling mode), the γ it chooses, and the free evidence of a round that
+    drafts nothing (``drafter.free_draft(ids)``: what a lookup would have proposed, judged against
+    the token the target commits). The controllers and costs live in the engine's dicts, across
+    generations.
+
+    Args:
+        controllers: (drafter name, γ_max, greedy, source) -> :class:`AdaptiveGamma`.
+        costs: (drafter name, γ_max, greedy) -> :class:`RelativeCosts`.
+        drafter: the generation's drafter.
+        max_num_speculative_tokens: γ_max. greedy: the sampling mode (their α differ).
+    """
+
+    def __init__(self, controllers: dict, costs: dict, drafter, max_num_speculative_tokens: int, greedy: bool):
+        self._key = (drafter.name, max_num_speculative_tokens, greedy)
+        self.costs = costs.setdefault(self._key, RelativeCosts())
+        self.costs.new_reply()
+        self._controllers = controllers
+        self._round_source: Callable | None = getattr(drafter, "round_source", None)
+        self._free_draft: Callable | None = getattr(drafter, "free_draft", None)
+        self._replied: set = set()
+        self.controller: AdaptiveGamma | None = None
+        self._shadow: int | None = None
+
+    def choose(self, ids: list[int], timing: bool) -> tuple[int, bool, bool]:
+        """(γ, drafting paused, the controller's own t₁ round) for the round after ``ids``; γ = 0
+        when ``timing`` (the engine's timing round)."""
+        source = self._round_source(ids) if self._round_source is not None else ""
+        key = (*self._key, source)
+        controller = self._controllers.get(key)
+        if controller is None:
+            controller = self._controllers[key] = AdaptiveGamma(self._key[1], costs=self.costs, source=source)
+        if key not in self._replied:  # its first round in this reply
+            self._replied.add(key)
+            controller.new_reply()
+        self.controller = controller
+        gamma = 0 if timing else controller.choose()
+        self._shadow = None
+        if gamma == 0 and self._free_draft is not None:
+            tokens = self._free_draft(ids)
+            self._shadow = int(tokens[0]) if tokens else None
+        paused = not timing and gamma == 0 and controller.paused
+        return gamma, paused, not timing and gamma == 0 and not controller.paused
+
+    def update(self, event: RoundEvent, committed: list[int]) -> None:
+        """Fold in the round and, after a round that drafted nothing, the free draft's outcome
+        (``committed``: the round's committed ids)."""
+        self.controller.update(event)
+        if self._shadow is not None and not event.num_drafted and committed:
+            self.controller.observe(committed[0] == self._shadow)

@@ -245,7 +245,7 @@ class BreakEven:
     A round of γ costs ``T(γ)/t₁ = γ·c + v(γ + 1)/t₁`` target steps and commits
     ``E[N](γ; α) = Σ_{k=0..γ} α^k`` tokens with one acceptance rate α at every position
     (Leviathan et al. 2023, Equation 1; the round's time measured, not assumed ``γc + 1``). It
-    pays when ``E[N] > T(γ)/t₁``. Three cases, each said in :meth:`sentence`:
+    pays when ``E[N] > T(γ)/t₁``. Three cases, each said in words by :func:`specchat.core.evidence.break_even_sentence`:
 
     * ``T(γ)/t₁ <= 1``: the round costs no more than one target step; it pays at any α (α* = 0
       is not a threshold anyone can miss, so :attr:`acceptance` is None).
@@ -298,23 +298,6 @@ class BreakEven:
         """Whether a round of γ at acceptance rate ``alpha`` commits more tokens per target step
         than target-only decoding."""
         return sum(alpha**k for k in range(self.num_speculative_tokens + 1)) > self.round_cost
-
-    def sentence(self) -> str:
-        """The break-even in words, with the costs it rests on, e.g. "drafting one token costs
-        c = 0.10 target steps and the verify pass over 2 positions 1.05, so drafting pays from
-        α ≥ 0.15"."""
-        gamma = self.num_speculative_tokens
-        costs = (f"drafting one token costs c = {self.draft_cost:.2f} target steps and the verify pass over "
-                 f"{gamma + 1} positions {self.verify_cost:.2f}")
-        if self.never_pays:
-            best = "2 tokens" if gamma == 1 else f"{gamma + 1} tokens"
-            return (f"{costs}: a round of γ = {gamma} costs {self.round_cost:.2f} target steps and commits at most "
-                    f"{best}, so no acceptance rate can pay")
-        if self.pays_always:
-            return (f"{costs}: a round of γ = {gamma} costs {self.round_cost:.2f} target steps, no more than one, "
-                    f"so drafting pays at any acceptance rate")
-        # rounded up: "pays from α ≥ x" stays true, and never reads 0.00
-        return f"{costs}, so drafting γ = {gamma} pays from α ≥ {math.ceil(self.acceptance * 100 - 1e-9) / 100:.2f}"
 
 
 def _ok(x: float) -> bool:

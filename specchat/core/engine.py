@@ -29,13 +29,14 @@ from typing import Any
 
 import torch
 
-from specchat.core.adaptive import AdaptiveGamma
+from specchat.core.adaptive import AdaptiveGamma, GammaPolicy
 from specchat.core.config import GenerationConfig
 from specchat.core.costs import timing_round_due
 from specchat.core.draft import Draft, Drafter
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.generation import Generation, token_event
 from specchat.core.prefill import PrefillRates, run_prefill
+from specchat.core.round_costs import RelativeCosts
 from specchat.core.roundtrace import build_round_trace
 from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
 from specchat.core.sampling import VerifyResult, logits_to_probs, verify_draft
@@ -82,9 +83,10 @@ class SpeculativeEngine:
         self.device = target.device
         self.vocab_size = int(target.vocab_size)
         self._current: object | None = None
-        # adaptive γ: one controller per (drafter name, γ_max, greedy, round source), kept across
-        # generations; the source is "" except for a drafter with a round_source method (hybrid)
+        # adaptive γ: one controller per (drafter name, γ_max, greedy, round source) and one round-cost
+        # model per (drafter name, γ_max, greedy), kept across generations (core/adaptive.GammaPolicy)
         self.gamma_controllers: dict[tuple[str, int, bool, str], AdaptiveGamma] = {}
+        self.gamma_costs: dict[tuple[str, int, bool], RelativeCosts] = {}
         self._token_texts: dict[int, str] = {}  # id → text, for traces
         self.prefill_rates = PrefillRates()  # each model's prefill time per token (PrefillEvent.remaining_ms)
 
@@ -215,12 +217,11 @@ class SpeculativeEngine:
         if state.drafter_failure is not None:
             yield from self._hand_over(state, [state.drafter_failure])
 
-        controller = None
-        adaptive = state.drafter is not None and config.adaptive_gamma
-        # a drafter with several sources (the hybrid: a lookup after a long or a short match, or the
-        # model) names each round's source; each source gets a controller (their α and costs differ)
-        round_source = getattr(state.drafter, "round_source", None) if adaptive else None
-        replied: set = set()  # the controllers that chose a γ in this reply
+        # adaptive γ: a controller per drafting source, kept across generations (GammaPolicy)
+        policy = None
+        if state.drafter is not None and config.adaptive_gamma:
+            policy = GammaPolicy(self.gamma_controllers, self.gamma_costs, state.drafter,
+                                 config.num_speculative_tokens, config.greedy)
 
         final_text = ""
         while state.stop is None:
@@ -230,28 +231,20 @@ class SpeculativeEngine:
                 break
             drafting = state.drafter is not None
             timing = state.timing_next  # decided (and announced) at the end of the last round
-            if adaptive and state.drafter is not None:
-                source = round_source(state.ids) if round_source is not None else ""
-                key = (state.drafter.name, config.num_speculative_tokens, config.greedy, source)
-                controller = self.gamma_controllers.setdefault(key, AdaptiveGamma(config.num_speculative_tokens))
-                if key not in replied:  # its first round in this reply
-                    replied.add(key)
-                    controller.new_reply()
-            if timing:  # a target-only round, timed: t₁ measured in this run, under this load
-                gamma = 0
+            if policy is not None and state.drafter is not None:
+                gamma, drafting_paused, own_timing = policy.choose(state.ids, timing)
+                timing = timing or own_timing  # the controller's own target-only round to time t₁
             else:
-                gamma = controller.choose() if controller is not None else config.num_speculative_tokens
-            drafting_paused = controller is not None and not timing and gamma == 0 and controller.paused  # no γ pays
-            # the controller's own target-only round to time t₁ (a run without timing rounds)
-            timing = timing or (controller is not None and gamma == 0 and not controller.paused)
+                gamma, drafting_paused = (0 if timing else config.num_speculative_tokens), False
+            committed_before = len(state.ids)
             with torch.inference_mode():
                 events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused,
-                                     paused_speedup=controller.best_predicted_speedup if drafting_paused else None)
+                                     paused_speedup=policy.controller.best_predicted_speedup if drafting_paused else None)
             if drafting and state.drafter is None:  # the drafter failed this round
-                controller = None
+                policy = None
                 events.insert(0, state.drafter_failure)
-            elif controller is not None:
-                controller.update(events[-1])
+            elif policy is not None:
+                policy.update(events[-1], state.ids[committed_before:])
             yield from self._hand_over(state, events)  # outside inference mode: the consumer's code runs normally
 
         self._finished = (list(state.ids), state.drafter is not None)
@@ -266,6 +259,7 @@ class SpeculativeEngine:
             final_text=final_text,
             prompt_ids=tuple(prompt_ids),
             num_prefilled=len(prefix) - reused,
+            drafter_prefill_ms=state.drafter_prefill_ms,
         )
 
     # -- one round: Leviathan et al. 2023, Algorithm 1 --------------------------------------

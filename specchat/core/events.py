@@ -163,6 +163,9 @@ class DoneEvent:
             (which the first round feeds), less those whose KV states a kept cache already held
             (the prefix cache: a chat's next turn prefills its new message only); None when
             unknown (an old trace).
+        drafter_prefill_ms: the part of ``prefill_ms`` a model drafter spent reading the prompt
+            into its own cache (after a paused stretch or a new conversation it can be most of
+            it); None when unknown (an old trace), 0 without a model drafter.
     """
 
     stop_reason: StopReason
@@ -176,6 +179,7 @@ class DoneEvent:
     error: str | None = field(default=None)
     prompt_ids: tuple[int, ...] = field(default=(), repr=False)
     num_prefilled: int | None = None
+    drafter_prefill_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ class Generation:
     decode_start: float = 0.0
     elapsed_ms: float = 0.0  # decode time at the end of the last round
     paused_s: float = 0.0  # time the consumer held the stream (between yields), not decoding
+    drafter_prefill_ms: float = 0.0  # the drafter's part of the prefill (reading the prompt into its cache)
 
 
 def token_event(

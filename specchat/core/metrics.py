@@ -177,28 +177,11 @@ class SpeculationMetrics:
         return next((r.paused_speedup for r in reversed(self.rounds) if r.paused_speedup is not None), None)
 
     def pause_note(self) -> str | None:
-        """Why drafting paused in this reply, in one sentence, for the page and the CLI alike;
-        None when it did not pause. It gives γ = 1's break-even at the reply's own costs
-        (:meth:`break_even`) and, where those costs and the reply's α say drafting would have
-        paid, the controller's own prediction when it paused: it judges each round by costs and
-        acceptance pooled over the rounds before (earlier replies too, recent ones weighted
-        more), not by this reply's totals."""
-        paused = self.num_paused_rounds
-        if not paused:
-            return None
-        note = f"drafting paused in {paused} of {self.num_rounds} rounds"
-        even, alpha = self.break_even(), self.acceptance_rate
-        if even is None:
-            return note
-        note += f": here {even.sentence()}"
-        if alpha is not None and even.acceptance is not None and not even.pays(alpha):
-            note += f" (this reply's α: {alpha:.2f})"
-        elif alpha is not None and even.pays(alpha):
-            predicted = self.paused_speedup
-            note += (f"; at this reply's α {alpha:.2f} drafting would pay, but when it paused the controller, "
-                     "which pools the rounds before (recent ones weighted more), predicted "
-                     + (f"at best {predicted:.2f}× for every γ" if predicted is not None else "a loss for every γ"))
-        return note
+        """Why drafting paused in this reply, in one sentence (:func:`specchat.core.evidence.pause_words`);
+        None when it did not pause."""
+        from specchat.core import evidence
+
+        return evidence.pause_words(self)
 
     def verify_cost_curve(self) -> list[tuple[int, float, int]] | None:
         """The verify-cost curve T(k)/T(1) as measured in this stream: for each k = γ + 1 that
@@ -306,8 +289,15 @@ class SpeculationMetrics:
             "num_paused_rounds": self.num_paused_rounds,
             "cost_ratio": self.cost_ratio,
             "speedup": self.measured_speedup,
+            "speedup_half_width": self._speedup_evidence().half_width,
+            "speedup_shown": self._speedup_evidence().shown,
             "speedup_predicted": self.predicted_speedup,
         }
+
+    def _speedup_evidence(self):
+        from specchat.core import evidence
+
+        return evidence.measured_speedup(self)
 
 
 def _verified(r: RoundEvent) -> int:

@@ -152,6 +152,8 @@ def run_prefill(
             engine._call_drafter(state, drafter.begin, state.ids)
         return prefilled, True
     # None from _call_drafter: the drafter's part is done, or it failed (state.drafter is then None)
+    start, held = engine._now(), state.paused_s
     steps = in_steps(state.ids)
     _, whole = yield from passes("drafter", drafter.name, steps, lambda: engine._call_drafter(state, next, steps, None))
+    state.drafter_prefill_ms = (engine._now() - start - (state.paused_s - held)) * 1000
     return prefilled, whole

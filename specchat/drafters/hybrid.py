@@ -167,6 +167,12 @@ class HybridDrafter:
             return "model"
         return "lookup-long" if match_len >= self.long_match else "lookup-short"
 
+    def free_draft(self, ids: list[int]) -> list[int]:
+        """What a lookup round would draft for ``ids`` (free), or [] when the model would draft the
+        round (not free): adaptive γ judges it against the target's token in a round that drafts
+        nothing."""
+        return self._lookup(ids)[0]
+
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
     ) -> Draft:

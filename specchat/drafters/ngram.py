@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
-from specchat.core.config import GenerationConfig
+from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
 from specchat.core.draft import Draft, DraftTrace
 
 
@@ -32,14 +32,36 @@ class NgramDrafter:
         self.device = torch.device(device)
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self._last: tuple | None = None  # (context key, the lookup's result), reused within a round
 
     def begin(self, prompt_ids: list[int]) -> None:
-        pass
+        self._last = None
+
+    def _lookup(self, ids: list[int], max_tokens: int) -> tuple[list[int], int | None, int | None]:
+        """:func:`lookup_source` of ``ids``; the last result is reused for the same context and
+        length (:meth:`round_source`, :meth:`free_draft` and :meth:`propose` of one round)."""
+        key = (len(ids), tuple(ids[-self.max_ngram - 1 :]), max_tokens)
+        if self._last is None or self._last[0] != key:
+            self._last = (key, lookup_source(np.asarray(ids, dtype=np.int64), max_tokens, self.max_ngram, self.min_ngram))
+        return self._last[1]
+
+    def round_source(self, ids: list[int]) -> str:
+        """``"match-n"``, the length n of the suffix the lookup matched for the committed ``ids``,
+        or ``"miss"``: adaptive γ keeps a controller per source, since a longer match is right far
+        more often (a function of ``ids`` only: the choice of γ never looks at the drafted tokens)."""
+        match_len = self._lookup(ids, MAX_NUM_SPECULATIVE_TOKENS)[2]
+        return "miss" if match_len is None else f"match-{match_len}"
+
+    def free_draft(self, ids: list[int]) -> list[int]:
+        """What :meth:`propose` would draft for ``ids`` (a lookup: it costs nothing measurable), for
+        adaptive γ to judge against the target's token in a round that drafts nothing."""
+        return self._lookup(ids, MAX_NUM_SPECULATIVE_TOKENS)[0]
 
     def propose(
         self, ids: list[int], max_tokens: int, config: GenerationConfig, generator: torch.Generator
     ) -> Draft:
-        tokens, copy_start, match_len = lookup_source(np.asarray(ids, dtype=np.int64), max_tokens, self.max_ngram, self.min_ngram)
+        tokens, copy_start, match_len = self._lookup(ids, MAX_NUM_SPECULATIVE_TOKENS)
+        tokens = tokens[:max_tokens]  # the continuation's first tokens: the same copy, cut
         trace = DraftTrace(copy_start=copy_start, match_len=match_len) if config.trace and tokens else None
         return Draft(torch.tensor(tokens, dtype=torch.long, device=self.device), None, 0, trace)
 

@@ -160,6 +160,16 @@ def lower_bit_file_type(path: Path) -> str:
                      "to draft with (the int4 kinds need a file of 4 bits or more)")
 
 
+def lower_bit_how() -> str:
+    """How the int4 kinds' lower-bit copy is made with the library in use, and about how long, in
+    words for the loading stage: llama.cpp's quantizer (tens of seconds) or, without one
+    (xllamacpp's library), ggml's, tensor by tensor (a minute or more: 63 s measured here)."""
+    if unavailable_reason() is None and hasattr(_lib(), "llama_model_quantize"):
+        return "made once with llama.cpp's quantizer: tens of seconds"
+    return ("made once by ggml's quantizer tensor by tensor, Q2_K / Q4_0 where the rows fit and the rest as it is: "
+            "a minute or more")
+
+
 def lower_bit_copy(path: Path, folder: Path, *, threads: int | None = None) -> Path:
     """A lower-bit copy of the GGUF at ``path`` (:func:`lower_bit_file_type`), made once with
     llama.cpp's own quantizer (``llama_model_quantize``, re-quantizing from the file's types), or

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from specchat.core import evidence
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.bench_chart import DRAFTER_COLORS, bench_figure
@@ -206,9 +207,11 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
             name="their mean", line=dict(color=BASELINE_COLOR, width=1.5, dash="dash"),
             hovertemplate=f"target only: {target_tps:.1f} tok/s (timed during this reply)<extra></extra>",
         ))
-    values = [rounded(metrics.measured_speedup, 3), rounded(metrics.predicted_speedup, 3)]
+    measured = evidence.measured_speedup(metrics)
+    values = [rounded(measured.value, 3) if measured.shown else None, rounded(evidence.predicted_speedup(metrics), 3)]
     # a bar with no value draws nothing, its text included: say why on the axis instead
-    missing = ["not measured", "no drafts" if metrics.num_drafted == 0 else "not measured"]
+    missing = ["held back" if measured.value is not None else "not measured",
+               "no drafts" if metrics.num_drafted == 0 else "held back"]
     data.append(dict(
         type="bar", x=["measured", "predicted"], y=values,
         xaxis="x2", yaxis="y2", marker=dict(color=[MEASURED_COLOR, PREDICTED_COLOR]), opacity=0.9,
@@ -269,9 +272,13 @@ def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> 
 
     drafted = [m.num_drafted > 0 for _, _, m in replies]
 
+    held = [evidence.measured_speedup(m).value is not None for _, _, m in replies]  # measured, too few steps
+
     def bars(values, name, color=colors, fmt=".2f", suffix="", missing="measure", legend=True):
         # a bar with no value would draw nothing, its text included: a flat bar says why instead
-        why = ["no<br>drafts" if missing == "drafts" and not d else "not<br>measured" for d in drafted]
+        why = ["no<br>drafts" if missing == "drafts" and not d
+               else "held<br>back" if missing in ("held", "drafts") and h else "not<br>measured"
+               for d, h in zip(drafted, held)]
         return dict(
             type="bar", x=x, y=[0.0 if v is None else rounded(v, 3) for v in values], name=name,
             marker=dict(color=color), opacity=0.9, showlegend=legend,
@@ -285,13 +292,13 @@ def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> 
 
     alphas = [m.acceptance_rate for _, _, m in replies]
     per_round = [m.mean_tokens_per_round for _, _, m in replies]
-    measured = [m.measured_speedup for _, _, m in replies]
-    predicted = [m.predicted_speedup for _, _, m in replies]
+    measured = [m.measured_speedup if evidence.measured_speedup(m).shown else None for _, _, m in replies]
+    predicted = [evidence.predicted_speedup(m) for _, _, m in replies]
     speed = [m.tokens_per_s for _, _, m in replies]
     target = [m.target_only_tokens_per_s for _, _, m in replies]
     top = lambda values, floor=1.0: max([v for v in values if v is not None] + [floor])  # noqa: E731
     speedup_fig = fig(
-        [bars(measured, "measured", MEASURED_COLOR, suffix="×"),
+        [bars(measured, "measured", MEASURED_COLOR, suffix="×", missing="held"),
          bars(predicted, "predicted", PREDICTED_COLOR, suffix="×", missing="drafts")],
         "Speedup by reply (vs target-only steps timed in each)", "speedup ×", top(measured + predicted), legend=True,
     )

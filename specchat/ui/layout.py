@@ -241,6 +241,23 @@ class Page:
     saved: gr.BrowserState
 
 
+def drafter_menu(service: Any, kinds: list[str], auto: bool) -> list[tuple[str, str]]:
+    """The drafter menu's (label, value) pairs: each kind with what it costs here when the
+    calibration timed it (:func:`specchat.analysis.calibrate.menu_label`; the hybrid's is its model
+    part's), and "auto" first when the app picks by measurement."""
+    from specchat.analysis.calibrate import menu_label
+
+    calibration = getattr(service, "calibration", None)
+    part = service.hybrid_part() if "hybrid" in kinds and hasattr(service, "hybrid_part") else None
+
+    def label(kind: str) -> str:
+        if kind != "hybrid" or part is None:
+            return menu_label(kind, calibration)
+        return menu_label(part, calibration).replace(part, f"hybrid (lookup, then {part})", 1) if calibration else kind
+
+    return ([(AUTO_CHOICE, AUTO)] if auto else []) + [(label(k), k) for k in kinds]
+
+
 def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, picked: Any) -> Page:
     """Lay out the page's components (call inside ``gr.Blocks``) and return those events use.
 
@@ -286,7 +303,7 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
             # with --drafter auto, one more entry: the pick by measurement (what a message sent
             # before the pick is known runs with, once it is)
             drafter = gr.Dropdown(
-                choices=([(AUTO_CHOICE, AUTO)] if auto else []) + [(k, k) for k in kinds], value=drafter0,
+                choices=drafter_menu(service, kinds, auto), value=drafter0,
                 label="drafter", info=drafter_kinds.dropdown_hint(),
             )
             drafter_status = gr.HTML(

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specchat.analysis.ledger import Ledger
-from specchat.core import theory
+from specchat.core import evidence
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 
@@ -89,24 +89,27 @@ def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, met
         return f"{drafter}: no draft judged yet, so no α."
     if cost_ratio is None or not cost_ratio >= 0 or math.isinf(cost_ratio):
         return f"{drafter}: α = {alpha:.2f}; c needs a timed target-only step (a longer reply has one)."
+    supported = metrics is None or evidence.supports_prediction(metrics)
     if alpha > cost_ratio:
-        best = theory.optimal_num_speculative_tokens(alpha, cost_ratio, 16)
-        words = (f"{drafter}: α = {alpha:.2f} > c = {cost_ratio:.3f}, above the line: some γ speeds decoding up "
-                 f"(textbook best γ = {best}, S = {theory.predicted_speedup(alpha, best, cost_ratio):.2f}×).")
+        words = f"{drafter}: α = {alpha:.2f} > c = {cost_ratio:.3f}, above the line: some γ speeds decoding up"
+        if supported:
+            best, speedup = evidence.textbook_best(alpha, cost_ratio)
+            words += f" (textbook best γ = {best}, S = {speedup:.2f}×)."
+        else:
+            words += f" ({metrics.num_verified} judged draft(s): too few for a best γ)."
     else:
         words = (f"{drafter}: α = {alpha:.2f} ≤ c = {cost_ratio:.3f}, on or below the line: no γ gives a speedup; "
                  "target-only decoding is faster.")
     if metrics is not None:
         t1, gamma = metrics.target_step_ms, metrics.mean_num_speculative_tokens
         verify = metrics.costs.verify_ms(round(gamma) + 1) if gamma else None
-        if t1 and verify:
+        if t1 and verify and supported:
             words += (f" The rule assumes verifying γ + 1 tokens costs one target step; here it costs "
                       f"{verify / t1:.2f} steps (measured at γ + 1 = {round(gamma) + 1}).")
-            curve = metrics.predicted_speedup_curve(16)
-            if curve:
-                best = max(range(len(curve)), key=lambda i: (curve[i], -i))
-                words += (f" With the costs measured in this reply the best is γ = {best + 1} at {curve[best]:.2f}×"
-                          + (": no γ pays on this machine now." if curve[best] < 1 else "."))
+            best = evidence.best_gamma(metrics)
+            if best is not None:
+                words += (f" With the costs measured in this reply the best is γ = {best[0]} at {best[1]:.2f}×"
+                          + (": no γ pays on this machine now." if best[1] < 1 else "."))
     return words
 
 
@@ -242,7 +245,10 @@ def ledger_html(
             kept = ledger.num_prompt_tokens - 1 - ledger.num_prefilled  # the last prompt token is fed by round 1
             reused = (f" for {ledger.num_prefilled:,} new prompt tokens"
                       + (f" ({kept:,} reused from the conversation's kept cache)" if kept > 0 else ""))
-        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s{reused}, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
+        target_ms = ledger.prefill_ms - (ledger.drafter_prefill_ms or 0.0)
+        split = (f" (the target {target_ms / 1000:.2f} s{reused}; the drafter {ledger.drafter_prefill_ms / 1000:.2f} s "
+                 "reading the prompt into its own cache)" if ledger.drafter_prefill_ms else reused)
+        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s{split}, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
                   "speculation speeds up only the decoding. The prefill runs the prompt through the target in passes of "
                   "many tokens (a short prompt in one), which are compute-bound already (as are large batches), so "
                   "drafting cannot help it.")

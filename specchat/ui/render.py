@@ -15,6 +15,7 @@ import html
 from array import array
 from dataclasses import dataclass, field
 
+from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
 from specchat.ui.markdown import Piece, block_html, code_css, render_blocks
@@ -253,11 +254,7 @@ def reply_summary(metrics: SpeculationMetrics) -> str:
     if metrics.acceptance_rate is not None:
         parts.append(f"α {metrics.acceptance_rate:.2f}")
     parts.append(f"{metrics.mean_tokens_per_round:.2f} tokens/round")
-    speedup = metrics.measured_speedup
-    parts.append(
-        f"{speedup:.2f}× {SPEEDUP_BASIS}" if speedup is not None
-        else "speedup not measured (no target-only step was timed in this reply)"
-    )
+    parts.append(evidence.speedup_phrase(metrics))
     note = metrics.pause_note()
     if note:
         parts.append(note)
@@ -305,18 +302,16 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
         head = f'<span class="stat stat-label">{html.escape(label)}</span>' if label else ""
         return f'<div class="spec-stats">{head}<span class="stat stat-muted">{msg}</span></div>'
     t1 = metrics.target_step_ms
-    timed = metrics.num_target_only_rounds
-    basis = (
-        f"{SPEEDUP_BASIS}: {timed} target-only step(s), {1000 / t1:.1f} tok/s" if t1
-        else "no target-only step timed in this reply" + (" yet" if running else "")
-    )
+    measured = evidence.measured_speedup(metrics)
+    basis = measured.basis() + (f", target only {1000 / t1:.1f} tok/s" if t1 and measured.shown else "")
+    basis += " yet" if running and measured.value is None else ""
     items = [
         ("α", _fmt(metrics.acceptance_rate, ".2f"),
          "accepted drafts / judged drafts (the accepted ones plus the first rejection of each round)"),
         ("tokens/round", _fmt(metrics.mean_tokens_per_round, ".2f"), "committed tokens per round; theory: E[N] = (1−α^(γ+1)) / (1−α)"),
         ("speed", _fmt(metrics.tokens_per_s, ".1f", " tok/s"), "committed tokens per second of decoding (prefill excluded)"),
-        ("speedup", _fmt(metrics.measured_speedup, ".2f", "×"), f"measured {basis}"),
-        ("predicted", _fmt(metrics.predicted_speedup, ".2f", "×"),
+        ("speedup", measured.short(), f"measured {basis}"),
+        ("predicted", _fmt(evidence.predicted_speedup(metrics), ".2f", "×"),
          "from this reply's α and costs: Σ E[N](α, γ) · t₁ / Σ (γ·d + v(γ+1)) over its rounds"),
         ("c", _fmt(metrics.cost_ratio, ".3f"), "one drafted token's time / one target-only step, both timed in this reply"),
     ]

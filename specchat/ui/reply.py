@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.analysis.ledger import Ledger, ModelSizes, count_ledger
+from specchat.core import evidence
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, PrefillEvent, RoundEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
@@ -194,8 +195,11 @@ class Reply:
             return None
         self.prefill_warned = True
         wait = human_duration((event.elapsed_ms + event.remaining_ms) / 1000)
-        return "info", (f"The prompt (your message with the conversation and the system prompt) is "
-                        f"{event.num_prompt_tokens:,} tokens: reading it takes about {wait} on this machine before the "
+        kept = event.num_prompt_tokens - 1 - event.num_total  # already in the conversation's kept cache
+        size = (f"{event.num_prompt_tokens:,} tokens" if kept <= 0 else
+                f"{event.num_prompt_tokens:,} tokens, {event.num_total:,} of them new ({kept:,} kept from the conversation)")
+        return "info", (f"The prompt (your message with the conversation and the system prompt) is {size}: reading "
+                        f"{'it' if kept <= 0 else 'the new ones'} takes about {wait} on this machine before the "
                         f"reply starts (measured here). Stop cancels it.")
 
     def fail(self, message: str) -> None:
@@ -229,7 +233,8 @@ class Reply:
         return count_ledger(self.metrics.rounds, sizes=self.sizes, alpha=self.metrics.acceptance_rate,
                             prefill_ms=None if done is None else done.prefill_ms,
                             num_prefilled=None if done is None else done.num_prefilled,
-                            num_prompt_tokens=None if done is None else done.num_prompt_tokens)
+                            num_prompt_tokens=None if done is None else done.num_prompt_tokens,
+                            drafter_prefill_ms=None if done is None else done.drafter_prefill_ms)
 
     def ledger_html(self) -> str:
         return ledger_html(self.ledger(), self.metrics, title=f"Reply #{self.number} · {self.label.split(' · ', 1)[1]}",
@@ -262,8 +267,8 @@ class Reply:
             "tokens": m.num_committed,
             "alpha": m.acceptance_rate,
             "tokens_per_round": m.mean_tokens_per_round,
-            "speedup": m.measured_speedup,
-            "speedup_predicted": m.predicted_speedup,
+            "speedup": m.measured_speedup if evidence.measured_speedup(m).shown else None,
+            "speedup_predicted": evidence.predicted_speedup(m),
             "state": self.phase.value,
         }
 

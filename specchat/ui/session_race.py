@@ -34,6 +34,7 @@ class SessionRace:
     _lock: threading.Lock
     _run: Run | None
     _race_stop: threading.Event  # Stop during a race's replay
+    resolve_drafter: Callable[[str], str]  # ChatSession's: "auto" → the measured pick
 
     def race_message(self, typed: str | None) -> str | None:
         """What to race: the text in the message box, else the last message sent."""
@@ -58,9 +59,16 @@ class SessionRace:
             yield View(race=status_html("Type a message (or send one) to race on."),
                        toasts=(("warning", "Type a message (or send one) to race on."),))
             return
+        chosen = settings.drafter
+        settings = dataclasses.replace(settings, drafter=self.resolve_drafter(chosen))  # "auto": the pick, resolved now
         if drafter_kinds.DRAFTER_KINDS.get(settings.drafter) is not None and drafter_kinds.get(settings.drafter).source == "none":
             yield View(race=status_html("Pick a drafter to race against the target alone."),
                        toasts=(("warning", "Pick a drafter to race against the target alone."),))
+            return
+        offered = self.service.drafter_kinds() if hasattr(self.service, "drafter_kinds") else None
+        if offered is not None and settings.drafter not in offered:  # checked before the target-only half runs
+            why = f"drafter '{settings.drafter}' is not available for this target (available: {', '.join(offered)})"
+            yield View(race=status_html(f"Cannot race: {why}."), toasts=(("warning", f"Cannot race: {why}."),))
             return
         base_settings = dataclasses.replace(settings, drafter="none")
         config = settings.config()  # ValueError before anything runs
@@ -75,7 +83,8 @@ class SessionRace:
             return
         self._race_stop.clear()
         self.race_lanes, self.race_greedy = None, config.greedy
-        lanes = (RaceLane("target only"), RaceLane(settings.drafter))
+        lanes = (RaceLane("target only"), RaceLane(settings.drafter if chosen == settings.drafter
+                                                   else f"{chosen} → {settings.drafter}"))
         try:
             for lane, lane_settings in zip(lanes, (base_settings, settings)):
                 lane_config = dataclasses.replace(config, measure_speedup=False)  # the race itself is the measurement

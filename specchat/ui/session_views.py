@@ -177,7 +177,8 @@ class SessionViews:
                 ledger = (f'<div class="spec-ledger spec-muted">Reply #{reply.number}: no ledger, its recorded '
                           f"numbers are out of range ({html.escape(str(exc))}).</div>")
         points = drafter_points((r.drafter, r.metrics) for r in self.replies)
-        return ledger, charts.worth_figure(points, None if reply is None else reply.drafter)
+        own = drafter_points([(reply.drafter, reply.metrics)]) if reply is not None else []
+        return ledger, charts.worth_figure(points, None if reply is None else reply.drafter, own[0] if own else None)
 
     def _model_sizes(self, drafter: str) -> ModelSizes | None:
         sizes = getattr(self.service, "model_sizes", None)

@@ -13,12 +13,12 @@ import math
 
 import plotly.graph_objects as go
 
-from specchat.core import theory
+from specchat.core import evidence, theory
 from specchat.core.metrics import SpeculationMetrics
 from specchat.ui.chart_style import RESAMPLED, TEXT, axis, empty_figure, figure, hline, note
 from specchat.ui.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
 
-THEORY_MAX_GAMMA = 10
+THEORY_MAX_GAMMA = evidence.SHOWN_MAX_GAMMA  # the ledger's best γ is sought in the same range
 MAIN_RIGHT = 0.62  # the S(γ) panel's right edge (paper x); the verify-cost panel is to its right
 
 
@@ -52,6 +52,7 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     curve = [round(v, 4) for v in measured_curve]
     textbook = [round(v, 4) for v in theory_curve(alpha, cost, max_gamma)]
     best = 1 + max(range(len(curve)), key=lambda i: (curve[i], -i))
+    supported = evidence.supports_prediction(metrics)  # the star (and the ledger's best γ) need the sample
     data = [
         dict(
             type="scatter", x=xs, y=textbook, mode="lines", name="textbook (verify = 1 step)",
@@ -63,13 +64,15 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
             line=dict(color=PREDICTED_COLOR, width=2), marker=dict(size=5),
             hovertemplate="γ = %{x}: S = %{y:.2f}×<extra></extra>",
         ),
-        dict(
+    ]
+    if supported:
+        data.append(dict(
             type="scatter", x=[best], y=[curve[best - 1]], mode="markers", name=f"best γ={best} (adaptive's pick)",
             marker=dict(symbol="star", size=15, color=PREDICTED_COLOR, line=dict(color="white", width=1)),
             hovertemplate="best γ = %{x}: S = %{y:.2f}× (the adaptive controller maximises this)<extra></extra>",
-        ),
-    ]
-    measured = metrics.measured_speedup
+        ))
+    shown = evidence.measured_speedup(metrics)
+    measured = shown.value if shown.shown else None
     if gamma:
         data.append(dict(
             type="scatter", x=[gamma], y=[curve[gamma - 1]], mode="markers", name=f"γ drafted ≈ {gamma}",
@@ -88,7 +91,11 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     above = (curve[-1] < 1 and textbook[-1] < 1) or (far >= 1 and not (curve[-1] >= 1 and textbook[-1] >= 1))
     notes = [note("S = 1 (target only)", MAIN_RIGHT, 1, BASELINE_COLOR, yref="y", xanchor="right",
                    yanchor="bottom" if above else "top")]
-    if curve[best - 1] < 1:
+    contradicted = shown.shown and shown.interval[0] > 1.0  # the reply measured a speedup nonetheless
+    if not supported:
+        notes.append(note(f"{metrics.num_verified} judged draft(s), {metrics.num_target_only_rounds} target step(s): "
+                          "too few for a best γ or a verdict", MAIN_RIGHT / 2, 0.95, TEXT, size=10))
+    elif curve[best - 1] < 1 and not contradicted:
         # the star still marks the best γ ≥ 1: the one adaptive γ probes while drafting is paused
         why = "α ≤ c" if alpha <= cost else "at the measured costs"
         notes.append(note(f"{why}: no γ gives a speedup", MAIN_RIGHT / 2, 0.95, RESAMPLED, size=11))
@@ -155,7 +162,7 @@ def _free_spot(points: list, top: float) -> tuple[float, float]:
     return 0.12 * top, 1.03
 
 
-def worth_figure(points: list, current: str | None = None) -> go.Figure:
+def worth_figure(points: list, current: str | None = None, this_reply=None) -> go.Figure:
     """"Is this drafter worth it?": α against c for each drafter used in the conversation, with
     the line α = c. Above it some γ gives a speedup (Leviathan et al. 2023: S(γ) > 1 for some γ
     iff α > c); on or below it none does.
@@ -164,6 +171,8 @@ def worth_figure(points: list, current: str | None = None) -> go.Figure:
         points: :class:`specchat.ui.ledger_view.DrafterPoint` s (α pooled over the drafter's
             replies, c measured in them).
         current: the drafter of the reply in view (drawn larger).
+        this_reply: the reply in view alone (a DrafterPoint of its own α and c), drawn as a
+            diamond labelled "this reply": the pooled point is the drafter's over all its replies.
     """
     title = "Is the drafter worth it? α against c"
     shown = [p for p in points if p.cost_ratio is not None]
@@ -182,12 +191,20 @@ def worth_figure(points: list, current: str | None = None) -> go.Figure:
         big = p.drafter == current
         data.append(dict(
             type="scatter", x=[round(p.cost_ratio, 4)], y=[round(p.alpha, 4)], mode="markers+text",
-            name=p.drafter, text=[f"{p.drafter}{' (this reply)' if big else ''}"],
+            name=p.drafter,
+            text=[f"{p.drafter} ({p.num_replies} repl{'y' if p.num_replies == 1 else 'ies'})" if big else p.drafter],
             textposition="middle left" if p.cost_ratio > 0.6 * top else "middle right",
             textfont=dict(size=10, color=p.color),
             marker=dict(size=15 if big else 10, color=p.color, line=dict(color="white", width=1)),
             hovertemplate=(f"{p.drafter}: α = %{{y:.2f}}, c = %{{x:.3f}} ({p.num_replies} repl"
                            f"{'y' if p.num_replies == 1 else 'ies'}, {p.num_drafted} drafted)<extra></extra>"),
+        ))
+    if this_reply is not None and this_reply.cost_ratio is not None and this_reply.cost_ratio <= top:
+        data.append(dict(
+            type="scatter", x=[round(this_reply.cost_ratio, 4)], y=[round(this_reply.alpha, 4)], mode="markers",
+            name="this reply", marker=dict(size=11, symbol="diamond-open", color=this_reply.color, line=dict(width=2)),
+            hovertemplate=(f"this reply ({this_reply.drafter}): α = %{{y:.2f}}, c = %{{x:.3f}} "
+                           f"({this_reply.num_drafted} drafted)<extra></extra>"),
         ))
     notes = [
         note("α > c: some γ speeds up", *_free_spot(shown, top), KIND_COLORS["accepted"], xref="x", yref="y",

@@ -15,7 +15,7 @@ import gradio as gr
 
 from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.host import compile_note, loading_banner, stream_fn, wait_until_ready
-from specchat.ui.layout import Page, build_page
+from specchat.ui.layout import Page, build_page, drafter_menu
 from specchat.ui.render import status_html
 from specchat.ui.session import AUTO, ChatSession, ReplySettings, SessionStore, View
 from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS, wire
@@ -260,8 +260,9 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
             return {page.drafter_status: status_html(text, error=True), page.drafter: "none", page.active_drafter: "none"}
         why = f" · picked by measurement: {picked[1]}" if picked else ""
         why += compile_note(service, first)
-        return {page.drafter_status: status_html(f"drafter '{first}' ready{why}"),
-                **({page.drafter: first, page.active_drafter: first} if picked else {})}
+        menu = gr.Dropdown(choices=drafter_menu(service, kinds, auto), **({"value": first} if picked else {}))
+        return {page.drafter_status: status_html(f"drafter '{first}' ready{why}"), page.drafter: menu,
+                **({page.active_drafter: first} if picked else {})}
 
     def select(ref, request: gr.Request = None):
         try:
