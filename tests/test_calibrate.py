@@ -129,3 +129,49 @@ def test_the_menu_says_what_each_calibrated_drafter_costs_here():
     assert drafter_cost_note(Service(), "int4") == ("int4 · costs 1.54 target steps a token here: cannot pay "
                                                     "(calibrated 2026-12-06)")
     assert drafter_cost_note(Service(), "sibling") is None
+
+
+def test_a_calibration_on_a_busy_machine_is_measured_again_then_flagged(monkeypatch):
+    """Target-only rates 10 then 6 tok/s (spread 4/8 = 50 % > 25 %): measured again; the second
+    pass (10, 9.6: 4 %) is kept. When both passes scatter, the steadier is kept and the record
+    says the machine was busy, in the pick's reason too."""
+    from specchat.analysis import calibrate as cal
+
+    class Service:
+        runtime = "llamacpp"
+        drafter_errors: dict = {}
+
+        def model_drafter_kinds(self):
+            return ["sibling"]
+
+        def prepare_drafter(self, kind):
+            pass
+
+        def warm_up(self, kind, num_tokens):
+            pass
+
+        def encode_chat(self, history, message, max_new_tokens):
+            return [1, 2, 3], None
+
+    def scripted(rates):
+        it = iter(rates)
+
+        def reply(service, prompt_ids, kind, num_tokens):
+            if num_tokens == 4:  # the untimed warm-up
+                return 1.0, None, None
+            return next(it), (0.5 if kind != "none" else None), (30.0 if kind != "none" else None)
+        return reply
+
+    monkeypatch.setattr(cal, "calibration_key", lambda service: {"machine": "m"})
+    said = []
+    # pass 1: none 10, sibling 8, none 6; pass 2: none 10, sibling 9, none 9.6
+    monkeypatch.setattr(cal, "_reply", scripted([10.0, 8.0, 6.0, 10.0, 9.0, 9.6]))
+    record = cal.calibrate(Service(), progress=said.append)
+    assert record.target_tokens_per_s == [10.0, 9.6] and record.unsteady is None
+    assert any("varied by 50% (a busy machine?): measuring again" in s for s in said)
+    assert record.drafters[0].speedup == pytest.approx(9.0 / 9.8)
+    monkeypatch.setattr(cal, "_reply", scripted([10.0, 8.0, 6.0, 10.0, 8.0, 7.0]))  # 50 %, then 30 %
+    busy = cal.calibrate(Service())
+    assert busy.target_tokens_per_s == [10.0, 7.0] and busy.unsteady == pytest.approx(3.0 / 8.5)
+    assert "target-only speed varied by 35% while it was measured (a busy machine)" in busy.reason("ngram")
+    assert cal.Calibration.from_json(busy.to_json()).unsteady == pytest.approx(busy.unsteady)

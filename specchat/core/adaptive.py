@@ -25,15 +25,20 @@ Leviathan's Theorem 3.8, E[N] / (γc + 1).
 * *Each reply is judged on its own.* Earlier replies' acceptance is a prior worth at most
   :data:`HISTORY_WEIGHT` judged drafts at a reply's start (an open-chat answer says little about
   the code edit after it), and the round costs keep only their latest few samples.
+* *A pause ends on convincing evidence.* While paused, the decision to draft again uses each
+  β one standard deviation below its estimate: a short streak of luck in text that seldom repeats
+  does not restart drafting, a copy (every token right for a while) does within a few tokens.
 * *Free evidence is used.* A drafter whose proposal costs nothing (a lookup: ``free_draft``) is
-  judged in every round that drafts nothing: the target's own token is compared with what the
-  lookup would have proposed, which is exactly the draft's acceptance (P(token = x) = p(x) =
-  min(1, p(x)/q(x)) for a one-hot q). A paused lookup resumes as soon as that evidence says it pays.
+  judged in every round that drafts nothing: the target's own tokens are compared with what the
+  lookup would have proposed, position by position as they are committed, which is exactly the
+  draft's acceptance (P(token = x) = p(x) = min(1, p(x)/q(x)) for a one-hot q). A paused lookup
+  resumes as soon as that evidence says it pays, and never needs a probe.
 
 **Drafting pauses when it cannot pay** (γ = 0 with probes): once the costs are known, if every γ
 in 1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a target-only step, and
 drafts a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the least P for
-which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only throughput. A probe
+which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only throughput. A source
+whose drafts are free (a lookup) never probes: every paused round judges its draft anyway. A probe
 drafts the γ that loses least (:meth:`AdaptiveGamma.probe_gamma`). It only chooses how many tokens
 to draft; which tokens are committed is decided by verification alone, so the output
 distribution is unchanged (lossless for any γ).
@@ -73,6 +78,8 @@ class AdaptiveGamma:
             little before the controller knows.
         costs: the round costs (shared by the controllers of one drafter's sources).
         source: the drafting source this controller judges (its drafter cost is the source's).
+        free: the source's drafts cost nothing to make (a lookup): while paused it never probes,
+            since every round that drafts nothing judges its draft for free (:meth:`observe`).
 
     Feed each :class:`RoundEvent` to :meth:`update` (and a free draft's outcome to
     :meth:`observe`); :meth:`choose` returns the next γ, 0 while drafting is paused (:attr:`paused`).
@@ -85,6 +92,7 @@ class AdaptiveGamma:
     initial_num_speculative_tokens: int = 1
     costs: RelativeCosts = field(default_factory=RelativeCosts)
     source: str = ""
+    free: bool = False  # its drafts cost nothing (a lookup): judged every round that drafts nothing, never probed
     paused: bool = False  # the last choice found every γ >= 1 predicted to lose
     best_predicted_speedup: float | None = None  # the last choice's best prediction over γ = 1…γ_max
     probe_catch_up: float = 0.0  # the last probe's drafting beyond γ·c (a model drafter catching up), target steps
@@ -109,10 +117,19 @@ class AdaptiveGamma:
         """α over all positions, shrunk toward the prior (in (0, 1))."""
         return (sum(self._accepted) + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (sum(self._reached) + PRIOR_WEIGHT)
 
-    def acceptance_by_position(self) -> list[float]:
-        """β_1…β_γmax: each position's weighted acceptance, shrunk toward the pooled α."""
+    def acceptance_by_position(self, *, cautious: bool = False) -> list[float]:
+        """β_1…β_γmax: each position's weighted acceptance, shrunk toward the pooled α. With
+        ``cautious``, one standard deviation lower (the Beta posterior's, with n + PRIOR_WEIGHT
+        pseudo-observations, floored at 0): what a paused controller needs to see before it drafts
+        again, so that a short lucky streak in text that seldom repeats does not restart drafting."""
         pooled = self.pooled_acceptance
-        return [(a + pooled * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT) for a, n in zip(self._accepted, self._reached)]
+        betas = []
+        for a, n in zip(self._accepted, self._reached):
+            beta = (a + pooled * PRIOR_WEIGHT) / (n + PRIOR_WEIGHT)
+            if cautious:
+                beta = max(0.0, beta - math.sqrt(beta * (1 - beta) / (n + PRIOR_WEIGHT + 1)))
+            betas.append(beta)
+        return betas
 
     @property
     def judged(self) -> float:
@@ -123,19 +140,19 @@ class AdaptiveGamma:
         """c of this controller's source, in target steps; None before it was timed."""
         return self.costs.draft_cost(self.source)
 
-    def _curves(self) -> tuple[list[float], list[float] | None]:
-        """One read of the estimates for every γ = 1…γ_max: E[N](γ), and T(γ)/t₁ = γ·c + ρ(γ + 1)
-        (None while the costs are unknown)."""
+    def _curves(self, cautious: bool = False) -> tuple[list[float], list[float] | None]:
+        """One read of the estimates for every γ = 1…γ_max: E[N](γ) (``cautious``: from
+        :meth:`acceptance_by_position`'s cautious β), and T(γ)/t₁ = γ·c + ρ(γ + 1) (None while the
+        costs are unknown)."""
         expected, total, reach = [], 1.0, 1.0
-        for beta in self.acceptance_by_position():
+        for beta in self.acceptance_by_position(cautious=cautious):
             reach *= beta
             total += reach
             expected.append(total)
-        c, line = self.draft_cost(), self.costs.verify_line()
-        if c is None or line is None:
+        c, verify = self.draft_cost(), self.costs.verify_curve(len(expected) + 1)
+        if c is None or verify is None:
             return expected, None
-        a, b = line
-        return expected, [g * c + a + b * g for g in range(1, len(expected) + 1)]  # ρ(g + 1) = a + b·g
+        return expected, [g * c + verify[g - 1] for g in range(1, len(expected) + 1)]  # verify[g − 1] = ρ(g + 1)
 
     def expected_tokens_per_round(self, num_speculative_tokens: int) -> float:
         """E[N](γ) = Σ_{k=0..γ} Π_{i=1..k} β_i, with the current β estimates."""
@@ -216,16 +233,19 @@ class AdaptiveGamma:
                 self._asked_target_step = True  # no target step timed (no timing rounds): time t₁ once
                 return 0
             return max(1, min(self.initial_num_speculative_tokens, self.max_num_speculative_tokens))
-        best, best_s = 1, float("-inf")
-        for gamma in range(1, self.max_num_speculative_tokens + 1):
-            s = self._speedup(gamma, curves)
-            if s > best_s + 1e-12:
-                best, best_s = gamma, s
+        best, best_s = self._best(curves)
         self.best_predicted_speedup = best_s
-        if best_s >= 1.0:
-            self.paused, self._since_probe = False, 0
+        if self.paused:  # a pause ends on convincing evidence only (the cautious β)
+            resume, resume_s = self._best(self._curves(cautious=True))
+            if resume_s >= 1.0:
+                self.paused, self._since_probe = False, 0
+                return resume
+        elif best_s >= 1.0:
+            self._since_probe = 0
             return best
         self.paused = True
+        if self.free:  # judged for free in every paused round (observe): no probe needed
+            return 0
         self._since_probe += 1
         probe = self.probe_gamma(curves)
         interval = self.probe_interval(probe, curves)
@@ -235,6 +255,15 @@ class AdaptiveGamma:
             return probe
         self._skip = interval - self._since_probe - 1
         return 0
+
+    def _best(self, curves) -> tuple[int, float]:
+        """(γ, S(γ)) of the best γ in 1…γ_max (ties: the smaller)."""
+        best, best_s = 1, float("-inf")
+        for gamma in range(1, self.max_num_speculative_tokens + 1):
+            s = self._speedup(gamma, curves)
+            if s > best_s + 1e-12:
+                best, best_s = gamma, s
+        return best, best_s
 
     def update(self, event: RoundEvent) -> None:
         """Fold one round in: its timings (into the shared costs) and its judged positions. A round
@@ -256,10 +285,17 @@ class AdaptiveGamma:
             if own > 0 and self.expected_tokens_per_round(gamma) / own >= 1.0:
                 self._skip, self._since_probe = 0, CONFIRM
 
-    def observe(self, accepted: bool) -> None:
-        """A free draft's first token, judged without drafting (:class:`GammaPolicy`): one more
-        judged first position. While paused, the next choice decides again (new evidence)."""
-        self._judge([accepted])
+    def observe(self, judged: list[tuple[int, bool]]) -> None:
+        """Free drafts' tokens, judged without drafting (:class:`GammaPolicy`): ``(position,
+        accepted)`` pairs, 0-based, each position reached (the earlier ones of its draft were
+        right). The sums decay once for the lot. While paused, the next choice decides again."""
+        for values in (self._accepted, self._reached):
+            for i in range(len(values)):
+                values[i] *= DECAY
+        for position, accepted in judged:
+            if position < len(self._reached):
+                self._reached[position] += 1.0
+                self._accepted[position] += 1.0 if accepted else 0.0
         if self.paused:
             self._skip = 0
 
@@ -296,7 +332,8 @@ class GammaPolicy:
         self._free_draft: Callable | None = getattr(drafter, "free_draft", None)
         self._replied: set = set()
         self.controller: AdaptiveGamma | None = None
-        self._shadow: int | None = None
+        self._pending: tuple[AdaptiveGamma, list[int]] | None = None  # this round's free draft, if it drafts nothing
+        self._chains: list[list] = []  # [controller, free draft, next position]: judged token by token
 
     def choose(self, ids: list[int], timing: bool) -> tuple[int, bool, bool]:
         """(γ, drafting paused, the controller's own t₁ round) for the round after ``ids``; γ = 0
@@ -305,22 +342,39 @@ class GammaPolicy:
         key = (*self._key, source)
         controller = self._controllers.get(key)
         if controller is None:
-            controller = self._controllers[key] = AdaptiveGamma(self._key[1], costs=self.costs, source=source)
+            free = self._free_draft is not None and bool(self._free_draft(ids))
+            controller = self._controllers[key] = AdaptiveGamma(self._key[1], costs=self.costs, source=source, free=free)
         if key not in self._replied:  # its first round in this reply
             self._replied.add(key)
             controller.new_reply()
         self.controller = controller
         gamma = 0 if timing else controller.choose()
-        self._shadow = None
-        if gamma == 0 and self._free_draft is not None:
-            tokens = self._free_draft(ids)
-            self._shadow = int(tokens[0]) if tokens else None
+        self._pending = None
+        if gamma == 0 and controller.free:
+            tokens = self._free_draft(ids)[: self._key[1]]
+            self._pending = (controller, [int(t) for t in tokens]) if tokens else None
         paused = not timing and gamma == 0 and controller.paused
         return gamma, paused, not timing and gamma == 0 and not controller.paused
 
     def update(self, event: RoundEvent, committed: list[int]) -> None:
-        """Fold in the round and, after a round that drafted nothing, the free draft's outcome
-        (``committed``: the round's committed ids)."""
+        """Fold in the round and the free drafts it judges (``committed``: the round's committed
+        ids, in order). A round that drafted nothing starts judging its free draft: its first token
+        against the token committed now, its second against the next committed token if the first
+        was right, and so on (whatever the later rounds draft: the committed tokens are the
+        target's either way), so every position's acceptance is measured while drafting pauses."""
         self.controller.update(event)
-        if self._shadow is not None and not event.num_drafted and committed:
-            self.controller.observe(committed[0] == self._shadow)
+        if self._pending is not None and not event.num_drafted:
+            self._chains.append([*self._pending, 0])
+        judged: dict[int, tuple[AdaptiveGamma, list[tuple[int, bool]]]] = {}
+        for token in committed:
+            alive = []
+            for chain in self._chains:
+                controller, tokens, position = chain
+                right = token == tokens[position]
+                judged.setdefault(id(controller), (controller, []))[1].append((position, right))
+                if right and position + 1 < len(tokens):
+                    chain[2] += 1
+                    alive.append(chain)
+            self._chains = alive
+        for controller, positions in judged.values():
+            controller.observe(positions)

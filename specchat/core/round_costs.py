@@ -20,10 +20,13 @@ but their ratios do. So:
   round alone is not; keeping earlier replies' samples of an n the reply has not drafted would let
   a busy moment's steep cost of a long draft keep the controller from ever trying it again).
 
-v(n)/t₁ is modelled as a straight line ρ(n) = a + b·(n − 1) (b >= 0): weighted least squares on
-the median of each n seen (weight: its number of samples) and the point (1, 1), a target step
-being a pass over one position. With one n seen, that is the line through (1, 1) and it: on a
-CPU a pass over 9 positions can cost 9 target steps, which a flat line would miss.
+v(n)/t₁ (:meth:`RelativeCosts.verify_cost`) is a straight line through the medians of the n
+measured (weighted least squares, slope >= 0), joined to (1, 1) below them (a target step is a
+pass over one position), and explored above them one n at a time: the next n up is priced as
+nearly flat, the ones beyond it by the measured slope. Measured on this project's 2-core CPU on
+llama.cpp, the curve is far from a line through (1, 1): about 2.1 target steps at 2 positions,
+2.05 at 3 and 4 at 13 (batched kernels start at 2); with transformers on a CPU a pass over 9
+positions can cost 9 steps. Each is found by measuring, not assumed.
 
 Pure Python: no tensors. Units: target steps (ratios), milliseconds where named ``_ms``.
 """
@@ -46,6 +49,9 @@ REPLY_GAP = 1 << 20  # replies apart in round order: the seconds (or hours) betw
 # The first rounds ever timed are left out: the first forward passes of a process, or of a new
 # batch shape, are slower (the engine's timing-round schedule skips them for the same reason).
 WARMUP_ROUNDS = 2
+# One n past the largest measured, a pass is priced at most this many target steps per position
+# more (the textbook's flat verify cost, give or take): the next γ up is tried once, then measured.
+EXPLORE_SLOPE = 0.1
 
 
 @dataclass
@@ -149,32 +155,58 @@ class RelativeCosts:
             self._memo["points"] = points
         return self._memo["points"]
 
-    def verify_line(self) -> tuple[float, float] | None:
-        """(a, b): ρ(n) = a + b·(n − 1), the weighted least-squares line through the per-n medians
-        and (1, 1) (weight 1), b clipped at 0; None before a drafting round and a target step."""
-        if "line" not in self._memo:
-            points = self.verify_points()
-            line = None
-            if points:
-                xs = [0.0] + [n - 1.0 for n, _, _ in points]  # x = n − 1: (1, 1) is x = 0
-                ys = [1.0] + [m for _, m, _ in points]
-                ws = [1.0] + [float(k) for _, _, k in points]
-                w = sum(ws)
-                mx, my = sum(wi * x for wi, x in zip(ws, xs)) / w, sum(wi * y for wi, y in zip(ws, ys)) / w
-                sxx = sum(wi * (x - mx) ** 2 for wi, x in zip(ws, xs))
-                slope = sum(wi * (x - mx) * (y - my) for wi, x, y in zip(ws, xs, ys)) / sxx if sxx > 0 else 0.0
-                slope = max(slope, 0.0)
-                line = (my - slope * mx, slope)
-                if line[0] <= 0:  # the line would reach 0 at n = 1: keep the mean, drop the slope
-                    line = (my, 0.0)
-            self._memo["line"] = line
-        return self._memo["line"]
-
     def verify_cost(self, num_positions: int) -> float | None:
-        """ρ(n): a pass over n positions (and the round's bookkeeping) in target steps; None until a
-        drafting round and a target step were timed."""
-        line = self.verify_line()
-        return None if line is None else line[0] + line[1] * (num_positions - 1)
+        """ρ(n): a pass over n positions (and the round's bookkeeping) in target steps, 1 at n = 1;
+        None until a drafting round and a target step were timed.
+
+        Between the n measured (n >= 2) it is the weighted least-squares line through their medians
+        (slope clipped at 0); below the smallest, the line from (1, 1) to it; one n past the largest
+        it grows by at most :data:`EXPLORE_SLOPE` (the next γ up is worth one try: on llama.cpp's CPU
+        kernels a pass over 2 positions costs about as much as one over 3, so the line through (1, 1)
+        and n = 2 alone would price 13 positions at 14 steps where they cost 4), and beyond that by
+        the measured slope (the line through (1, 1) when one n is known). Never below 1."""
+        if num_positions <= 1:
+            return 1.0 if self.verify_points() else None
+        curve = self.verify_curve(num_positions)
+        return None if curve is None else curve[num_positions - 2]
+
+    def verify_curve(self, max_positions: int) -> list[float] | None:
+        """[ρ(2), …, ρ(max_positions)] (:meth:`verify_cost`), read once; None before any point."""
+        key = ("curve", max_positions)
+        if key not in self._memo:
+            self._memo[key] = self._curve(max_positions)
+        return self._memo[key]
+
+    def _curve(self, max_positions: int) -> list[float] | None:
+        points = self.verify_points()
+        if not points:
+            return None
+        lo, hi = points[0][0], points[-1][0]
+        if len(points) == 1:
+            value, slope = points[0][1], max(points[0][1] - 1.0, 0.0) / (hi - 1)
+
+            def fit(n: int) -> float:
+                return value
+        else:
+            w = sum(k for _, _, k in points)
+            mx = sum(k * n for n, _, k in points) / w
+            my = sum(k * m for _, m, k in points) / w
+            sxx = sum(k * (n - mx) ** 2 for n, _, k in points)
+            slope = max(sum(k * (n - mx) * (m - my) for n, m, k in points) / sxx, 0.0)
+
+            def fit(n: int) -> float:
+                return my + slope * (n - mx)
+        top, bottom = fit(hi), fit(lo)
+        out = []
+        for n in range(2, max_positions + 1):
+            if n < lo:
+                value_n = 1.0 + (bottom - 1.0) * (n - 1) / (lo - 1)
+            elif n <= hi:
+                value_n = fit(n)
+            else:
+                value_n = top + min(slope, EXPLORE_SLOPE) + slope * (n - hi - 1)
+            out.append(max(value_n, 1.0))
+        return out
 
     def draft_cost(self, source: str = "") -> float | None:
         """c of ``source``: the median drafter time per drafted token in target steps; None before
