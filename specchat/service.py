@@ -358,10 +358,11 @@ class ChatService:
         best = self.calibration.fastest if self.calibration is not None else None
         return best.kind if best is not None and best.kind in self.model_drafter_kinds() else None
 
-    def pick_drafter(self, *, recalibrate: bool = False) -> tuple[str, str]:
+    def pick_drafter(self, *, recalibrate: bool = False, kinds: list[str] | None = None) -> tuple[str, str]:
         """The default drafter for this machine and model pair, and why: from the calibration on
         record, or a new one (timed now, about a minute with progress, then saved; see
         :mod:`specchat.analysis.calibrate`). Model drafters loaded only to be timed are released again.
+        ``kinds``: the drafters to time (default: all but the int4 kinds on llama.cpp: see calibrate).
 
         Returns:
             ``(kind, reason)``; the kind is one of :meth:`drafter_kinds`.
@@ -372,7 +373,7 @@ class ChatService:
         loaded = set(self._drafters)
         if record is None:
             BOARD.stage("Calibrating the drafters on this machine (once per machine and model pair)")
-            record = calibrate.calibrate(self, progress=BOARD.stage)
+            record = calibrate.calibrate(self, kinds, progress=BOARD.stage)
             try:
                 calibrate.save(record)
             except OSError as exc:  # a read-only cache: use it now, calibrate again next start

@@ -59,7 +59,8 @@ def test_the_threshold_is_rounded_up_and_never_reads_0(round_cost, shown):
     assert break_even_sentence(BreakEven(1, 0.0, round_cost)).endswith(f"pays from α ≥ {shown}")
 
 
-@pytest.mark.parametrize(("round_cost", "shown"), [(1.999, "0.999"), (1.9951, "0.996"), (1.991, "0.991")])
+@pytest.mark.parametrize(("round_cost", "shown"), [(1.999, "0.999"), (1.9951, "0.996"), (1.991, "0.991"),
+                                                    (1.9996, "0.9996"), (1.99999, "0.99999")])
 def test_a_threshold_near_1_is_never_written_as_alpha_at_least_1(round_cost, shown):
     """α* = 0.999 rounded up to two digits would read "pays from α ≥ 1.00", a condition no
     acceptance rate below 1 meets (a reply once said so at α 0.00)."""

@@ -122,3 +122,19 @@ def test_every_command_runs_a_model_without_a_chat_template(command, no_template
     assert "no chat template" not in err or "reach it as plain text" in err
     if command[0] == "generate":
         assert "this model has no chat template: messages reach it as plain text" in err
+
+
+def test_calibrate_all_kinds_times_every_model_drafter_and_prints_what_each_costs(no_template_pair, tmp_path,
+                                                                                   monkeypatch, capsys):
+    """``calibrate --all-kinds`` times every model drafter the target offers (here on transformers:
+    int4, sibling, sibling-int4) and prints each one's c = drafted-token time / target step."""
+    from specchat.commands.cli import main
+
+    target, drafter = no_template_pair
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    status = main(["calibrate", "--all-kinds", "--target", str(target), "--drafter-model", str(drafter),
+                   "--dtype", "float32"])
+    out = capsys.readouterr().out
+    assert status == 0
+    timed = {line.split()[0] for line in out.splitlines() if line.startswith("  ") and " c=" in line}
+    assert timed == {"int4", "sibling", "sibling-int4"}, out

@@ -28,7 +28,7 @@ ALPHAS = [i / 200 for i in range(201)]
 
 
 @pytest.mark.parametrize(("gamma", "draft_cost", "verify_cost"), list(itertools.product(
-    [1, 2, 4], [0.0, 0.05, 0.2, 0.5, 1.0, 1.5], [0.8, 1.0, 1.15, 1.3, 1.7, 2.2, 3.5])))
+    [1, 2, 4], [0.0, 0.05, 0.2, 0.5, 1.0, 1.5], [0.8, 1.0, 1.15, 1.3, 1.7, 1.9996, 2.2, 3.5])))
 def test_every_break_even_sentence_is_true_of_the_arithmetic(gamma, draft_cost, verify_cost):
     even = BreakEven(gamma, draft_cost, verify_cost)
     words = evidence.break_even_sentence(even)
@@ -39,11 +39,13 @@ def test_every_break_even_sentence_is_true_of_the_arithmetic(gamma, draft_cost, 
         assert not any(_pays(a, gamma, cost) for a in ALPHAS) and cost >= gamma + 1
     elif "pays at any acceptance rate" in words:
         assert all(_pays(a, gamma, cost) or a == 0 for a in ALPHAS) and cost <= 1
+    elif "pays only if every draft is accepted" in words:
+        assert not _pays(1 - 1e-6, gamma, cost) and _pays(1.0, gamma, cost)
     else:
         threshold = float(re.search(r"α ≥ (\d\.\d+)\)?$", words).group(1))
         assert threshold < 1.0  # never "pays from α ≥ 1.00", a condition no α below 1 meets
         assert _pays(threshold + 1e-9, gamma, cost)  # rounded up: at the printed value it breaks even or pays
-        below = threshold - (0.01 if threshold < 0.99 else 0.001)
+        below = threshold - 10.0 ** -len(str(threshold).split(".")[1])  # one printed digit lower
         assert not _pays(below - 1e-9, gamma, cost)  # and not true a step below it
         assert ("only if nearly every draft" in words) == (threshold >= 0.99)
 

@@ -215,6 +215,9 @@ class RunResult:
     # the same run's measured speedup ÷ its measured-cost prediction (the page's two numbers)
     measured_over_predicted: float | None = None
     identical: bool | None = None
+    # specchat only: what the page and the CLI would print about this reply that its own figures
+    # contradict (specchat.core.evidence.contradictions; [] when none)
+    contradictions: list[str] = field(default_factory=list)
 
 
 def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_tokens: int,
@@ -258,7 +261,21 @@ def run_specchat(service, prompt_ids: list[int], config: BenchConfig, max_new_to
         speedup_predicted_same_run=metrics.predicted_speedup,
         measured_over_predicted=(metrics.measured_speedup / metrics.predicted_speedup
                                  if metrics.measured_speedup and metrics.predicted_speedup else None),
+        contradictions=printed_contradictions(config.drafter, metrics),
     )
+
+
+def printed_contradictions(drafter: str, metrics: SpeculationMetrics) -> list[str]:
+    """What the CLI's summary line, the page's reply summary and the ledger's words would say
+    about this reply that its own figures contradict (:func:`specchat.core.evidence.contradictions`)."""
+    from specchat.commands.generate import summary_line
+    from specchat.core import evidence
+    from specchat.ui.ledger_view import worth_words
+    from specchat.ui.render import reply_summary
+
+    texts = [summary_line(drafter, metrics, metrics.done), reply_summary(metrics),
+             worth_words(drafter, metrics.acceptance_rate, metrics.cost_ratio, metrics)]
+    return [claim for text in texts for claim in evidence.contradictions(text, metrics)]
 
 
 def _fill_relative(results: list[RunResult]) -> None:

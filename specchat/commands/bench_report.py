@@ -74,7 +74,8 @@ def summarize(results: list[RunResult]) -> dict:
         runs = [r for r in results if r.config == name]
         entry = {"engine": runs[0].engine, "drafter": runs[0].drafter, "gamma": runs[0].gamma,
                  "measure_speedup": runs[0].measure_speedup,
-                 "runs": len(runs), "identical": sum(bool(r.identical) for r in runs)}
+                 "runs": len(runs), "identical": sum(bool(r.identical) for r in runs),
+                 "contradictions": [c for r in runs for c in getattr(r, "contradictions", [])]}
         entry["overall"] = {f: _median(getattr(r, f) for r in runs) for f in SUMMARY_FIELDS}
         entry["groups"] = {
             g: {f: _median(getattr(r, f) for r in runs if r.group == g) for f in SUMMARY_FIELDS}
@@ -229,6 +230,10 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
 
     def goal(text: str, value: float | None, ok: Callable[[float], bool]) -> None:
         goals.append((text, value, None if value is None else ok(value)))
+
+    # issue 43: nothing printed about a reply contradicts its own figures (every prompt, every drafter)
+    printed = [entry.get("contradictions", []) for entry in configs.values() if entry["engine"] == SPECCHAT]
+    goal("no printed sentence contradicts its reply's figures (count)", float(sum(map(len, printed))), lambda v: v == 0)
 
     for group in ("code", "edit"):
         goal(f"int4 >= 2.0x target-only on {group}", speedup("specchat int4 adaptive", group), lambda v: v >= 2.0)

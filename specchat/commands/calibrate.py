@@ -22,6 +22,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     cal.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     cal.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
     cal.add_argument("--again", action="store_true", help="measure again even if a calibration is on record")
+    cal.add_argument("--all-kinds", action="store_true",
+                     help="time every model drafter, the int4 kinds on llama.cpp included (their lower-bit copy is "
+                          "made first: a minute or more); implies --again. The app's drafter menu then shows what "
+                          "each costs here")
     cal.add_argument("--dtype", choices=DTYPE_CHOICES, default="auto")
     add_runtime_argument(cal, threads=True)
     cal.add_argument("--device", type=device, default=None, help=DEVICE_HELP)
@@ -45,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
         service, status = load_service(args)
         if service is None:
             return status
-        kind, reason = service.pick_drafter(recalibrate=args.again)
+        kinds = service.model_drafter_kinds() if args.all_kinds else None
+        kind, reason = service.pick_drafter(recalibrate=args.again or args.all_kinds, kinds=kinds)
     except (SpecchatError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
@@ -58,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
     for d in sorted(record.drafters, key=lambda d: -d.speedup):
         alpha = "-" if d.alpha is None else f"{d.alpha:.2f}"
         ms = "-" if d.draft_ms_per_token is None else f"{d.draft_ms_per_token:.0f} ms"
-        print(f"  {d.kind:<13} {d.tokens_per_s:6.2f} tokens/s  {d.speedup:5.2f}×  α={alpha}  draft {ms}/token")
+        c = record.cost_ratio(d.kind)
+        cost = "" if c is None else f"  c={c:.2f}" + ("  (a drafted token costs a target step or more: cannot pay)"
+                                                     if c >= 1 else "")
+        print(f"  {d.kind:<13} {d.tokens_per_s:6.2f} tokens/s  {d.speedup:5.2f}×  α={alpha}  draft {ms}/token{cost}")
     print(f"default drafter: {kind} ({reason})")
     print(f"record: {calibrate.default_path()}")
     return 0

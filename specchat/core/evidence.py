@@ -112,10 +112,14 @@ def measured_speedup(metrics) -> MeasuredSpeedup:
 
 
 def at_least(value: float) -> str:
-    """α thresholds rounded up (a "from α ≥ x" stays true), with a third digit near 1 so that a
-    threshold below 1 never reads 1.00."""
-    two = math.ceil(value * 100 - 1e-9) / 100
-    return f"{two:.2f}" if two < 1.0 else f"{math.ceil(value * 1000 - 1e-9) / 1000:.3f}"
+    """An α threshold below 1 rounded up (a "from α ≥ x" stays true), with as many digits past two
+    as it takes (up to six) never to read 1.00; "1" when even six round up to it."""
+    for digits in range(2, 7):
+        scale = 10**digits
+        rounded = math.ceil(value * scale - 1e-9) / scale
+        if rounded < 1.0:
+            return f"{rounded:.{digits}f}"
+    return "1"
 
 
 def break_even_sentence(even: BreakEven, *, measured: MeasuredSpeedup | None = None) -> str:
@@ -136,6 +140,9 @@ def break_even_sentence(even: BreakEven, *, measured: MeasuredSpeedup | None = N
         return (f"{costs}: a round of γ = {gamma} costs {even.round_cost:.2f} target steps, no more than one, "
                 f"so drafting pays at any acceptance rate")
     threshold = even.acceptance
+    if at_least(threshold) == "1":  # below 1 by less than 10⁻⁶: no acceptance rate short of every draft
+        return (f"{costs}: a round of γ = {gamma} costs {even.round_cost:.2f} target steps, so it pays only if every "
+                f"draft is accepted")
     if threshold >= 0.99:
         return f"{costs}, so drafting γ = {gamma} pays only if nearly every draft is accepted (α ≥ {at_least(threshold)})"
     return f"{costs}, so drafting γ = {gamma} pays from α ≥ {at_least(threshold)}"
