@@ -92,7 +92,8 @@ def test_bench_runs_end_to_end_on_a_real_small_model(smollm2_dir, tmp_path, caps
             # every round is a target-only step: tokens × mean step / Σ round time is just under 1
             assert 0.9 < r["speedup_same_run"] <= 1.0 + 1e-9
         if r["config"].startswith("specchat") and r["drafter"] != "none":
-            assert r["alpha"] is not None and 0 <= r["alpha"] <= 1
+            # an adaptive lookup may draft nothing in 8 tokens (paused, judged for free): no α then
+            assert (r["alpha"] is None and r["gamma"] == "adaptive" and r["drafter"] == "ngram") or 0 <= r["alpha"] <= 1
             assert all(g <= (12 if r["gamma"] == "adaptive" else 2) for g in r["gammas"])
         if r["engine"] == "transformers":
             assert r["speedup_same_run"] is None and r["measure_speedup"] is None

@@ -190,7 +190,8 @@ def test_cli_json_has_same_run_speedups_and_plain_output_ends_with_a_newline(smo
     plain = subprocess.run([*base, "--drafter", "ngram"], capture_output=True, text=True, env=env, timeout=300)
     assert plain.returncode == 0 and plain.stdout.endswith("\n")
     summary, ledger = plain.stderr.strip().splitlines()[-2:]
-    assert summary.startswith("[ngram] ") and "vs target-only steps timed during this reply" in summary
+    assert summary.startswith("[ngram] ") and (
+        "target steps timed in this reply (95 % interval)" in summary or "speedup held back (timing:" in summary)
     assert ledger.startswith("ledger: ") and "target passes for" in ledger and "ĉ=0.00" in ledger
     # several samples: each starts with a line naming it, and each summary line says which it is
     two = subprocess.run([*base, "--drafter", "ngram", "--num-samples", "2", "--max-new-tokens", "8", "--seed", "5"],
