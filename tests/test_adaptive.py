@@ -403,6 +403,65 @@ def test_a_probe_leaves_the_draft_cost_alone():
     assert c.draft_cost() > 0.5  # drafting rounds that are not probes count in c
 
 
+def test_a_catch_up_is_priced_before_the_first_probe_times_one():
+    """Before any scheduled probe was timed, its catch-up is priced from the drafter's prompt-reading
+    rate: 16 tokens at 2.5 ms = 40 ms = 4 target steps (t₁ = 10 ms), so P grows by 4 / 0.02 = 200
+    rounds; once a probe is timed (draft 30 ms: 30/10 − 0.5 = 2.5 steps) its own catch-up counts,
+    and the prior no longer does."""
+    c = _paused()
+    plain = c.probe_interval(1)
+    c.catch_up_prior_ms = 16 * 2.5
+    assert c.catch_up_cost() == pytest.approx(4.0)
+    assert c.probe_interval(1) - plain == pytest.approx(200, abs=1)
+    while not c.choose():
+        c.update(_target_step(10.0))
+    c.update(_round([False], drafted=1, draft_ms=30.0, verify_ms=16.0, gamma=1))
+    assert c.catch_up_cost() == pytest.approx(2.5) == c.probe_catch_up
+    assert c.probe_interval(1) - plain == pytest.approx(125, abs=1)
+
+
+def test_the_engine_prices_a_model_drafters_catch_up_from_its_prefill_rate():
+    """The engine hands each reply's controllers the drafter's catch-up bound (16 tokens) times the
+    rate at which the drafter read the prompt (a pass of 40 tokens, timed by the prefill); before
+    the drafter has read 32 tokens in one pass there is no rate and no prior."""
+    fn_t = hashed_logits(V, seed=11, scale=2.5)
+    engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
+    drafter = model_drafter(FakeLM(V, hashed_logits(V, seed=12, scale=2.5)), V)
+    events_of(engine, [3, 1], drafter, num_speculative_tokens=4, max_new_tokens=4, adaptive_gamma=True)
+    assert all(c.catch_up_prior_ms is None for c in engine.gamma_controllers.values())
+    events_of(engine, [int(t) % V for t in range(41)], drafter, num_speculative_tokens=4, max_new_tokens=4,
+              adaptive_gamma=True)
+    rate = engine.prefill_rates.ms_per_token[drafter.name]
+    assert drafter.max_catch_up_tokens == 16
+    assert [c.catch_up_prior_ms for c in engine.gamma_controllers.values()] == [pytest.approx(16 * rate)]
+
+
+def test_a_pause_right_after_drafting_owes_no_probe():
+    """A fresh reply drafts γ = 1 three times (the first two are warm-up, left out of the costs), then
+    times t₁ once: c = 1.2 (a draft step dearer than a target step, so no γ can pay) and ρ(2) = 1.5.
+    It pauses there without a probe (its own drafting rounds were the evidence; a probe at once
+    would lose 2.7 − E[N] steps for nothing): the first probe comes P rounds after the t₁ step,
+    P = ceil(loss/0.02 + 1 − E[N]) with loss = 1.2 + 1.5 − E[N] (no catch-up priced)."""
+    c = AdaptiveGamma(12)
+    c.new_reply()
+    c.costs.new_reply()
+    choices, interval = [], None
+    for _ in range(200):
+        gamma = c.choose()
+        choices.append(gamma)
+        if c.paused and interval is None:  # the pause starts: P from the estimates now
+            assert c.draft_cost() == 1.2 and c.costs.verify_cost(2) == 1.5
+            expected = 1 + c.acceptance_by_position()[0]
+            interval = math.ceil((1.2 + 1.5 - expected) / 0.02 + 1 - expected - 1e-9)
+            assert c.probe_interval(1) == interval and 20 < interval < 100
+        if gamma:
+            c.update(_round([True] * gamma, drafted=gamma, draft_ms=12.0 * gamma, verify_ms=15.0, gamma=gamma))
+        else:
+            c.update(_target_step(10.0))
+    assert choices[:4] == [1, 1, 1, 0]
+    assert choices[3 : 3 + interval] == [0] * interval and choices[3 + interval] == 1
+
+
 def test_a_probe_drafts_the_gamma_that_loses_least():
     """Paused at c 0.5, ρ(2) = 1.6: a probe of γ loses T(γ)/t₁ − E[N](γ) target steps, least at
     γ = 1, which need not be the γ with the best S."""

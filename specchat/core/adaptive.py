@@ -39,7 +39,10 @@ in 1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a 
 drafts a *probe* only once every :meth:`AdaptiveGamma.probe_interval` rounds: the least P for
 which one probe round in P costs at most :data:`PROBE_BUDGET` of target-only throughput. A source
 whose drafts are free (a lookup) never probes: every paused round judges its draft anyway. A probe
-drafts the γ that loses least (:meth:`AdaptiveGamma.probe_gamma`). It only chooses how many tokens
+drafts the γ that loses least (:meth:`AdaptiveGamma.probe_gamma`), and its cost includes a model
+drafter's catch-up on the paused rounds' tokens (priced from its prompt-reading rate until a probe
+has timed one: :meth:`AdaptiveGamma.catch_up_cost`). A pause that starts after the reply's own
+drafting rounds owes no probe: those rounds were the evidence; the first probe comes P rounds on. It only chooses how many tokens
 to draft; which tokens are committed is decided by verification alone, so the output
 distribution is unchanged (lossless for any γ).
 """
@@ -96,6 +99,7 @@ class AdaptiveGamma:
     paused: bool = False  # the last choice found every γ >= 1 predicted to lose
     best_predicted_speedup: float | None = None  # the last choice's best prediction over γ = 1…γ_max
     probe_catch_up: float = 0.0  # the last probe's drafting beyond γ·c (a model drafter catching up), target steps
+    catch_up_prior_ms: float | None = None  # before any probe was timed: what a catch-up is expected to cost, ms
     _accepted: list[float] = field(default_factory=list)  # exponentially weighted, per position
     _reached: list[float] = field(default_factory=list)
     _since_probe: int = 0  # paused rounds since the last probe
@@ -104,6 +108,8 @@ class AdaptiveGamma:
     _reply_probe: bool = False  # the last choice was a reply's first probe (no catch-up owed)
     _asked_target_step: bool = False  # this reply already chose one target-only round to time t₁
     _skip: int = 0  # paused choices left that answer 0 without re-deciding (until the next probe is due)
+    _catch_up_timed: bool = False  # a scheduled probe's catch-up was measured (probe_catch_up is its)
+    _drafted_in_reply: bool = False  # a round of this reply drafted (its evidence is fresh: no probe owed)
 
     def __post_init__(self) -> None:
         if self.max_num_speculative_tokens < 1:
@@ -170,14 +176,26 @@ class AdaptiveGamma:
             return None
         return expected[num_speculative_tokens - 1] / rounds[num_speculative_tokens - 1]
 
+    def catch_up_cost(self) -> float:
+        """A scheduled probe's drafting beyond γ·c, target steps: the last probe's measured
+        :attr:`probe_catch_up`; before any was timed, :attr:`catch_up_prior_ms` (the drafter's own
+        prompt-reading rate times the tokens a catch-up reads, :class:`GammaPolicy`) over t₁ now,
+        else 0. Without the prior a model drafter's first probe in a reply came after ~20 rounds
+        and cost ~2 target steps more than its interval assumed (llama.cpp, 2 cores: a 16-token
+        catch-up of the 135M sibling ≈ 200 ms, 2.3 steps of the 360M target)."""
+        if self._catch_up_timed or not self.catch_up_prior_ms:
+            return self.probe_catch_up
+        t1 = self.costs.target_step_ms
+        return self.catch_up_prior_ms / t1 if t1 else self.probe_catch_up
+
     def probe_interval(self, num_speculative_tokens: int, curves=None) -> int:
         """P: while paused, one probe round of γ every P rounds. A probe costs T(γ)/t₁ target steps
-        (plus :attr:`probe_catch_up`) and commits E[N](γ) tokens that target-only steps would
+        (plus :meth:`catch_up_cost`) and commits E[N](γ) tokens that target-only steps would
         commit in E[N](γ) steps, so over P rounds throughput drops by (T/t₁ + catch-up − E[N]) /
         (P − 1 + E[N]); P is the least integer >= 2 that keeps this at most :data:`PROBE_BUDGET`
         (1 when a probe loses nothing). Needs the costs known."""
         expected, rounds = curves or self._curves()
-        loss = rounds[num_speculative_tokens - 1] + self.probe_catch_up - expected[num_speculative_tokens - 1]
+        loss = rounds[num_speculative_tokens - 1] + self.catch_up_cost() - expected[num_speculative_tokens - 1]
         if loss <= 0:
             return 1
         return max(2, math.ceil(loss / PROBE_BUDGET + 1.0 - expected[num_speculative_tokens - 1] - 1e-9))
@@ -211,6 +229,7 @@ class AdaptiveGamma:
             self._accepted = [a * scale for a in self._accepted]
             self._reached = [n * scale for n in self._reached]
         self._since_probe, self._skip = 1 << 30, 0
+        self._drafted_in_reply = False
         self._num_replies += 1
         self._asked_target_step = False
 
@@ -243,6 +262,8 @@ class AdaptiveGamma:
         elif best_s >= 1.0:
             self._since_probe = 0
             return best
+        if not self.paused and self._drafted_in_reply:  # pausing after drafting: its rounds were the probe
+            self._since_probe = 0
         self.paused = True
         if self.free:  # judged for free in every paused round (observe): no probe needed
             return 0
@@ -275,7 +296,9 @@ class AdaptiveGamma:
         c, t1 = self.draft_cost(), self.costs.target_step_ms
         if catching_up and event.num_drafted and c is not None and t1:
             self.probe_catch_up = max(0.0, event.draft_ms / t1 - event.num_drafted * c)
+            self._catch_up_timed = True
         if event.num_drafted:
+            self._drafted_in_reply = True
             self._judge([bool(a) for a in event.accepted_mask[: self.max_num_speculative_tokens]])
         if self._probing and event.num_drafted and c is not None and t1:
             # a probe that alone says drafting pays is not trusted alone, nor ignored: probe again
@@ -321,10 +344,14 @@ class GammaPolicy:
         costs: (drafter name, γ_max, greedy) -> :class:`RelativeCosts`.
         drafter: the generation's drafter.
         max_num_speculative_tokens: γ_max. greedy: the sampling mode (their α differ).
+        catch_up_ms: what a paused model drafter's catch-up is expected to cost before a probe
+            timed one (:attr:`AdaptiveGamma.catch_up_prior_ms`), ms; None when unknown.
     """
 
-    def __init__(self, controllers: dict, costs: dict, drafter, max_num_speculative_tokens: int, greedy: bool):
+    def __init__(self, controllers: dict, costs: dict, drafter, max_num_speculative_tokens: int, greedy: bool,
+                 catch_up_ms: float | None = None):
         self._key = (drafter.name, max_num_speculative_tokens, greedy)
+        self._catch_up_ms = catch_up_ms
         self.costs = costs.setdefault(self._key, RelativeCosts())
         self.costs.new_reply()
         self._controllers = controllers
@@ -347,6 +374,8 @@ class GammaPolicy:
         if key not in self._replied:  # its first round in this reply
             self._replied.add(key)
             controller.new_reply()
+            if not controller.free:
+                controller.catch_up_prior_ms = self._catch_up_ms
         self.controller = controller
         gamma = 0 if timing else controller.choose()
         self._pending = None

@@ -220,8 +220,12 @@ class SpeculativeEngine:
         # adaptive γ: a controller per drafting source, kept across generations (GammaPolicy)
         policy = None
         if state.drafter is not None and config.adaptive_gamma:
+            # a paused model drafter's catch-up reads up to max_catch_up_tokens at its prompt-reading rate
+            rate = self.prefill_rates.ms_per_token.get(state.drafter.name)
+            catch_up = getattr(state.drafter, "max_catch_up_tokens", None)
             policy = GammaPolicy(self.gamma_controllers, self.gamma_costs, state.drafter,
-                                 config.num_speculative_tokens, config.greedy)
+                                 config.num_speculative_tokens, config.greedy,
+                                 catch_up_ms=rate * catch_up if rate and catch_up else None)
 
         final_text = ""
         while state.stop is None:

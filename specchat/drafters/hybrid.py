@@ -132,6 +132,11 @@ class HybridDrafter:
     def forget_prefix(self) -> None:  # ChatService.forget_prefix drops it
         self.model_drafter.forget_prefix()
 
+    @property
+    def max_catch_up_tokens(self) -> int:
+        """The model drafter's bound on a catch-up (:data:`specchat.drafters.model.MAX_CATCH_UP_TOKENS`)."""
+        return self.model_drafter.max_catch_up_tokens
+
     def begin(self, prompt_ids: list[int]) -> None:
         for _ in self.begin_in_steps(prompt_ids):
             pass
