@@ -1094,6 +1094,22 @@ MUTANTS = [
         "a probe's drafting time, which includes catching up on the paused rounds, inflates c",
     ),
     Mutant(
+        "catch-up-unpriced-until-timed",
+        17,
+        "specchat/core/adaptive.py",
+        "        if self._catch_up_timed or not self.catch_up_prior_ms:\n",
+        "        if True:\n",
+        "a paused model drafter's first probes ignore its catch-up (priced from its prompt-reading rate)",
+    ),
+    Mutant(
+        "pause-after-drafting-probes-at-once",
+        17,
+        "specchat/core/adaptive.py",
+        "        if not self.paused and self._drafted_in_reply:",
+        "        if False:",
+        "a pause that starts right after the reply's own drafting rounds probes at once",
+    ),
+    Mutant(
         "verify-cost-curve-counts-drafting",
         10,
         "specchat/core/metrics.py",
