@@ -923,9 +923,10 @@ def test_the_page_works_the_same_on_the_llamacpp_runtime(browser):
 def test_a_losing_drafter_never_reads_above_one_x_between_faster_target_only_replies(browser):
     """Replies interleaved on one page: target-only, the sibling, target-only, the sibling,
     target-only, on llama.cpp with the target's own weights as the sibling (c ≈ 1: a draft step
-    costs a target step, so no γ can pay). Whenever a sibling reply decoded slower than the
-    target-only replies on either side of it (the engine's tokens / decode time), the page's
-    speedup for it is held back or at most 1.00×; such a reply occurs (the sibling loses here)."""
+    costs a target step, so γ·c + ρ(γ + 1) ≥ γ + 1 ≥ E[N] and no γ can pay). Every sibling reply's
+    speedup on the page is held back or at most 1.00× (in particular whenever the target-only
+    replies on either side of it decoded faster, by the engine's tokens / decode time), and every
+    target-only reply reads 1.00× ± 0.10."""
     from specchat.commands.browser import shown_speedup
     from specchat.runtimes import llamacpp
 
@@ -954,10 +955,7 @@ def test_a_losing_drafter_never_reads_above_one_x_between_faster_target_only_rep
         drive_app.screenshot(d, str(OUT / "losing_drafter_interleaved.png"), width=1280)
     finally:
         demo.close()
-    losing = [(rate, value) for i, (kind, rate, value) in enumerate(shown)
-              if kind == "sibling" and rate < min(shown[i - 1][1], shown[i + 1][1])]
-    assert losing, shown  # the sibling at c ≈ 1 lost to its neighbours at least once
-    assert all(value is None or value <= 1.0 for _, value in losing), shown
+    assert all(value is None or value <= 1.0 for kind, _, value in shown if kind == "sibling"), shown
     assert all(value is not None and abs(value - 1.0) <= 0.10 for kind, _, value in shown if kind == "none"), shown
 
 
