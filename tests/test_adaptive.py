@@ -647,6 +647,39 @@ def test_on_a_tiny_pair_that_never_pays_the_defaults_pause_drafting_and_keep_the
     assert list(events[-1].token_ids) == naive_greedy_fn(target_logits, prompt, 300)
 
 
+def test_a_new_lookup_source_is_judged_for_free_before_it_drafts():
+    """Costs known (c 0, ρ(2) = 1.5): the prior β = 0.6 alone would draft (S(1) = 1.6/1.5 > 1), so a
+    new model source drafts. A new lookup source (free) starts paused: its cautious β, one SD below
+    the prior (0.6 − sqrt(0.24/3) = 0.317), gives 1.317/1.5 < 1, so it answers 0 and its draft is
+    judged against the target's token; after one right token β1 = (1 + 2·0.733)/3 = 0.822, cautious
+    0.822 − sqrt(0.822·0.178/4) = 0.631, and 1.631/1.5 > 1: it drafts."""
+    from specchat.core.adaptive import GammaPolicy
+
+    class Lookup:
+        name = "look"
+
+        def round_source(self, ids):
+            return "model" if ids[-1] == 9 else "lookup"
+
+        def free_draft(self, ids):
+            return [] if ids[-1] == 9 else [7]
+
+    controllers, costs = {}, {}
+    shared = costs[("look", 1, True)] = RelativeCosts(_skip=0)
+    shared.add(_target_step(10.0))
+    shared.add(_round([False], drafted=1, draft_ms=0.0, verify_ms=15.0, gamma=1))
+    policy = GammaPolicy(controllers, costs, Lookup(), 1, True)
+    assert policy.choose([1, 9], timing=False) == (1, False, False)  # the model source drafts on the prior
+    policy.update(_round([True], drafted=1, draft_ms=0.0, verify_ms=15.0, gamma=1), [3, 4])
+    assert policy.choose([1, 2], timing=False) == (0, True, False)  # the lookup: judged, not drafted
+    lookup = controllers[("look", 1, True, "lookup")]
+    assert lookup.free and lookup.draft_cost() == 0.0
+    policy.update(_target_step(10.0), [7])  # the lookup's draft was right
+    assert lookup.acceptance_by_position(cautious=True)[0] == pytest.approx(
+        0.8222 - math.sqrt(0.8222 * 0.1778 / 4), abs=1e-3)
+    assert policy.choose([1, 2], timing=False) == (1, False, False)
+
+
 def test_the_policy_judges_a_free_draft_against_the_targets_token_in_a_round_that_drafts_nothing():
     """GammaPolicy: one controller per source (sharing one cost model); in a round that drafts
     nothing, the free draft's first token is compared with the token the target committed (the

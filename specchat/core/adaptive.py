@@ -32,7 +32,9 @@ Leviathan's Theorem 3.8, E[N] / (γc + 1).
   judged in every round that drafts nothing: the target's own tokens are compared with what the
   lookup would have proposed, position by position as they are committed, which is exactly the
   draft's acceptance (P(token = x) = p(x) = min(1, p(x)/q(x)) for a one-hot q). A paused lookup
-  resumes as soon as that evidence says it pays, and never needs a probe.
+  resumes as soon as that evidence says it pays, and never needs a probe. A new lookup source
+  starts paused (once the costs are known): the prior is no evidence, and its first rounds are
+  judged for free before it drafts.
 
 **Drafting pauses when it cannot pay** (γ = 0 with probes): once the costs are known, if every γ
 in 1…γ_max is predicted to lose (max S(γ) < 1), the controller answers 0, a target-only step, and
@@ -143,8 +145,10 @@ class AdaptiveGamma:
         return self._reached[0]
 
     def draft_cost(self) -> float | None:
-        """c of this controller's source, in target steps; None before it was timed."""
-        return self.costs.draft_cost(self.source)
+        """c of this controller's source, in target steps; None before it was timed, but 0 for a
+        free source (a lookup: its drafts cost nothing to make) until then."""
+        c = self.costs.draft_cost(self.source)
+        return 0.0 if c is None and self.free else c
 
     def _curves(self, cautious: bool = False) -> tuple[list[float], list[float] | None]:
         """One read of the estimates for every γ = 1…γ_max: E[N](γ) (``cautious``: from
@@ -370,7 +374,9 @@ class GammaPolicy:
         controller = self._controllers.get(key)
         if controller is None:
             free = self._free_draft is not None and bool(self._free_draft(ids))
-            controller = self._controllers[key] = AdaptiveGamma(self._key[1], costs=self.costs, source=source, free=free)
+            # a new lookup source starts paused: judged for free until its own evidence says it pays
+            controller = self._controllers[key] = AdaptiveGamma(self._key[1], costs=self.costs, source=source, free=free,
+                                                                paused=free)
         if key not in self._replied:  # its first round in this reply
             self._replied.add(key)
             controller.new_reply()
