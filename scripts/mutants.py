@@ -1110,6 +1110,14 @@ MUTANTS = [
         "a pause that starts right after the reply's own drafting rounds probes at once",
     ),
     Mutant(
+        "new-lookup-source-drafts-on-the-prior",
+        17,
+        "specchat/core/adaptive.py",
+        "                                                                paused=free)",
+        "                                                                paused=False)",
+        "a new lookup source drafts on the prior instead of being judged for free first",
+    ),
+    Mutant(
         "verify-cost-curve-counts-drafting",
         10,
         "specchat/core/metrics.py",
