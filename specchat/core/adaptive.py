@@ -186,7 +186,7 @@ class AdaptiveGamma:
         prompt-reading rate times the tokens a catch-up reads, :class:`GammaPolicy`) over t₁ now,
         else 0. Without the prior a model drafter's first probe in a reply came after ~20 rounds
         and cost ~2 target steps more than its interval assumed (llama.cpp, 2 cores: a 16-token
-        catch-up of the 135M sibling ≈ 200 ms, 2.3 steps of the 360M target)."""
+        catch-up of the 0.5B sibling ≈ 200 ms, 2.3 steps of the 1.5B target)."""
         if self._catch_up_timed or not self.catch_up_prior_ms:
             return self.probe_catch_up
         t1 = self.costs.target_step_ms
