@@ -1097,8 +1097,8 @@ MUTANTS = [
         "catch-up-unpriced-until-timed",
         17,
         "specchat/core/adaptive.py",
-        "        if self._catch_up_timed or not self.catch_up_prior_ms:\n",
-        "        if True:\n",
+        "        return self.catch_up_prior_ms / t1 if self.catch_up_prior_ms and t1 else 0.0\n",
+        "        return 0.0\n",
         "a paused model drafter's first probes ignore its catch-up (priced from its prompt-reading rate)",
     ),
     Mutant(

@@ -885,19 +885,26 @@ def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(
     drive_app.screenshot(d, str(OUT / "narrow_820.png"), width=820)
 
 
-def test_the_page_works_the_same_on_the_llamacpp_runtime(browser):
-    """SmolLM2's GGUF as it is on llama.cpp (no conversion), its own weights as the sibling in a
-    second context, the hybrid drafter: the status line says what runs each model, the reply is
-    colored, the charts and the ledger are drawn and a token opens the inspector."""
+def _serve_llamacpp(drafter: str) -> tuple:
+    """(service, demo, url): the app on llama.cpp, SmolLM2's GGUF as the target (one thread) and its
+    own weights as the sibling in a second context, started with ``drafter``; skips the test when
+    llama.cpp is unavailable."""
     from specchat.runtimes import llamacpp
 
     if llamacpp.unavailable_reason():
         pytest.skip(llamacpp.unavailable_reason())
     service = RecordingService(target="smollm2-135m-instruct", runtime="llamacpp", drafter_model="smollm2-135m-instruct",
                                threads=1)
-    service.start("hybrid").join()
+    service.start(drafter).join()
     assert service.startup_error is None, service.startup_error
-    demo, url = _serve(service)
+    return (service, *_serve(service))
+
+
+def test_the_page_works_the_same_on_the_llamacpp_runtime(browser):
+    """SmolLM2's GGUF as it is on llama.cpp (no conversion), its own weights as the sibling in a
+    second context, the hybrid drafter: the status line says what runs each model, the reply is
+    colored, the charts and the ledger are drawn and a token opens the inspector."""
+    service, demo, url = _serve_llamacpp("hybrid")
     try:
         d = browser(url)
         drive_app.pick_drafter(d, "hybrid", 120)
@@ -928,15 +935,8 @@ def test_a_losing_drafter_never_reads_above_one_x_between_faster_target_only_rep
     replies on either side of it decoded faster, by the engine's tokens / decode time), and every
     target-only reply reads 1.00× ± 0.10."""
     from specchat.commands.browser import shown_speedup
-    from specchat.runtimes import llamacpp
 
-    if llamacpp.unavailable_reason():
-        pytest.skip(llamacpp.unavailable_reason())
-    service = RecordingService(target="smollm2-135m-instruct", runtime="llamacpp", drafter_model="smollm2-135m-instruct",
-                               threads=1)
-    service.start("sibling").join()
-    assert service.startup_error is None, service.startup_error
-    demo, url = _serve(service)
+    service, demo, url = _serve_llamacpp("sibling")
     topics = ["rivers", "bridges", "owls", "tea", "clocks"]
     try:
         d = browser(url)

@@ -44,9 +44,9 @@ whose drafts are free (a lookup) never probes: every paused round judges its dra
 drafts the γ that loses least (:meth:`AdaptiveGamma.probe_gamma`), and its cost includes a model
 drafter's catch-up on the paused rounds' tokens (priced from its prompt-reading rate until a probe
 has timed one: :meth:`AdaptiveGamma.catch_up_cost`). A pause that starts after the reply's own
-drafting rounds owes no probe: those rounds were the evidence; the first probe comes P rounds on. It only chooses how many tokens
-to draft; which tokens are committed is decided by verification alone, so the output
-distribution is unchanged (lossless for any γ).
+drafting rounds owes no probe: those rounds were the evidence; the first probe comes P rounds on.
+It only chooses how many tokens to draft; which tokens are committed is decided by verification
+alone, so the output distribution is unchanged (lossless for any γ).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class AdaptiveGamma:
     free: bool = False  # its drafts cost nothing (a lookup): judged every round that drafts nothing, never probed
     paused: bool = False  # the last choice found every γ >= 1 predicted to lose
     best_predicted_speedup: float | None = None  # the last choice's best prediction over γ = 1…γ_max
-    probe_catch_up: float = 0.0  # the last probe's drafting beyond γ·c (a model drafter catching up), target steps
+    probe_catch_up: float | None = None  # the last probe's drafting beyond γ·c (a model drafter catching up), target steps; None before one
     catch_up_prior_ms: float | None = None  # before any probe was timed: what a catch-up is expected to cost, ms
     _accepted: list[float] = field(default_factory=list)  # exponentially weighted, per position
     _reached: list[float] = field(default_factory=list)
@@ -110,7 +110,6 @@ class AdaptiveGamma:
     _reply_probe: bool = False  # the last choice was a reply's first probe (no catch-up owed)
     _asked_target_step: bool = False  # this reply already chose one target-only round to time t₁
     _skip: int = 0  # paused choices left that answer 0 without re-deciding (until the next probe is due)
-    _catch_up_timed: bool = False  # a scheduled probe's catch-up was measured (probe_catch_up is its)
     _drafted_in_reply: bool = False  # a round of this reply drafted (its evidence is fresh: no probe owed)
 
     def __post_init__(self) -> None:
@@ -187,10 +186,10 @@ class AdaptiveGamma:
         else 0. Without the prior a model drafter's first probe in a reply came after ~20 rounds
         and cost ~2 target steps more than its interval assumed (llama.cpp, 2 cores: a 16-token
         catch-up of the 0.5B sibling ≈ 200 ms, 2.3 steps of the 1.5B target)."""
-        if self._catch_up_timed or not self.catch_up_prior_ms:
+        if self.probe_catch_up is not None:
             return self.probe_catch_up
         t1 = self.costs.target_step_ms
-        return self.catch_up_prior_ms / t1 if t1 else self.probe_catch_up
+        return self.catch_up_prior_ms / t1 if self.catch_up_prior_ms and t1 else 0.0
 
     def probe_interval(self, num_speculative_tokens: int, curves=None) -> int:
         """P: while paused, one probe round of γ every P rounds. A probe costs T(γ)/t₁ target steps
@@ -300,7 +299,6 @@ class AdaptiveGamma:
         c, t1 = self.draft_cost(), self.costs.target_step_ms
         if catching_up and event.num_drafted and c is not None and t1:
             self.probe_catch_up = max(0.0, event.draft_ms / t1 - event.num_drafted * c)
-            self._catch_up_timed = True
         if event.num_drafted:
             self._drafted_in_reply = True
             self._judge([bool(a) for a in event.accepted_mask[: self.max_num_speculative_tokens]])
@@ -380,8 +378,7 @@ class GammaPolicy:
         if key not in self._replied:  # its first round in this reply
             self._replied.add(key)
             controller.new_reply()
-            if not controller.free:
-                controller.catch_up_prior_ms = self._catch_up_ms
+            controller.catch_up_prior_ms = self._catch_up_ms  # a free source never probes: unused there
         self.controller = controller
         gamma = 0 if timing else controller.choose()
         self._pending = None

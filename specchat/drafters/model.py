@@ -55,6 +55,8 @@ class ModelDrafter:
         device: the target's device (where proposals go).
     """
 
+    max_catch_up_tokens = MAX_CATCH_UP_TOKENS  # committed ids read at most when behind (bounded catch-up)
+
     def __init__(
         self,
         runtime: ModelRuntime,
@@ -72,7 +74,6 @@ class ModelDrafter:
         self.model_device = runtime.device
         self.num_input_ids = int(runtime.num_input_ids)
         self.active = False  # between begin() and end(): the runtime's cache is this generation's
-        self.max_catch_up_tokens = MAX_CATCH_UP_TOKENS  # committed ids read at most when behind (bounded catch-up)
         self._kept = False  # the runtime's cache holds a finished generation's prefix, for the next begin()
         self._skipped = 0  # committed ids never fed (bounded catch-up): cache position i + skipped past the gap
         self._gap_at: int | None = None  # the cache position where the first gap is, if any
