@@ -20,8 +20,10 @@ ALLOWED = {
     "analysis": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
     "service": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
     "options": {"drafters", "runtimes", "errors", "offline"},
-    "ui": {"core", "drafters", "runtimes", "analysis", "service", "options", "errors", "progress", "ui"},
-    "commands": {"core", "drafters", "runtimes", "analysis", "service", "options", "errors", "progress", "ui", "commands"},
+    "conversation": {"core", "drafters"},
+    "ui": {"core", "drafters", "runtimes", "analysis", "service", "conversation", "options", "errors", "progress", "ui"},
+    "commands": {"core", "drafters", "runtimes", "analysis", "service", "conversation", "options", "errors", "progress",
+                 "ui", "commands"},
     "__main__": {"commands"},
     "__init__": {"offline"},
 }

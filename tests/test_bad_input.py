@@ -880,8 +880,8 @@ def test_a_whole_reply_bubble_with_hostile_settings_and_message_is_only_app_mark
     list(s.respond(HOSTILE[0], ReplySettings(HOSTILE[1], 4, True, 0.0, 1.0, 64)))
     s.note_sent(), s.stop()
     list(s.respond(HOSTILE[2], ReplySettings("int4", 4, True, 0.0, 1.0, 64)))
-    for message in s.chat():
+    for message in s.views.chat():
         page = _Page(message["content"])
         _assert_only_app_markup(page, markdown=True)
-    assert HOSTILE[1] in _Page(s.chat()[1]["content"]).text  # the label, as text
-    assert _Page(s.table()).other == [] and "<script" not in s.table().lower().replace("&lt;script", "")
+    assert HOSTILE[1] in _Page(s.views.chat()[1]["content"]).text  # the label, as text
+    assert _Page(s.views.table()).other == [] and "<script" not in s.views.table().lower().replace("&lt;script", "")

@@ -98,15 +98,15 @@ def test_session_select_by_round_and_by_token():
     reply = Reply(1, "hi", ReplySettings("sibling", 4, False, 0.0, 1.0, 16))
     for event in [e for e in _events_of(_reply())]:
         reply.add(event)
-    session.exchanges.append(Exchange("hi", reply))
-    view = session.select("round:1:1")
+    session.views.exchanges.append(Exchange("hi", reply))
+    view = session.views.select("round:1:1")
     assert "round 2 ·" in view.inspector and "spec-tl-sel rref-1-1" in view.timeline
-    assert "resampled" in session.select("1:1").inspector
-    assert "Click any token" in session.select("7:0").inspector  # an unknown reply: nothing selected
+    assert "resampled" in session.views.select("1:1").inspector
+    assert "Click any token" in session.views.select("7:0").inspector  # an unknown reply: nothing selected
     import pytest
 
     with pytest.raises(ValueError):
-        session.select("nonsense")
+        session.views.select("nonsense")
 
 
 def _events_of(rr: ReplyRounds):
@@ -159,9 +159,9 @@ def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
             raise AssertionError("a refused race runs nothing")
 
     session = ChatSession(Service())
-    views = list(session.run_race(None, ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
+    views = list(session.race.run(None, ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
     assert "Type a message" in views[-1].race
-    views = list(session.run_race("hi", ReplySettings("none", 4, False, 0.0, 1.0, 16)))
+    views = list(session.race.run("hi", ReplySettings("none", 4, False, 0.0, 1.0, 16)))
     assert "Pick a drafter" in views[-1].race
 
     class Offering(Service):  # a service that offers ngram and picked it: "auto" races ngram
@@ -171,7 +171,7 @@ def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
             return ["none", "ngram"]
 
     refused = ChatSession(Offering())
-    views = list(refused.run_race("hi", ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
+    views = list(refused.race.run("hi", ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
     assert "drafter &#x27;sibling&#x27; is not available for this target (available: none, ngram)" in views[-1].race
     lanes = []
 
@@ -181,12 +181,12 @@ def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
             return iter(())
 
     racing = ChatSession(Racing())
-    racing._stream = lambda history, message, drafter, config, cancel: racing.service.stream_chat(
+    racing.race.stream = lambda history, message, drafter, config, cancel: racing.service.stream_chat(
         history, message, drafter=drafter, config=config)
-    views = list(racing.run_race("hi", ReplySettings("auto", 4, False, 0.0, 1.0, 16)))
+    views = list(racing.race.run("hi", ReplySettings("auto", 4, False, 0.0, 1.0, 16)))
     assert lanes == ["none", "ngram"] and "auto → ngram" in views[-1].race  # resolved before anything ran
     # a long replay (10 s of measured time) ends at once after Stop, with the verdict
-    session.race_lanes = (_lane("target only", [1, 2], [5000.0, 10000.0]), _lane("sibling", [1, 2], [10.0, 20.0]))
+    session.race.lanes = (_lane("target only", [1, 2], [5000.0, 10000.0]), _lane("sibling", [1, 2], [10.0, 20.0]))
     session.stop()
-    views = list(session.replay_race(frame_s=0.0))
+    views = list(session.race.replay(frame_s=0.0))
     assert len(views) == 1 and "Identical text" in views[0].race

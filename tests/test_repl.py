@@ -49,8 +49,10 @@ def test_the_commands_change_what_the_next_reply_runs_with():
     assert run_command("/temperature 0.7", state, KINDS, prepared.append) == "temperature 0.7"
     assert state.config().temperature == 0.7
     assert "0..2.0" in run_command("/temperature 3", state, KINDS, prepared.append) and state.temperature == 0.7
-    state.history += [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
-    assert state.config().seed == 1  # turn 2 of the conversation: seed + 1, as --script does
+    assert state.config().seed == 0  # reply 1 of the conversation: the seed itself
+    state.conversation.finish(state.conversation.begin("a", state.settings()))  # reply 1 asked (not kept: no token)
+    state.history.extend([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    assert state.config().seed == 1  # reply 2: seed + 1, as --script does
     assert run_command("/clear", state, KINDS, prepared.append) == "the conversation is cleared" and not state.history
     assert run_command("/help", state, KINDS, prepared.append).startswith("commands:")
     assert run_command("/quit", state, KINDS, prepared.append) is None

@@ -12,6 +12,7 @@ import threading
 import pytest
 from test_app import REPLY_TEXT, FakeService
 
+from specchat.conversation import Conversation
 from specchat.core.events import StopReason
 from specchat.service import Notice
 from specchat.ui import session as session_module
@@ -36,10 +37,10 @@ def last_message(views: list[View]) -> str:
 def test_a_reply_is_labeled_with_what_made_it_and_ends_with_its_own_summary():
     s = ChatSession(FakeService())
     views = run(s, drafter="sibling-int4", gamma=12, adaptive=True, temperature=0.7, top_p=0.9)
-    reply = s.latest
+    reply = s.views.latest
     assert reply.label == "#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9"
-    assert run(s, drafter="ngram", gamma=3, adaptive=False) and s.latest.label == "#2 · ngram · γ = 3 · T 0 (greedy) · top-p 1"
-    assert run(s, drafter="none") and s.latest.label.startswith("#3 · none · γ — ·")
+    assert run(s, drafter="ngram", gamma=3, adaptive=False) and s.views.latest.label == "#2 · ngram · γ = 3 · T 0 (greedy) · top-p 1"
+    assert run(s, drafter="none") and s.views.latest.label.startswith("#3 · none · γ — ·")
     bubble = feed_messages(views[-1].transcript)[1]["content"]
     assert bubble.startswith('<div class="spec-label">#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9</div>')
     # 18 tokens in 7 rounds; α = 11 accepted of 16 judged; t₁ = 100 ms from the one target-only
@@ -61,12 +62,12 @@ def test_the_stats_shown_while_a_reply_streams_belong_to_that_reply():
     first = s.respond("one", settings(drafter="int4"))
     views_1 = [next(first) for _ in range(3)]
     # meanwhile the user picks ngram in the menu and sends (the app queues it behind reply 1)
-    assert s.note_sent()
+    assert s.note_sent().waits
     views_1 += list(first)
     views_2 = list(s.respond("two", settings(drafter="ngram")))
     assert all("#1 · int4" in v.stats for v in views_1 if v.stats and "no reply" not in v.stats)
     assert all("#2 · ngram" in v.stats for v in views_2 if v.stats)
-    assert [r.label.split(" · ")[1] for r in s.replies] == ["int4", "ngram"]
+    assert [r.label.split(" · ")[1] for r in s.views.replies] == ["int4", "ngram"]
     assert [c["drafter"] for c in fake.calls] == ["int4", "ngram"]
 
 
@@ -94,7 +95,7 @@ def test_streaming_is_throttled_and_ends_with_a_complete_view():
         return clock[0]
 
     s = ChatSession(FakeService(rounds=8), text_interval_s=0.25, plot_interval_s=1.0, clock=tick)
-    s.panels_visible = set(LIVE_PANELS)  # every panel on screen: each redraws live
+    s.views.panels_visible = set(LIVE_PANELS)  # every panel on screen: each redraws live
     views = run(s)
     # 56 rounds, 144 tokens: at most one view per 0.25 s of the fake clock (plus the first and last)
     assert 3 <= len(views) < 60
@@ -109,14 +110,14 @@ def test_streaming_is_throttled_and_ends_with_a_complete_view():
 def test_one_stop_stops_the_reply_and_cancels_the_message_waiting_behind_it():
     fake = FakeService(delay_s=0.01, rounds=50)
     s = ChatSession(fake)
-    assert s.note_sent() is False
+    assert s.note_sent().waits is False
     streaming = s.respond("first", settings())
     views = [next(streaming), next(streaming)]
-    assert s.note_sent() is True  # "second" waits behind the streaming reply
+    assert s.note_sent().waits is True  # "second" waits behind the streaming reply
     said = s.stop()
     assert said == "Stopped; your queued message was cancelled and not sent (shown in the chat)."
     views += list(streaming)
-    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last_message(views)
+    assert s.views.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last_message(views)
     stats_of_stopped = views[-1].stats
     waiting = list(s.respond("second", settings()))  # its turn in the queue comes: it was cancelled
     assert len(fake.calls) == 1  # it never reached the model
@@ -128,7 +129,7 @@ def test_one_stop_stops_the_reply_and_cancels_the_message_waiting_behind_it():
     # the Stop was used up: the next message runs
     s.note_sent()
     run(s, "third")
-    assert len(fake.calls) == 2 and s.latest.phase is Phase.DONE
+    assert len(fake.calls) == 2 and s.views.latest.phase is Phase.DONE
 
 
 def test_stop_while_only_messages_wait_cancels_them():
@@ -137,7 +138,7 @@ def test_stop_while_only_messages_wait_cancels_them():
     s.note_sent(), s.note_sent()
     assert "your 2 queued messages were cancelled" in s.stop()
     run(s, "a"), run(s, "b")
-    assert fake.calls == [] and [e.note is not None for e in s.exchanges] == [True, True]
+    assert fake.calls == [] and [e.note is not None for e in s.views.exchanges] == [True, True]
     assert s.stop() is None  # nothing left to stop
 
 
@@ -152,7 +153,7 @@ def test_clear_mid_stream_ends_on_an_empty_chat_and_drops_waiting_messages():
     assert cleared.transcript["reset"] and cleared.transcript["items"] == [] and "no reply yet" in cleared.stats
     rest = list(streaming)
     # Gradio re-sends a stream's last update when it completes: it must be the empty chat
-    assert rest[-1].transcript["reset"] and rest[-1].transcript["items"] == [] and s.history == [] and s.exchanges == []
+    assert rest[-1].transcript["reset"] and rest[-1].transcript["items"] == [] and s.history == [] and s.views.exchanges == []
     assert list(s.respond("waiting", settings()))[-1].transcript is None and len(fake.calls) == 1
 
 
@@ -169,12 +170,12 @@ def test_stop_then_clear_leaves_an_empty_chat_and_the_next_reply_is_number_one()
     assert "your queued message was cancelled" in s.stop()
     s.clear()
     list(streaming)
-    assert list(s.respond("queued", settings()))[-1].transcript is None and s.exchanges == []
+    assert list(s.respond("queued", settings()))[-1].transcript is None and s.views.exchanges == []
     assert s.stop() is None  # nothing is left waiting
     s.note_sent("next")
     run(s, "next")
-    assert [e.message for e in s.exchanges] == ["next"] and s.latest.number == 1
-    assert s.latest.label.startswith("#1 · ") and "<td>1</td>" in s.table()
+    assert [e.message for e in s.views.exchanges] == ["next"] and s.views.latest.number == 1
+    assert s.views.latest.label.startswith("#1 · ") and "<td>1</td>" in s.views.table()
 
 
 def test_blank_messages_sent_while_a_reply_streams_are_not_counted_as_waiting():
@@ -191,7 +192,7 @@ def test_blank_messages_sent_while_a_reply_streams_are_not_counted_as_waiting():
         assert views[-1].toasts == (("warning", "Type a message first."),)
     assert s.stop() is None  # the reply stops; no message was waiting
     list(streaming)
-    assert [e.message for e in s.exchanges] == ["first"] and len(fake.calls) == 1
+    assert [e.message for e in s.views.exchanges] == ["first"] and len(fake.calls) == 1
 
 
 def test_closing_the_stream_cancels_the_engine_and_keeps_the_partial_reply():
@@ -203,7 +204,7 @@ def test_closing_the_stream_cancels_the_engine_and_keeps_the_partial_reply():
     cancel = fake.cancels[-1]
     assert isinstance(cancel, threading.Event) and not cancel.is_set()
     gen.close()
-    assert cancel.is_set() and s.latest.phase is Phase.STOPPED
+    assert cancel.is_set() and s.views.latest.phase is Phase.STOPPED
     assert s.history[0] == {"role": "user", "content": "go"}
     partial = s.history[1]["content"]
     assert partial and (REPLY_TEXT * 50).startswith(partial) and len(partial) < len(REPLY_TEXT * 50)
@@ -214,7 +215,7 @@ def test_a_blank_message_warns_and_goes_back_to_the_box():
     s = ChatSession(fake)
     views = list(s.respond("  \u200b ", settings()))
     assert views == [View(textbox="  \u200b ", toasts=(("warning", "Type a message first."),))]
-    assert fake.calls == [] and s.exchanges == []
+    assert fake.calls == [] and s.views.exchanges == []
 
 
 def test_a_failure_is_shown_kept_out_of_the_history_and_the_message_goes_back():
@@ -222,8 +223,8 @@ def test_a_failure_is_shown_kept_out_of_the_history_and_the_message_goes_back():
     views = run(s, "boom now")
     last = views[-1]
     assert last.textbox == "boom now" and last.toasts[0][0] == "warning"
-    assert "the engine failed on purpose" in last_message(views) and s.latest.phase is Phase.FAILED
-    assert s.history == [] and s.table().count("<tr>") == 2  # header + the failed reply's row
+    assert "the engine failed on purpose" in last_message(views) and s.views.latest.phase is Phase.FAILED
+    assert s.history == [] and s.views.table().count("<tr>") == 2  # header + the failed reply's row
 
 
 def test_a_drafter_that_could_not_load_is_named_in_the_label():
@@ -236,10 +237,10 @@ def test_a_drafter_that_could_not_load_is_named_in_the_label():
     fake.stream_chat = stream
     s = ChatSession(fake, text_interval_s=0.0, stats_interval_s=0.0)
     views = run(s, drafter="int4")
-    assert s.latest.label.startswith("#1 · none (int4 could not be loaded) · γ — ·")
+    assert s.views.latest.label.startswith("#1 · none (int4 could not be loaded) · γ — ·")
     assert ("warning", "The drafter 'int4' could not be loaded (oom)") in [t for v in views for t in v.toasts]
-    assert s.latest.row()["drafter"] == "none *"
-    assert "* the drafter asked for could not be used" in s.table()
+    assert s.views.latest.row()["drafter"] == "none *"
+    assert "* the drafter asked for could not be used" in s.views.table()
 
 
 def test_the_table_after_three_replies_with_different_drafters():
@@ -248,12 +249,12 @@ def test_the_table_after_three_replies_with_different_drafters():
     s = ChatSession(FakeService(rounds=3))
     for drafter in ("ngram", "int4", "sibling"):
         run(s, drafter=drafter)
-    rows = [r.row() for r in s.replies]
+    rows = [r.row() for r in s.views.replies]
     assert [r["drafter"] for r in rows] == ["ngram", "int4", "sibling"]
     for r in rows:
         assert r["tokens"] == 54 and r["alpha"] == pytest.approx(11 / 16)
         assert r["tokens_per_round"] == pytest.approx(18 / 7) and r["speedup"] == pytest.approx(1800 / 940)
-    html = s.table()
+    html = s.views.table()
     assert html.count("<tr>") == 4 and "<td>sibling</td>" in html and "<td>1.91×</td>" in html
     assert "vs target-only steps timed during this reply" in html
     assert "<th>state</th>" in html and html.count("<td>done</td>") == 3
@@ -263,16 +264,16 @@ def test_the_table_after_three_replies_with_different_drafters():
 def test_the_charts_show_this_reply_or_the_whole_conversation():
     s = ChatSession(FakeService(rounds=3))
     run(s, drafter="ngram"), run(s, drafter="int4")
-    reply_figures = s.figures()
+    reply_figures = s.views.figures()
     assert reply_figures[2].layout.title.text.startswith("reply #2 · Speed: ")
-    view = s.set_chart_scope(CHART_SCOPES[1])
+    view = s.views.set_chart_scope(CHART_SCOPES[1])
     assert view.transcript is None and len(view.figures) == 4
     speedup = view.figures[2]
     assert list(speedup.data[0].x) == ["#1 ngram", "#2 int4"]
     assert list(speedup.data[0].y) == pytest.approx([round(1800 / 940, 3)] * 2)
-    assert s.view().figures[2].layout.title.text.startswith("Speedup by reply")  # the choice sticks
+    assert s.views.view().figures[2].layout.title.text.startswith("Speedup by reply")  # the choice sticks
     with pytest.raises(ValueError, match="not one of"):
-        s.set_chart_scope("everything")
+        s.views.set_chart_scope("everything")
 
 
 def test_the_models_still_loading_then_failing_puts_the_message_back():
@@ -285,7 +286,7 @@ def test_the_models_still_loading_then_failing_puts_the_message_back():
     fake.startup_error = RuntimeError("disk full")
     fake.ready.set()
     last = list(gen)[-1]
-    assert last.textbox == "early" and s.exchanges == [] and "disk full" in last.toasts[0][1]
+    assert last.textbox == "early" and s.views.exchanges == [] and "disk full" in last.toasts[0][1]
     assert last.transcript["items"] == [{"id": 1, "removed": True}]  # the page takes the waiting message out
 
 
@@ -309,8 +310,8 @@ def test_session_store_keeps_one_session_per_tab_and_evicts_only_idle_ones():
 
 def test_settings_are_validated_with_the_range():
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
-        settings(top_p=1.5).config()
-    assert settings().config().measure_speedup is True
+        Conversation().config(settings(top_p=1.5))
+    assert Conversation().config(settings()).measure_speedup is True
 
 
 def test_a_cancelled_done_event_marks_the_reply_stopped():
@@ -327,8 +328,8 @@ def test_a_cancelled_done_event_marks_the_reply_stopped():
     fake.stream_chat = stopped
     s = ChatSession(fake)
     views = run(s)
-    assert s.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last_message(views)
-    assert session_module.Phase.STOPPED.value in s.latest.row()["state"]
+    assert s.views.latest.phase is Phase.STOPPED and 'class="spec-status">stopped<' in last_message(views)
+    assert session_module.Phase.STOPPED.value in s.views.latest.row()["state"]
 
 
 def test_no_page_update_just_before_a_timing_round():
@@ -357,21 +358,21 @@ def test_no_page_update_just_before_a_timing_round():
 
 def test_every_panel_follows_the_focused_reply_and_names_it_and_a_pin_keeps_it():
     s = ChatSession(FakeService())
-    s.panels_visible = set(LIVE_PANELS)
+    s.views.panels_visible = set(LIVE_PANELS)
     run(s, drafter="int4"), run(s, drafter="ngram")
-    assert all(f.layout.title.text.startswith("reply #2 · ") for f in s.figures())
-    view = s.select("1:0")  # a click on a token of reply #1: every panel shows reply #1
+    assert all(f.layout.title.text.startswith("reply #2 · ") for f in s.views.figures())
+    view = s.views.select("1:0")  # a click on a token of reply #1: every panel shows reply #1
     assert all(f.layout.title.text.startswith("reply #1 · ") for f in view.figures)
     assert "Reply #1" in view.ledger and "reply #1:" in view.timeline
-    s.panels_visible = set()  # charts off screen: drawn when they come on screen
-    assert s.select("2:0").figures is None
-    assert all(f.layout.title.text.startswith("reply #2 · ") for f in s.show_panels({"charts"}).figures)
-    s.panels_visible = set(LIVE_PANELS)
-    s.select("1:0")
+    s.views.panels_visible = set()  # charts off screen: drawn when they come on screen
+    assert s.views.select("2:0").figures is None
+    assert all(f.layout.title.text.startswith("reply #2 · ") for f in s.views.show_panels({"charts"}).figures)
+    s.views.panels_visible = set(LIVE_PANELS)
+    s.views.select("1:0")
     views = run(s)  # a new reply takes the focus back
     assert "Reply #3" in views[-1].ledger and views[-1].figures[0].layout.title.text.startswith("reply #3 · ")
-    s.pinned = True
-    s.select("1:0")
+    s.views.pinned = True
+    s.views.select("1:0")
     views = run(s)  # unless the clicked reply is pinned
     assert "Reply #1" in views[-1].ledger and views[-1].figures[0].layout.title.text.startswith("reply #1 · ")
     assert "reply #1:" in views[-1].timeline
@@ -385,25 +386,25 @@ def test_the_ledger_follows_the_focused_reply_and_the_worth_chart_has_each_draft
     service = FakeService()
     service.model_sizes = lambda drafter: ModelSizes(ModelSize(1000, 2000), ModelSize(250, 500))
     s = ChatSession(service)
-    s.panels_visible = {"ledger"}  # on screen: drawn at each reply's end
+    s.views.panels_visible = {"ledger"}  # on screen: drawn at each reply's end
     views = run(s, drafter="int4")
     ledger = views[-1].ledger
     assert "Reply #1" in ledger and "2.57× fewer" in ledger and "ĉ = 0.25" in ledger
-    assert s.latest.sizes.flop_ratio == 0.25
+    assert s.views.latest.sizes.flop_ratio == 0.25
     views = run(s, drafter="ngram")
     assert "Reply #2" in views[-1].ledger
     points = {t.name for t in views[-1].worth.data if t.mode == "markers+text"}
     assert points == {"int4", "ngram"}
-    assert "Reply #1" in s.select("1:0").ledger  # a click on reply #1 shows its ledger
+    assert "Reply #1" in s.views.select("1:0").ledger  # a click on reply #1 shows its ledger
     # a service that cannot say (or fails to): the ledger says ĉ is unknown, the reply is fine
     bare = ChatSession(FakeService())
     run(bare)
-    assert "ĉ unknown" in bare.analysis()[0]
+    assert "ĉ unknown" in bare.views.analysis()[0]
     broken = FakeService()
     broken.model_sizes = lambda drafter: 1 / 0
     broken_session = ChatSession(broken)
     run(broken_session)
-    assert "ĉ unknown" in broken_session.analysis()[0]
+    assert "ĉ unknown" in broken_session.views.analysis()[0]
 
 
 def test_each_race_lane_prefills_the_whole_prompt():
@@ -413,6 +414,6 @@ def test_each_race_lane_prefills_the_whole_prompt():
     dropped = []
     service.forget_prefix = lambda: dropped.append(len(dropped))
     s = ChatSession(service)
-    views = list(s.run_race("go", settings(drafter="int4")))
+    views = list(s.race.run("go", settings(drafter="int4")))
     assert views and dropped == [0, 1]
-    assert s.race_lanes is not None and all(lane.done is not None for lane in s.race_lanes)
+    assert s.race.lanes is not None and all(lane.done is not None for lane in s.race.lanes)

@@ -35,9 +35,9 @@ def _items(view):
 
 def test_a_message_sent_while_a_reply_streams_is_shown_at_once_marked_queued_with_its_own_cancel():
     fake, s, streaming = _streaming()
-    assert s.note_sent("second") is True and s.note_sent("third") is True
-    second, third = s.exchanges[1], s.exchanges[2]
-    assert [e.message for e in s.exchanges] == ["first", "second", "third"]  # the order sent
+    assert s.note_sent("second").waits is True and s.note_sent("third").waits is True
+    second, third = s.views.exchanges[1], s.views.exchanges[2]
+    assert [e.message for e in s.views.exchanges] == ["first", "second", "third"]  # the order sent
     # the streaming reply's next update carries both queued bubbles, each with its cancel button
     carried = next(v for v in streaming if v.transcript and second.id in _items(v))
     items = _items(carried)
@@ -49,7 +49,7 @@ def test_a_message_sent_while_a_reply_streams_is_shown_at_once_marked_queued_wit
     assert "not sent: you cancelled it while it waited" in _items(cancelled)[third.id]["user"]
     assert "qref-" not in _items(cancelled)[third.id]["user"] and not fake.cancels[0].is_set()
     list(streaming)
-    assert s.exchanges[0].reply.phase is Phase.DONE
+    assert s.views.exchanges[0].reply.phase is Phase.DONE
     second_views = list(s.respond("second", settings()))
     assert list(s.respond("third", settings()))  # its turn: cancelled, it never reaches the model
     assert [c["message"] for c in fake.calls] == ["first", "second"]
@@ -66,12 +66,12 @@ def test_stop_marks_every_queued_bubble_not_sent_and_clear_drops_them():
     assert s.stop() == "Stopped; your 2 queued messages were cancelled and not sent (shown in the chat)."
     last = list(streaming)
     shown = {i["id"]: i for v in last if v.transcript for i in v.transcript["items"]}
-    assert all("not sent: Stop cancelled it while it waited" in shown[e.id]["user"] for e in s.exchanges[1:])
+    assert all("not sent: Stop cancelled it while it waited" in shown[e.id]["user"] for e in s.views.exchanges[1:])
     run(s, "a"), run(s, "b")
     assert len(fake.calls) == 1 and not s.busy
     s.note_sent("c")
     s.clear()
-    assert s.exchanges == [] and list(s.respond("c", settings()))[-1].transcript is None and len(fake.calls) == 1
+    assert s.views.exchanges == [] and list(s.respond("c", settings()))[-1].transcript is None and len(fake.calls) == 1
 
 
 def _prefill_stream(events_before, *, then_reply=True, pass_s=0.0):
@@ -113,14 +113,14 @@ def test_a_long_prefill_shows_its_progress_and_is_announced_once_with_the_count_
     assert any('<progress max="7760" value="128">' in b and "Reading your message: 128 of 7,760 tokens · 1 s · "
                "about 1 min 17 s left" in b for b in bars)
     assert any('value="256"' in b for b in bars)
-    assert s.latest.phase is Phase.DONE and "<progress" not in bars[-1] and s.latest.renderer.text == REPLY_TEXT
+    assert s.views.latest.phase is Phase.DONE and "<progress" not in bars[-1] and s.views.latest.renderer.text == REPLY_TEXT
 
 
 def test_a_short_prefill_shows_no_bar_and_no_toast():
     quick = [PrefillEvent("target", 0, 40, 41, 0.1, 2.0), PrefillEvent("target", 40, 40, 41, 300.0, 0.0)]
     s = ChatSession(_prefill_stream(quick), text_interval_s=0.0)
     views = run(s)
-    assert not any(v.toasts for v in views) and s.latest.prefill is None
+    assert not any(v.toasts for v in views) and s.views.latest.prefill is None
     assert not any("<progress" in m["content"] for v in views if v.transcript for m in feed_messages(v.transcript))
 
 
@@ -129,11 +129,11 @@ def test_stop_during_the_prefill_says_how_far_it_read_and_keeps_nothing_for_the_
     s = ChatSession(fake, text_interval_s=0.0)
     streaming = s.respond("a long document", settings())
     for _ in streaming:
-        if s.latest is not None and s.latest.prefill is not None and s.latest.prefill.num_done == 128:
+        if s.views.latest is not None and s.views.latest.prefill is not None and s.views.latest.prefill.num_done == 128:
             s.stop()
             break
     rest = list(streaming)
-    assert s.latest.phase is Phase.STOPPED and s.history == []  # nothing answered: not in what the model sees
+    assert s.views.latest.phase is Phase.STOPPED and s.history == []  # nothing answered: not in what the model sees
     assert ("stopped while reading your message (128 of 7,760 tokens read): nothing was generated"
             in feed_messages(rest[-1].transcript)[-1]["content"])
 
@@ -162,11 +162,11 @@ def test_the_conversation_survives_a_reload_with_its_system_prompt():
     shown = feed_messages(view.transcript)
     assert view.transcript["reset"] and "restored after a reload" in shown[1]["content"]
     assert "#1 · int4 · γ adaptive ≤ 4" in shown[1]["content"] and "not sent" in shown[2]["content"]
-    assert after.history == before.history and after.system_prompt == "Be brief."
+    assert after.history == before.history and after.conversation.system_prompt == "Be brief."
     assert after.saved() == saved  # what the browser keeps is stable across reloads
-    list(after.respond("and then?", ReplySettings("int4", 4, True, 0.0, 1.0, 64, after.system_prompt)))
+    list(after.respond("and then?", ReplySettings("int4", 4, True, 0.0, 1.0, 64, after.conversation.system_prompt)))
     assert fake.calls[-1]["history"] == [{"role": "system", "content": "Be brief."}, *before.history]
-    assert after.latest.number == 2  # numbering goes on after the restored reply
+    assert after.views.latest.number == 2  # numbering goes on after the restored reply
     assert after.restore(saved) is None  # a page with a conversation is left as it is
 
 
@@ -182,7 +182,7 @@ def test_a_saved_value_that_is_not_a_conversation_is_not_restored(bad):
     with pytest.raises(ValueError):
         parse_saved(bad)
     s = ChatSession(FakeService())
-    assert s.restore(bad) is None and s.exchanges == [] and s.history == []
+    assert s.restore(bad) is None and s.views.exchanges == [] and s.history == []
     assert parse_saved(None) is None
 
 
@@ -205,7 +205,7 @@ def test_queued_bubbles_are_carried_while_the_models_load():
     next(waiting)
     s.note_sent("second")
     carried = next(waiting)  # the wait's next update carries it
-    assert [i["id"] for i in carried.transcript["items"]] == [s.exchanges[1].id]
+    assert [i["id"] for i in carried.transcript["items"]] == [s.views.exchanges[1].id]
     fake.ready.set()
     list(waiting)
 
@@ -229,12 +229,12 @@ def test_a_message_sent_during_a_long_round_is_shown_before_the_round_ends():
     next(streaming)
     s.note_sent("second")
     start = time.monotonic()
-    carried = next(v for v in streaming if v.transcript and s.exchanges[1].id in _items(v))
+    carried = next(v for v in streaming if v.transcript and s.views.exchanges[1].id in _items(v))
     assert time.monotonic() - start < 2 and not release.is_set()  # shown while the round still runs
-    assert "queued" in _items(carried)[s.exchanges[1].id]["user"]
+    assert "queued" in _items(carried)[s.views.exchanges[1].id]["user"]
     release.set()
     list(streaming)
-    assert s.exchanges[0].reply.phase is Phase.DONE
+    assert s.views.exchanges[0].reply.phase is Phase.DONE
 
 
 def test_a_reload_keeps_a_message_not_answered_yet_as_typed():

@@ -52,7 +52,13 @@ def fresh_model(smollm2_dir):
 def check_contract(result: dict) -> None:
     """What must hold for every turn of any soak, whatever the machine."""
     s, turns, history = result["summary"], result["turns"], result["history"]
-    assert len(history) == 2 * len(turns)
+    # the app's rule: a turn is kept when it wrote a token or ended by itself (not an abandoned or
+    # stopped one before its first token); the kept turns, in order, are the history
+    kept = [t for t in turns if t["kept"]]
+    assert [t["kept"] for t in turns] == [t["new_tokens"] >= 1 or (t["done"] and t["stop_reason"] != "cancelled")
+                                          for t in turns]
+    assert len(history) == 2 * len(kept)
+    position = {t["turn"]: 2 * i + 1 for i, t in enumerate(kept)}
     for t in turns:
         where = f"turn {t['turn']} ({t['action']}, {t['drafter']})"
         # the engine is idle between turns: no KV cache kept, no owner, lock free
@@ -62,7 +68,7 @@ def check_contract(result: dict) -> None:
             continue
         assert t["done"] and t["text_consistent"], where  # streamed text + final_text == DoneEvent.text
         assert t["prompt_tokens"] + t["new_tokens"] <= CONTEXT, where  # trimming keeps room for the reply
-        kept = history[2 * t["turn"] - 1]["content"]
+        kept = history[position[t["turn"]]]["content"] if t["kept"] else ""
         assert len(kept) == t["reply_chars"], where
         if t["action"] == CANCEL:
             # Stop is honoured between rounds: the round in progress finishes, no other starts
@@ -154,7 +160,7 @@ def _turn(n: int, rss: float, objects: int, ms_per_token: float, action: str = F
         turn=n, action=action, drafter="none", greedy=True, adaptive=False, history_messages=2 * (n - 1),
         notice=False, done=action != ABANDON, stop_reason="max_new_tokens", prompt_tokens=100, new_tokens=10,
         wall_ms=ms_per_token * 10 + 50, cpu_ms=ms_per_token * 10 + 50, prefill_ms=40.0, decode_ms=ms_per_token * 10, overhead_ms=10.0,
-        ms_per_token=ms_per_token, rounds=10, verify_ms=ms_per_token, reply_chars=20, text_consistent=True,
+        ms_per_token=ms_per_token, rounds=10, verify_ms=ms_per_token, reply_chars=20, kept=True, text_consistent=True,
         tokens_after_cancel=None, rounds_after_cancel=None, rss_mb=rss, gc_objects=objects,
         target_cache_released=True, engine_idle=True,
     )  # fmt: skip

@@ -276,14 +276,14 @@ def test_replayed_reply_renders_like_the_live_one(traces, tmp_path):
 
     session = ChatSession(NoModel())
     session.open_trace(str(path))
-    replayed = session.replies[0]
+    replayed = session.views.replies[0]
     for show in (False, True):
         assert replayed.renderer.html(show_rejected=show) == live.renderer.html(show_rejected=show)
     assert "tok-rejected" in live.renderer.html(show_rejected=True)
     assert replayed.metrics.acceptance_rate == live.metrics.acceptance_rate
     assert "replayed from t.jsonl" in replayed.label
     # every view works on it
-    view = session.select("1:3")
+    view = session.views.select("1:3")
     assert "reply #1" in view.inspector and "rref-1-" in view.timeline
 
 

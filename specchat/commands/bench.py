@@ -335,15 +335,15 @@ def run_multi_turn(
     kept cache), ``num_prompt_tokens``, ``prefill_ms``, ``num_tokens``, ``decode_tokens_per_s``.
     """
     from specchat.commands.script import play_script
+    from specchat.conversation import ReplySettings
 
     say = progress or (lambda _: None)
     rows = []
     for repeat in range(repeats):
         for drafter in dict.fromkeys(["none", *drafters]):
             service.forget_prefix()  # every play starts cold: turn 1 prefills the whole prompt
-            config = GenerationConfig(num_speculative_tokens=12, adaptive_gamma=True, max_new_tokens=max_new_tokens,
-                                      temperature=temperature, seed=repeat, measure_speedup=True)
-            for t in play_script(service, messages, drafter=drafter, config_for_turn=lambda turn, config=config: config):
+            settings = ReplySettings(drafter, 12, True, temperature, 1.0, max_new_tokens)
+            for t in play_script(service, messages, settings=settings, seed=repeat):
                 r, done = t.record, t.done
                 rows.append({
                     "drafter": drafter, "repeat": repeat, "turn": r["turn"], "ttft_ms": r["ttft_ms"],

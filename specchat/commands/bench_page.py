@@ -2,7 +2,7 @@
 
 For each drafter asked for, the command starts the app (``python -m specchat app``) in a process
 of its own, opens the real page in headless Chromium and sends N messages in one conversation.
-After each reply in the page, the same reply (the same history, message and settings) runs
+After each reply in the page, the same message with the same settings, as a turn of a conversation of its own, runs
 through the engine in this process with no page and no browser: at temperature 0 both make the
 same tokens, so the two rates compare like for like, one right after the other. Per reply it
 reports:
@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specchat.conversation import Conversation, ReplySettings
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
 from specchat.drafters.kinds import KIND_NAMES
 from specchat.options import PROG, add_models_argument, add_runtime_argument, ranged
@@ -175,17 +176,18 @@ def conversation(service, drafter: str, messages: list[str], args, out: Path, sa
             browser.set_number(d, "γ: draft tokens", args.gamma)
         d.execute_script(OBSERVE_JS)
         d.get_log("performance")  # drop what loading the page logged
-        history: list[dict] = []
+        # the engine's side of the chat: greedy, the page's settings (the page's seed rule does not
+        # matter at temperature 0)
+        conversation = Conversation(seed=0, trace=True)  # traced, as the page's replies are
+        settings = ReplySettings(drafter, args.gamma, True, 0.0, 1.0, args.max_new_tokens)
         for number, message in enumerate(messages, 1):
             _wait_idle([os.getpid(), app.pid])  # the engine's threads at rest before the page's turn
             row = page_reply(d, app.pid, message, number, args.timeout)
             _wait_idle(_descendants(d.service.process.pid) + [app.pid])  # the page's last drawing is not the engine's cost
-            engine = engine_reply(service, history, message, drafter, args)
-            # both go on from the page's reply (llama.cpp's sums can round differently in batches of
-            # other sizes, so a near-tie may rarely go the other way: same_text says when)
-            text = engine.pop("text")
-            row["same_text"] = text == row["text"]
-            history += [{"role": "user", "content": message}, {"role": "assistant", "content": row.pop("text") or text}]
+            engine = engine_reply(service, conversation, message, settings)
+            # each side goes on from its own reply (llama.cpp's sums can round differently in
+            # batches of other sizes, so a near-tie may rarely go the other way: same_text says when)
+            row["same_text"] = engine.pop("text") == row.pop("text")
             row.update(engine)
             row["page_over_engine"] = row["page_tokens_per_s"] / engine["engine_tokens_per_s"]
             rows.append(row)
@@ -250,17 +252,15 @@ def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> di
     }
 
 
-def engine_reply(service, history: list[dict], message: str, drafter: str, args) -> dict:
-    """The same reply through the engine alone (greedy, the page's settings): its rate and CPU time."""
+def engine_reply(service, conversation: Conversation, message: str, settings: ReplySettings) -> dict:
+    """The same reply through the engine alone, a turn of ``conversation``: its rate and CPU time."""
     import threading
 
     from specchat.core.events import DoneEvent, TokenEvent
-    from specchat.ui.reply import ReplySettings
 
-    config = ReplySettings(drafter, args.gamma, True, 0.0, 1.0, args.max_new_tokens).config(seed=0)
     cpu0, start = time.process_time(), time.perf_counter()
     done = first = None
-    for item in service.stream_chat(history, message, drafter=drafter, config=config, cancel=threading.Event()):
+    for item in conversation.stream(service.stream_chat, message, settings, cancel=threading.Event()):
         if isinstance(item, DoneEvent):
             done = item
         elif first is None and isinstance(item, TokenEvent):

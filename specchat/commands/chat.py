@@ -11,7 +11,8 @@ import sys
 
 from specchat.commands.common import add_compile_argument, add_speculation_arguments, load_service
 from specchat.commands.generate import summary_line
-from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
+from specchat.conversation import ReplySettings
+from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE
 from specchat.core.events import TokenEvent
 from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
 
@@ -60,12 +61,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
 
-    def config_for_turn(turn: int) -> GenerationConfig:
-        return GenerationConfig(
-            num_speculative_tokens=args.num_speculative_tokens, adaptive_gamma=not args.fixed_gamma,
-            temperature=args.temperature, top_p=args.top_p, seed=args.seed + turn - 1,
-            max_new_tokens=args.max_new_tokens, measure_speedup=True,
-        )
 
     def show(event: TokenEvent) -> None:
         sys.stdout.write(event.text)
@@ -76,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         if service is None:
             return status
         service.engine.prefix_cache = not args.no_prefix_cache
-        for t in play_script(service, messages, drafter=args.drafter, config_for_turn=config_for_turn,
+        settings = ReplySettings(args.drafter, args.num_speculative_tokens, not args.fixed_gamma, args.temperature,
+                                 args.top_p, args.max_new_tokens)  # the drafter as load_service resolved it
+        for t in play_script(service, messages, settings=settings, seed=args.seed,
                              on_token=None if args.json else show):
             record, done = t.record, t.done
             if args.json:

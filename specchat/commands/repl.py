@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC
+from specchat.conversation import Conversation, ReplySettings
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, PrefillEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
@@ -35,7 +36,7 @@ Ctrl-C stops a reply; the conversation keeps what was written."""
 
 @dataclass
 class ReplState:
-    """What the next reply runs with, and the conversation so far (``[{"role", "content"}]``)."""
+    """What the next reply runs with, and the conversation so far (reply n gets seed ``seed + n - 1``)."""
 
     drafter: str
     num_speculative_tokens: int = 12
@@ -44,12 +45,23 @@ class ReplState:
     top_p: float = 1.0
     max_new_tokens: int = 512
     seed: int = 0
-    history: list[dict[str, str]] = field(default_factory=list)
+    conversation: Conversation = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.conversation = Conversation(seed=self.seed)
+
+    @property
+    def history(self) -> list[dict[str, str]]:
+        """The kept turns (``[{"role", "content"}]``)."""
+        return self.conversation.messages
+
+    def settings(self) -> ReplySettings:
+        return ReplySettings(self.drafter, self.num_speculative_tokens, self.adaptive_gamma, self.temperature,
+                             self.top_p, self.max_new_tokens)
 
     def config(self) -> GenerationConfig:
-        return GenerationConfig(num_speculative_tokens=self.num_speculative_tokens, adaptive_gamma=self.adaptive_gamma,
-                                temperature=self.temperature, top_p=self.top_p, seed=self.seed + len(self.history) // 2,
-                                max_new_tokens=self.max_new_tokens, measure_speedup=True)
+        """The engine's settings the next reply gets."""
+        return self.conversation.config(self.settings())
 
     def gamma_text(self) -> str:
         return f"adaptive γ up to {self.num_speculative_tokens}" if self.adaptive_gamma else \
@@ -66,7 +78,7 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
     if name in ("help", "h", "?"):
         return HELP.format(kinds=", ".join(kinds), max_t=MAX_TEMPERATURE)
     if name == "clear":
-        state.history.clear()
+        state.conversation.clear()
         return "the conversation is cleared"
     if name == "drafter":
         if not arg:
@@ -108,8 +120,8 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
 
 
 def reply(service, state: ReplState, message: str, console, err_console) -> DoneEvent | None:
-    """Stream one reply to ``console`` (rich), its notices and summary to ``err_console``; keep
-    the turn in ``state.history`` (a reply stopped before its first token is not kept)."""
+    """Stream one reply to ``console`` (rich), its notices and summary to ``err_console``; the
+    conversation keeps the turn (by its rule: a reply stopped before its first token is not kept)."""
     from rich.text import Text
 
     from specchat.commands.generate import summary_line
@@ -118,8 +130,8 @@ def reply(service, state: ReplState, message: str, console, err_console) -> Done
     metrics = SpeculationMetrics()
     reading = False
     with StopOnCtrlC() as stop:
-        for event in service.stream_chat(state.history, message, drafter=state.drafter, config=state.config(),
-                                         cancel=stop.cancel, prefill_progress=True):
+        for event in state.conversation.stream(service.stream_chat, message, state.settings(), cancel=stop.cancel,
+                                               prefill_progress=True):
             if isinstance(event, Notice):
                 err_console.print(Text(f"note: {event.text}", style="yellow" if event.warning else "dim"))
                 continue
@@ -139,8 +151,6 @@ def reply(service, state: ReplState, message: str, console, err_console) -> Done
     if done.stop_reason is StopReason.CANCELLED:
         what = "stopped" + (" while reading your message" if not done.token_ids and reading else "")
         err_console.print(Text(f"({what})", style="yellow"))
-    if done.token_ids:
-        state.history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
     err_console.print(Text(summary_line(state.drafter, metrics, done), style="dim"))
     return done
 

@@ -9,9 +9,10 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from specchat.analysis.ledger import count_ledger
-from specchat.core.config import GenerationConfig
+from specchat.conversation import Conversation, ReplySettings
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
 
@@ -49,14 +50,15 @@ class Turn:
 
 
 def play_script(
-    service,
+    service: Any,
     messages: list[str],
     *,
-    drafter: str,
-    config_for_turn: Callable[[int], GenerationConfig],
+    settings: ReplySettings,
+    seed: int = 0,
     on_token: Callable[[TokenEvent], None] | None = None,
 ) -> Iterator[Turn]:
-    """Play ``messages`` in turn; yield each :class:`Turn` when its reply has ended.
+    """Play ``messages`` in turn as one :class:`~specchat.conversation.Conversation` (reply n gets
+    seed ``seed + n - 1``); yield each :class:`Turn` when its reply has ended.
 
     The record holds ``turn`` (1-based), ``message``, ``text``, ``token_ids``, ``ttft_ms``
     (message sent to first token, milliseconds; None for a reply without tokens),
@@ -65,18 +67,19 @@ def play_script(
     (:meth:`SpeculationMetrics.summary`) and ``ledger``.
 
     Raises:
-        whatever ``service.stream_chat`` raises (SpecchatError, ValueError).
+        ValueError: an out-of-range setting; whatever ``service.stream_chat`` raises (SpecchatError, ValueError).
     """
     from specchat.service import Notice
 
-    history: list[dict[str, str]] = []
+    conversation = Conversation(seed=seed)
+    drafter = settings.drafter
     for turn, message in enumerate(messages, 1):
-        config = config_for_turn(turn)
+        config = conversation.config(settings)
         metrics = SpeculationMetrics()
         notices: list[str] = []
         start = time.perf_counter()
         ttft_ms = None
-        for event in service.stream_chat(history, message, drafter=drafter, config=config):
+        for event in conversation.stream(service.stream_chat, message, settings):
             if isinstance(event, Notice):
                 notices.append(event.text)
                 continue
@@ -88,7 +91,6 @@ def play_script(
             metrics.update(event)
         done = metrics.done
         assert isinstance(done, DoneEvent)
-        history += [{"role": "user", "content": message}, {"role": "assistant", "content": done.text}]
         ledger = count_ledger(metrics.rounds, sizes=service.model_sizes(drafter),
                               alpha=metrics.acceptance_rate, prefill_ms=done.prefill_ms,
                               num_prefilled=done.num_prefilled, num_prompt_tokens=done.num_prompt_tokens,

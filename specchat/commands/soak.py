@@ -6,8 +6,8 @@ trims the oldest messages when the context window is full and yields a Notice), 
 rotates through :data:`MESSAGES`, the drafter rotates through the given kinds, greedy and
 sampled turns alternate (and fixed and adaptive γ, the app's default), every few turns the
 Stop button is pressed (a ``threading.Event`` set mid-stream; the partial reply is kept in the
-history) and every few others the stream is abandoned by ``close()`` after a few events (a
-closed tab, Clear).
+history, by the :class:`~specchat.conversation.Conversation`'s rule, as the app keeps it) and
+every few others the stream is abandoned by ``close()`` after a few events (a closed tab, Clear).
 
 This module runs the turns and measures them (outside the timed part, after ``gc.collect()``:
 resident memory, ``VmRSS`` from ``/proc/self/status``, the number of Python objects the
@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from specchat.commands.soak_report import ABANDON, CANCEL, FULL, Turn, format_summary, slope, summarize, turn_line
-from specchat.core.config import GenerationConfig
+from specchat.conversation import Conversation, ReplySettings
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 
 # Varied chat messages: code from scratch, an edit that repeats its input (the n-gram drafter's
@@ -90,16 +90,16 @@ def engine_state(service) -> tuple[bool, bool]:
 
 def run_turn(
     service,
-    history: list[dict],
+    conversation: Conversation,
     message: str,
     *,
     turn: int,
     action: str,
-    drafter: str,
-    config: GenerationConfig,
+    settings: ReplySettings,
     interrupt_after: int = 1,
-) -> tuple[Turn, str]:
-    """Run one chat turn; return its record (memory fields still 0) and the reply to keep.
+) -> Turn:
+    """Run one chat turn of ``conversation`` (which keeps it by its rule); return its record
+    (memory fields still 0).
 
     ``cancel``: the cancel event is set after ``interrupt_after`` TokenEvents and the stream is
     read to its DoneEvent. ``abandon``: the stream is closed after ``interrupt_after`` events of
@@ -112,8 +112,11 @@ def run_turn(
     events = tokens = 0
     tokens_after = rounds_after = None
     verify: list[float] = []
+    history_messages = len(conversation.messages)
+    kept_before = len(conversation)
+    config = conversation.config(settings)
     t0, c0 = time.perf_counter(), time.process_time()
-    stream = service.stream_chat(history, message, drafter=drafter, config=config, cancel=cancel)
+    stream = conversation.stream(service.stream_chat, message, settings, cancel=cancel)
     try:
         for item in stream:
             events += 1
@@ -152,10 +155,10 @@ def run_turn(
     record = Turn(
         turn=turn,
         action=action,
-        drafter=drafter,
+        drafter=settings.drafter,
         greedy=config.greedy,
         adaptive=config.adaptive_gamma,
-        history_messages=len(history),
+        history_messages=history_messages,
         notice=notice,
         done=done is not None,
         stop_reason=done.stop_reason.value if done is not None else None,
@@ -170,6 +173,7 @@ def run_turn(
         rounds=len(verify),
         verify_ms=sum(verify) / len(verify) if verify else None,
         reply_chars=len(reply),
+        kept=len(conversation) > kept_before,
         text_consistent=consistent,
         tokens_after_cancel=tokens_after,
         rounds_after_cancel=rounds_after,
@@ -178,7 +182,7 @@ def run_turn(
         target_cache_released=False,
         engine_idle=False,
     )
-    return record, reply
+    return record
 
 
 def run_soak(
@@ -200,10 +204,12 @@ def run_soak(
     """Run ``turns`` chat turns on a loaded service; return settings, per-turn records, summary.
 
     Turn n (1-based) uses ``drafters[(n-1) % len]`` and ``messages[(n-1) % len]``; odd turns
-    are greedy, even turns sampled (``temperature``, ``top_p``, seed ``seed + n``); γ is adaptive
+    are greedy, even turns sampled (``temperature``, ``top_p``; one :class:`Conversation`, so turn n has
+    seed ``seed + n - 1``); γ is adaptive
     on turns with n // 2 odd. The cancel point cycles through 1-3 tokens, the abandon point
     through 1-4 events. ``warmup`` (default: a tenth of the turns, at least 1) only affects the
-    summary. The returned ``history`` is the final chat history.
+    summary. The returned ``history`` is what the model sees after the last turn (the turns the
+    conversation kept: a turn stopped or abandoned before its first token is not).
 
     Raises:
         ValueError: fewer than 2 turns, or an unknown drafter kind (before any turn runs).
@@ -217,34 +223,18 @@ def run_soak(
     warmup = min(max(warmup, 1), turns - 1)
     gc.collect()
     rss_start = rss_mb()
-    history: list[dict] = []
+    conversation = Conversation(seed=seed)
     records: list[Turn] = []
     t_start = time.perf_counter()
     for n in range(1, turns + 1):
         action = plan(n, cancel_every=cancel_every, abandon_every=abandon_every)
         greedy = n % 2 == 1
-        config = GenerationConfig(
-            num_speculative_tokens=num_speculative_tokens,
-            adaptive_gamma=(n // 2) % 2 == 1,
-            temperature=0.0 if greedy else temperature,
-            top_p=1.0 if greedy else top_p,
-            seed=None if greedy else seed + n,
-            max_new_tokens=max_new_tokens,
-        )
+        settings = ReplySettings(drafters[(n - 1) % len(drafters)], num_speculative_tokens, (n // 2) % 2 == 1,
+                                 0.0 if greedy else temperature, 1.0 if greedy else top_p, max_new_tokens)
         interrupt_after = 1 + (n // max(cancel_every, 1)) % 3 if action == CANCEL else 1 + n % 4
         message = messages[(n - 1) % len(messages)]
-        record, reply = run_turn(
-            service,
-            history,
-            message,
-            turn=n,
-            action=action,
-            drafter=drafters[(n - 1) % len(drafters)],
-            config=config,
-            interrupt_after=interrupt_after,
-        )
-        # the app's history: the user's message and the reply as far as it got
-        history = history + [{"role": "user", "content": message}, {"role": "assistant", "content": reply}]
+        record = run_turn(service, conversation, message, turn=n, action=action, settings=settings,
+                          interrupt_after=interrupt_after)
         gc.collect()
         record.rss_mb = rss_mb()
         record.gc_objects = len(gc.get_objects())
@@ -275,7 +265,7 @@ def run_soak(
         "settings": settings,
         "summary": summary,
         "turns": [asdict(r) for r in records],
-        "history": history,
+        "history": conversation.history(),
     }
 
 

@@ -48,7 +48,8 @@ class Turn:
     ms_per_token: float | None  # decode_ms / tokens
     rounds: int  # RoundEvents received
     verify_ms: float | None  # mean RoundEvent.verify_ms: one target forward + verification
-    reply_chars: int  # the reply kept in the history
+    reply_chars: int  # the reply as streamed: TokenEvents' text, then final_text
+    kept: bool  # the conversation kept the turn (it wrote a token, or ended by itself)
     text_consistent: bool | None  # streamed text + final_text == DoneEvent.text
     tokens_after_cancel: int | None  # TokenEvents received after the cancel event was set
     rounds_after_cancel: int | None  # RoundEvents received after it (the round in progress: 1)

@@ -363,7 +363,7 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                      elem_id="spec-scope")
     figures0 = charts.all_figures(SpeculationMetrics())
-    ledger0, worth0 = ChatSession(service).analysis()
+    ledger0, worth0 = ChatSession(service).views.analysis()
     with gr.Row():
         plot_alpha = gr.Plot(figures0[0], show_label=False, elem_id="plot-alpha", elem_classes="spec-plot", min_width=320)
         plot_position = gr.Plot(figures0[1], show_label=False, elem_id="plot-position", elem_classes="spec-plot", min_width=320)

@@ -10,17 +10,16 @@ No gradio import.
 from __future__ import annotations
 
 import enum
-import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.analysis.ledger import Ledger, ModelSizes, count_ledger
+from specchat.conversation import ReplySettings, generation_config
 from specchat.core import evidence
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, PrefillEvent, RoundEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
-from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.ledger_view import ledger_html
 from specchat.ui.markdown import render_blocks
 from specchat.ui.render import (
@@ -50,65 +49,6 @@ class Phase(str, enum.Enum):
     DONE = "done"
     STOPPED = "stopped"  # Stop (or a closed tab) ended it; the partial reply is kept
     FAILED = "failed"  # an error ended it; the exchange is shown but not kept in the history
-
-
-@dataclass(frozen=True)
-class ReplySettings:
-    """The settings a reply is made with, captured when it starts (so a control changed while
-    it streams never relabels it).
-
-    Raises:
-        ValueError: from :meth:`config`, for an out-of-range setting (the message gives the range).
-    """
-
-    drafter: str
-    num_speculative_tokens: int
-    adaptive_gamma: bool
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    system_prompt: str = ""  # the conversation's system message ("" = none), through the chat template
-
-    def config(self, seed: int | None = None) -> GenerationConfig:
-        """The engine's settings; speedups are always measured in the reply (timing rounds),
-        every round is traced (the inspector, the timeline, the trace file), and the seed is
-        drawn here so that the trace file records it."""
-        return GenerationConfig(
-            num_speculative_tokens=int(self.num_speculative_tokens),
-            adaptive_gamma=bool(self.adaptive_gamma),
-            temperature=float(self.temperature),
-            top_p=float(self.top_p),
-            max_new_tokens=int(self.max_new_tokens),
-            seed=random.randrange(2**63) if seed is None else seed,
-            measure_speedup=True,
-            trace=True,
-        )
-
-    @classmethod
-    def from_trace(cls, header: dict) -> ReplySettings:
-        """The settings recorded in a trace file's header (missing ones get the defaults)."""
-        c = header.get("config") or {}
-        return cls(
-            drafter=str(header.get("drafter", "?")),
-            num_speculative_tokens=int(c.get("num_speculative_tokens", 4)),
-            adaptive_gamma=bool(c.get("adaptive_gamma", False)),
-            temperature=float(c.get("temperature", 0.0)),
-            top_p=float(c.get("top_p", 1.0)),
-            max_new_tokens=int(c.get("max_new_tokens", 256)),
-        )
-
-    def gamma_label(self, drafter: str) -> str:
-        """``γ adaptive ≤ 12``, ``γ = 4``, or ``γ —`` for target-only decoding."""
-        if drafter_kinds.DRAFTER_KINDS.get(drafter) is not None and drafter_kinds.get(drafter).source == "none":
-            return "γ —"
-        if self.adaptive_gamma:
-            return f"γ adaptive ≤ {self.num_speculative_tokens}"
-        return f"γ = {self.num_speculative_tokens}"
-
-    def sampling_label(self) -> str:
-        """``T 0 (greedy) · top-p 1``."""
-        temperature = "T 0 (greedy)" if self.temperature == 0 else f"T {self.temperature:g}"
-        return f"{temperature} · top-p {self.top_p:g}"
 
 
 @dataclass
@@ -251,7 +191,7 @@ class Reply:
         done = self.rounds.done
         if done is None or not self.rounds.traced:
             raise ValueError(f"reply #{self.number} has no trace to save (it has not finished, or was not traced)")
-        config = self.config or self.settings.config()
+        config = self.config or generation_config(self.settings, 0, trace=True)  # a replay records no seed
         extra = {} if self.sizes is None else {"model_sizes": self.sizes.to_json()}
         return list(trace_records(self.events, target=target, drafter=self.drafter, config=config,
                                   prompt_ids=done.prompt_ids, message=self.message, **extra))

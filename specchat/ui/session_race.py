@@ -1,6 +1,6 @@
 """The race of a chat session: the target alone, then the drafter, on one message. No gradio import.
 
-:class:`SessionRace` is the part of :class:`specchat.ui.session.ChatSession` that runs the
+:class:`SessionRace`, owned by :class:`specchat.ui.session.ChatSession`, runs the
 race (back to back, same settings and seed, each traced) and replays both runs at their
 measured speeds; :mod:`specchat.ui.race` draws it.
 """
@@ -13,45 +13,57 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from specchat.conversation import Conversation, ReplySettings, StreamFn
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters import kinds as drafter_kinds
 from specchat.ui.race import RaceLane, race_html, race_verdict
 from specchat.ui.render import status_html
-from specchat.ui.reply import Exchange, ReplySettings, Run, is_blank_message
-from specchat.ui.session_views import View
+from specchat.ui.reply import Run, is_blank_message
+from specchat.ui.session_queue import RunSlot
+from specchat.ui.session_views import SessionViews, View
 
 
 class SessionRace:
-    """The race of a :class:`~specchat.ui.session.ChatSession` (a base class of ChatSession,
-    which sets the attributes below; a reply and a race share its one running slot, ``_run``)."""
+    """The race of a :class:`~specchat.ui.session.ChatSession`: it shares the session's one
+    streaming slot (a reply and a race never run together) and its views (the last message sent).
 
-    service: Any
-    exchanges: list[Exchange]
-    clock: Callable[[], float]
-    race_lanes: tuple[RaceLane, RaceLane] | None  # the last race's runs, to replay
-    race_greedy: bool
-    _stream: Callable[..., Iterator[Any]]
-    _lock: threading.Lock
-    _run: Run | None
-    _race_stop: threading.Event  # Stop during a race's replay
-    resolve_drafter: Callable[[str], str]  # ChatSession's: "auto" → the measured pick
+    Args:
+        service: the loaded service.
+        stream: how a run is streamed (the session's; ZeroGPU's wrapper on Spaces).
+        slot: the session's streaming run.
+        views: the session's views (the last message sent, for :meth:`message_for`).
+        resolve_drafter: "auto" → the measured pick (the session's rule).
+        clock: seconds (tests pass a fake).
+    """
 
-    def race_message(self, typed: str | None) -> str | None:
+    def __init__(self, service: Any, *, stream: StreamFn, slot: RunSlot, views: SessionViews,
+                 resolve_drafter: Callable[[str], str], clock: Callable[[], float]):
+        self.service = service
+        self.stream = stream
+        self.slot = slot
+        self.views = views
+        self.resolve_drafter = resolve_drafter
+        self.clock = clock
+        self.lanes: tuple[RaceLane, RaceLane] | None = None  # the last race's runs, to replay
+        self.greedy = True
+        self.stopped = threading.Event()  # Stop during a race's replay
+
+    def message_for(self, typed: str | None) -> str | None:
         """What to race: the text in the message box, else the last message sent."""
         if typed and not is_blank_message(typed):
             return typed
-        return self.exchanges[-1].message if self.exchanges else None
+        return self.views.exchanges[-1].message if self.views.exchanges else None
 
-    def run_race(self, message: str | None, settings: ReplySettings) -> Iterator[View]:
+    def run(self, message: str | None, settings: ReplySettings) -> Iterator[View]:
         """Run ``message`` (a fresh single-turn chat) with the target only, then with
         ``settings.drafter``, back to back with the same settings and seed, each traced; the
         page shows only a short status meanwhile (drawing would slow the runs it times). Stop
-        ends it. :meth:`replay_race` then plays them back at their measured speeds.
+        ends it. :meth:`replay` then plays them back at their measured speeds.
 
         Raises:
             ValueError: an out-of-range setting.
         """
-        self.race_lanes = None
+        self.lanes = None
         if not hasattr(self.service, "stream_chat") or getattr(self.service, "banner", None):
             yield View(race=status_html("The race needs a model: start the app without --trace."))
             return
@@ -71,18 +83,14 @@ class SessionRace:
             yield View(race=status_html(f"Cannot race: {why}."), toasts=(("warning", f"Cannot race: {why}."),))
             return
         base_settings = dataclasses.replace(settings, drafter="none")
-        config = settings.config()  # ValueError before anything runs
+        config = Conversation(trace=True).config(settings)  # a fresh single-turn chat; ValueError before anything runs
         run = Run()
-        with self._lock:
-            busy = self._run is not None
-            if not busy:
-                self._run = run
-        if busy:
+        if not self.slot.claim(run):
             yield View(race=status_html("A reply is streaming: race when it has finished."),
                        toasts=(("warning", "A reply is streaming: race when it has finished."),))
             return
-        self._race_stop.clear()
-        self.race_lanes, self.race_greedy = None, config.greedy
+        self.stopped.clear()
+        self.lanes, self.greedy = None, config.greedy
         lanes = (RaceLane("target only"), RaceLane(settings.drafter if chosen == settings.drafter
                                                    else f"{chosen} → {settings.drafter}"))
         try:
@@ -93,7 +101,7 @@ class SessionRace:
                     forget()
                 last = self.clock()
                 yield View(race=race_html(*lanes, 0.0, status=f"running {lane.name}…"))
-                for item in self._stream([], message, lane_settings.drafter, lane_config, run.cancel):
+                for item in self.stream([], message, lane_settings.drafter, lane_config, run.cancel):
                     if isinstance(item, (TokenEvent, RoundEvent, DoneEvent)):
                         lane.add(item)
                     else:
@@ -105,30 +113,28 @@ class SessionRace:
                 if run.cancel.is_set():
                     yield View(race=race_html(*lanes, None, status="race stopped"))
                     return
-            self.race_lanes = lanes
+            self.lanes = lanes
             yield View(race=race_html(*lanes, 0.0, status="both runs done: replaying them at their measured speeds…"))
         except Exception as exc:  # a failing model: say so
             yield View(race=race_html(*lanes, None, status=f"the race failed: {exc}"),
                        toasts=(("warning", f"The race failed: {exc}"),))
         finally:
-            with self._lock:
-                if self._run is run:
-                    self._run = None
+            self.slot.release(run)
 
-    def replay_race(self, frame_s: float = 0.1) -> Iterator[View]:
+    def replay(self, frame_s: float = 0.1) -> Iterator[View]:
         """Play the last race back: both lanes side by side at their measured speeds (real
         time), then their final times and, at temperature 0, whether the texts are identical."""
-        lanes = self.race_lanes
+        lanes = self.lanes
         if lanes is None:
             return
         total = max(lane.total_ms for lane in lanes)
         start = self.clock()
         while True:
             t_ms = (self.clock() - start) * 1000
-            if t_ms >= total or self.race_lanes is not lanes or self._race_stop.is_set():
+            if t_ms >= total or self.lanes is not lanes or self.stopped.is_set():
                 break
             yield View(race=race_html(*lanes, t_ms, status="replaying at the measured speeds"))
             time.sleep(frame_s)
-        verdict = race_verdict(*lanes, greedy=self.race_greedy)
+        verdict = race_verdict(*lanes, greedy=self.greedy)
         yield View(race=race_html(*lanes, None, status="same prompt, same settings and seed, run back to back",
                                   verdict=verdict))

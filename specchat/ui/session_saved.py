@@ -1,9 +1,9 @@
-"""The conversation kept in the browser across a reload (a base class of
+"""The conversation kept in the browser across a reload (for
 :class:`~specchat.ui.session.ChatSession`).
 
-After each reply the page writes :meth:`SessionSaved.saved` into the browser's localStorage
+After each reply the page writes :func:`saved_state` into the browser's localStorage
 (Gradio's ``BrowserState``, encrypted); a page opened or reloaded gives it back to
-:meth:`SessionSaved.restore`: the chat shows each earlier reply as text (its events, so its
+:func:`restore_state`: the chat shows each earlier reply as text (its events, so its
 colours and charts, are not kept) and the model gets the history, so the conversation goes on.
 The value comes from the browser: :func:`parse_saved` checks every field.
 """
@@ -14,9 +14,10 @@ import dataclasses
 import json
 from typing import Any
 
+from specchat.conversation import Conversation
 from specchat.ui.render import reply_summary
 from specchat.ui.reply import Exchange, Restored
-from specchat.ui.session_views import View
+from specchat.ui.session_views import SessionViews
 
 SAVED_VERSION = 1  # the layout of ChatSession.saved; another one is not restored
 SAVED_LIMIT_CHARS = 4_000_000  # a saved conversation larger than this is not restored (localStorage holds ~5 MB)
@@ -59,58 +60,52 @@ def parse_saved(saved: Any) -> dict | None:
     return {"history": turns, "exchanges": items, "system_prompt": system}
 
 
-class SessionSaved:
-    """ChatSession's part that saves and restores the conversation (uses its ``exchanges``,
-    ``history``, ``system_prompt``, ``add_exchange``, ``view`` and lock)."""
+def saved_state(views: SessionViews, conversation: Conversation) -> dict:
+    """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
+    when a message is sent, after each reply and on Clear), for :func:`restore_state` after a
+    reload: what the model sees (``history``), the system prompt, and each exchange as the chat
+    shows it, text only; a message not answered yet (queued, or its reply streaming) is kept
+    as typed with a note saying it was not answered. ``{}`` when there is nothing to keep (an
+    empty chat: the browser writes no null, so a None would leave the last copy in place)."""
+    items = []
+    for e in views.exchanges:
+        if e.queued or (e.reply is not None and e.reply.running):  # kept as typed, marked unanswered
+            when = "while it waited" if e.queued else "while its reply was being written"
+            items.append({"message": e.message, "note": f"not answered: the page was reloaded {when}"})
+        elif e.reply is not None:
+            r = e.reply
+            items.append({"message": e.message, "label": r.label, "text": r.renderer.text,
+                          "summary": reply_summary(r.metrics), "status": r.renderer.status or ""})
+        elif e.restored is not None:
+            items.append({"message": e.message, **dataclasses.asdict(e.restored)})
+        else:
+            items.append({"message": e.message, "note": e.note or ""})
+    if not items:
+        return {}
+    return {"version": SAVED_VERSION, "history": [dict(m) for m in conversation.messages], "exchanges": items,
+            "system_prompt": conversation.system_prompt}
 
-    # -- the conversation kept in the browser across a reload -----------------------------------
-    def saved(self) -> dict:
-        """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
-        when a message is sent, after each reply and on Clear), for :meth:`restore` after a
-        reload: what the model sees (``history``), the system prompt, and each exchange as the chat
-        shows it, text only; a message not answered yet (queued, or its reply streaming) is kept
-        as typed with a note saying it was not answered. ``{}`` when there is nothing to keep (an
-        empty chat: the browser writes no null, so a None would leave the last copy in place)."""
-        items = []
-        for e in self.exchanges:
-            if e.queued or (e.reply is not None and e.reply.running):  # kept as typed, marked unanswered
-                when = "while it waited" if e.queued else "while its reply was being written"
-                items.append({"message": e.message, "note": f"not answered: the page was reloaded {when}"})
-            elif e.reply is not None:
-                r = e.reply
-                items.append({"message": e.message, "label": r.label, "text": r.renderer.text,
-                              "summary": reply_summary(r.metrics), "status": r.renderer.status or ""})
-            elif e.restored is not None:
-                items.append({"message": e.message, **dataclasses.asdict(e.restored)})
-            else:
-                items.append({"message": e.message, "note": e.note or ""})
-        if not items:
-            return {}
-        return {"version": SAVED_VERSION, "history": [dict(m) for m in self.history], "exchanges": items,
-                "system_prompt": self.system_prompt}
 
-    def restore(self, saved: Any) -> View | None:
-        """After a reload: the conversation :meth:`saved` kept in the browser, shown again (each
-        reply as text, marked restored) and given to the model as history, so the chat goes on
-        where it was. None (nothing changes) when this page has a conversation already, or
-        ``saved`` is empty or not one (a value from another version, or tampered with: it comes
-        from the browser, so every field is checked)."""
-        if self.exchanges or self.history:
-            return None
-        try:
-            data = parse_saved(saved)
-        except ValueError:
-            return None
-        if data is None:
-            return None
-        with self._lock:
-            self.history = data["history"]
-            self.system_prompt = data["system_prompt"]
-            for item in data["exchanges"]:
-                if item.get("label"):
-                    restored = Restored(item["label"], item["text"], item["summary"], item["status"])
-                    self.add_exchange(Exchange(item["message"], restored=restored))
-                    self._reply_count += 1  # the next reply's number follows the restored ones
-                else:
-                    self.add_exchange(Exchange(item["message"], note=item["note"] or None))
-        return self.view()
+def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -> bool:
+    """After a reload: the conversation :func:`saved_state` kept in the browser, shown again (each
+    reply as text, marked restored) and given to the model as history, so the chat goes on
+    where it was. False (nothing changes) when this page has a conversation already, or
+    ``saved`` is empty or not one (a value from another version, or tampered with: it comes
+    from the browser, so every field is checked)."""
+    if views.exchanges or conversation.messages:
+        return False
+    try:
+        data = parse_saved(saved)
+    except ValueError:
+        return False
+    if data is None:
+        return False
+    conversation.restore(data["history"], data["system_prompt"])
+    for item in data["exchanges"]:
+        if item.get("label"):
+            restored = Restored(item["label"], item["text"], item["summary"], item["status"])
+            views.add_exchange(Exchange(item["message"], restored=restored))
+            views.reply_count += 1  # the next reply's number follows the restored ones
+        else:
+            views.add_exchange(Exchange(item["message"], note=item["note"] or None))
+    return True

@@ -11,8 +11,8 @@ scope). Every handler returns a :class:`View`: what to change on the page, ``Non
 from __future__ import annotations
 
 import html
+import itertools
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,19 +65,38 @@ class View:
 
 
 class SessionViews:
-    """What a :class:`~specchat.ui.session.ChatSession` shows, and the clicks that change it (a
-    base class of ChatSession, which sets the attributes below)."""
+    """What a :class:`~specchat.ui.session.ChatSession` shows (its exchanges, numbered replies,
+    the selection, the charts' scope, the live panels on screen), and the clicks that change it.
 
-    service: Any
-    exchanges: list[Exchange]
-    chart_scope: str
-    selected: tuple[int, int | None] | None  # (reply number, token index) in the inspector
-    selected_round: int | None
-    _trace_dir: str | None
-    _feed_seq: Iterator[int]  # itertools.count(1): every feed value gets the next
-    panels_visible: set[str]  # the live panels on screen (LIVE_PANELS), as the page last said
-    _stale: set[str]  # live panels whose data changed while they were off screen
-    _exchange_ids: Iterator[int]  # itertools.count(1): each exchange's id in the transcript
+    Args:
+        service: the loaded service (the models' sizes for the ledger, the target's name in a
+            trace file).
+    """
+
+    def __init__(self, service: Any):
+        self.service = service
+        self.exchanges: list[Exchange] = []  # what the chat shows
+        self.reply_count = 0  # replies numbered so far (#1, #2, …)
+        self.chart_scope = CHART_SCOPES[0]
+        self.selected: tuple[int, int | None] | None = None  # (reply number, token index) in the inspector
+        self.selected_round: int | None = None
+        self.pinned = False  # the clicked reply keeps the focus while new replies stream
+        self.panels_visible: set[str] = set()  # the live panels on screen (LIVE_PANELS), as the page last said
+        self._stale: set[str] = set()  # live panels whose data changed while they were off screen
+        self._trace_dir: str | None = None
+        self._feed_seq = itertools.count(1)  # every feed value gets the next
+        self._exchange_ids = itertools.count(1)  # each exchange's id in the transcript
+
+    def reset(self) -> None:
+        """An empty chat (Clear, a closed tab): the next reply is #1 again."""
+        self.exchanges = []
+        self.reply_count = 0
+        self.selected = self.selected_round = None
+
+    def follow(self, number: int) -> None:
+        """Reply ``number`` starts: the views follow it unless a reply was clicked and pinned."""
+        if self.selected is not None and self.selected[0] != number and not self.pinned:
+            self.selected = self.selected_round = None
 
     # -- what the page shows ----------------------------------------------------------------
     @property
@@ -121,7 +140,7 @@ class SessionViews:
         named in each title, or the whole conversation."""
         if self.chart_scope == CHART_SCOPES[1]:
             return charts.conversation_figures([(r.number, r.drafter, r.metrics) for r in self.replies])
-        reply = self._focus()
+        reply = self.focus()
         if reply is None:
             return charts.all_figures(SpeculationMetrics())
         return charts.all_figures(reply.metrics, reply=f"reply #{reply.number}")
@@ -139,7 +158,7 @@ class SessionViews:
         if transcript is None:
             transcript = self.feed(*self.exchanges, reset=True)
         return View(transcript=transcript, stats=self.stats(), table=self.table(), inspector=self.inspector(),
-                    trace_file=self.trace_file(), **self._panel_views(drawn))
+                    trace_file=self.trace_file(), **self.panel_views(drawn))
 
     def show_panels(self, seen: set[str]) -> View:
         """The page says which live panels are on screen now: draw those that changed since they
@@ -147,9 +166,9 @@ class SessionViews:
         self.panels_visible = set(seen) & set(LIVE_PANELS)
         due = self._stale & self.panels_visible
         self._stale -= due
-        return View(**self._panel_views(due))
+        return View(**self.panel_views(due))
 
-    def _panel_views(self, panels: set[str], *, live: bool = False) -> dict[str, Any]:
+    def panel_views(self, panels: set[str], *, live: bool = False) -> dict[str, Any]:
         """The View fields of these live panels, drawn now (``live``: a reply streaming, the
         timeline its last rounds only)."""
         out: dict[str, Any] = {}
@@ -164,13 +183,13 @@ class SessionViews:
     def analysis(self) -> tuple[str, Any]:
         """The focused reply's ledger (HTML) and the α-against-c figure of every drafter used in
         the conversation (the focused reply's drawn larger)."""
-        reply = self._focus()
+        reply = self.focus()
         if reply is None:
             ledger = ('<div class="spec-ledger spec-muted">Send a message: the ledger shows what its decoding '
                       "spent (drafter passes, arithmetic) and saved (target passes, weight reads).</div>")
         else:
             if reply.sizes is None and reply.source is None:
-                reply.sizes = self._model_sizes(reply.drafter)
+                reply.sizes = self.model_sizes(reply.drafter)
             try:
                 ledger = reply.ledger_html()
             except (ValueError, ArithmeticError) as exc:  # a trace file's numbers out of range
@@ -180,7 +199,7 @@ class SessionViews:
         own = drafter_points([(reply.drafter, reply.metrics)]) if reply is not None else []
         return ledger, charts.worth_figure(points, None if reply is None else reply.drafter, own[0] if own else None)
 
-    def _model_sizes(self, drafter: str) -> ModelSizes | None:
+    def model_sizes(self, drafter: str) -> ModelSizes | None:
         sizes = getattr(self.service, "model_sizes", None)
         try:
             return sizes(drafter) if callable(sizes) else None
@@ -191,7 +210,7 @@ class SessionViews:
     def reply(self, number: int) -> Reply | None:
         return next((r for r in self.replies if r.number == number), None)
 
-    def _focus(self) -> Reply | None:
+    def focus(self) -> Reply | None:
         """The reply the inspector and the timeline show: the selected one, else the latest."""
         if self.selected is not None:
             reply = self.reply(self.selected[0])
@@ -200,14 +219,14 @@ class SessionViews:
         return self.latest
 
     def inspector(self) -> str:
-        reply = self._focus()
+        reply = self.focus()
         if reply is None or self.selected is None or self.selected[0] != reply.number:
             return inspector_html(0, ReplyRounds(), None)
         return inspector_html(reply.number, reply.rounds, self.selected[1], temperature=reply.settings.temperature)
 
     def timeline(self, *, live: bool = False) -> str:
         """The focused reply's round timeline; ``live`` (a reply streaming): its last rounds only."""
-        reply = self._focus()
+        reply = self.focus()
         if reply is None:
             return timeline_html(0, ReplyRounds())
         selected = self.selected_round if self.selected is not None and self.selected[0] == reply.number else None
@@ -253,7 +272,7 @@ class SessionViews:
         is nothing to save yet."""
         from specchat.analysis.trace import write_trace
 
-        reply = self._focus()
+        reply = self.focus()
         if reply is None or reply.running or not reply.rounds.traced or reply.rounds.done is None:
             return None
         if reply.trace_path is None:  # written once: every click and redraw asks for it

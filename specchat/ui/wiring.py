@@ -105,12 +105,12 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         the message is shown in the chat, marked queued (the streaming reply's next update
         carries it: ChatSession.note_sent), and a toast says so."""
         session = session_of(request)
-        queued = session.note_sent(message)
+        queued = session.note_sent(message).waits
         if queued and message and message.strip():
             gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
                     "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
-        return "", message, gr.Timer(active=bool(session.panels_visible)), session.saved()
+        return "", message, gr.Timer(active=bool(session.views.panels_visible)), session.saved()
 
     def reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt) -> ReplySettings:
         """The settings a reply or a race runs with, from the page's controls (in their input order)."""
@@ -155,7 +155,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         message waits (with a live panel on screen)."""
         session = session_of(request)
         out = {k: v for k, v in updates(session.take_deferred()).items() if k is not page.stats}
-        return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.panels_visible)),
+        return {**out, page.panel_tick: gr.Timer(active=session.busy and bool(session.views.panels_visible)),
                 page.saved: session.saved()}  # the conversation, kept in the browser for a reload
 
     def stop_generation(request: gr.Request = None):
@@ -183,13 +183,13 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         if view is None:
             return {page.system_prompt: gr.skip()}
         shown = {k: v for k, v in updates(view).items() if k in (page.transcript, page.stats, page.table)}
-        return {**shown, page.system_prompt: session.system_prompt}
+        return {**shown, page.system_prompt: session.conversation.system_prompt}
 
     def set_pin(pinned, request: gr.Request = None):
-        session_of(request).pinned = bool(pinned)
+        session_of(request).views.pinned = bool(pinned)
 
     def set_scope(choice, request: gr.Request = None):
-        return updates(session_of(request).set_chart_scope(choice))
+        return updates(session_of(request).views.set_chart_scope(choice))
 
     def prepare_drafter(kind, active):
         """Load the chosen drafter (the target stays loaded) in a thread, showing its progress;
@@ -266,7 +266,7 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
 
     def select(ref, request: gr.Request = None):
         try:
-            return updates(session_of(request).select((ref or "").split("|")[0]))
+            return updates(session_of(request).views.select((ref or "").split("|")[0]))
         except ValueError:
             return {page.inspector: gr.skip()}
 
@@ -274,10 +274,10 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         """The page says which live panels are on screen ("charts,ledger,timeline"): those that
         changed while off screen are drawn now."""
         session = session_of(request)
-        out = updates(session.show_panels(set((seen or "").split(","))))
+        out = updates(session.views.show_panels(set((seen or "").split(","))))
         # the panel tick runs while a reply streams and a live panel is on screen
         return {**{k: v for k, v in out.items() if k is not page.stats},
-                page.panel_tick: gr.Timer(active=bool(session.panels_visible) and session.busy)}
+                page.panel_tick: gr.Timer(active=bool(session.views.panels_visible) and session.busy)}
 
     def open_trace(file, request: gr.Request = None):
         from specchat.analysis.trace import TraceError
@@ -293,21 +293,21 @@ def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStor
         session = session_of(request)
         settings = reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt)
         try:
-            for view in session.run_race(session.race_message(message), settings):
+            for view in session.race.run(session.race.message_for(message), settings):
                 yield {k: v for k, v in updates(view).items() if k is page.race} or {page.race: gr.skip()}
         except ValueError as exc:
             raise gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False) from exc
 
     def replay_race(request: gr.Request = None):
         yield {page.race: gr.skip()}  # nothing to replay (a refused or stopped race) leaves the panel as it is
-        for view in session_of(request).replay_race():
+        for view in session_of(request).race.replay():
             yield {page.race: view.race}
 
     def open_startup_traces(request: gr.Request = None):
         """``app.py --trace FILE``: each new page opens the files given."""
         session = session_of(request)
         view = None
-        if not session.exchanges:
+        if not session.views.exchanges:
             for path in trace_files:
                 view = session.open_trace(path)
         return updates(view) if view is not None else {page.inspector: gr.skip()}
