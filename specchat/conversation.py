@@ -142,8 +142,8 @@ class Turn:
     @property
     def text(self) -> str:
         """The reply's text as the engine committed it: every TokenEvent's text, then the
-        DoneEvent's ``final_text`` (= ``DoneEvent.text`` once the reply has ended)."""
-        return self.done.text if self.done is not None else "".join(self._pieces)
+        DoneEvent's ``final_text`` (what ``DoneEvent.text`` holds, once the reply has ended)."""
+        return "".join(self._pieces) + (self.done.final_text if self.done is not None else "")
 
     @property
     def answered(self) -> bool:

@@ -356,9 +356,11 @@ class ChatSession:
         (:class:`Prefetched`); a timing round waits until nothing of this reply is being drawn."""
         last_stats = last_plot = self.clock()
         last_text = float("-inf")  # the first round is drawn at once: the first tokens are not held back
-        stream = Prefetched(lambda: self.stream(turn.history, turn.message, turn.settings.drafter, turn.config,
-                                                run.cancel),
-                            run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next)
+
+        def start() -> Iterator[Any]:
+            return self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel)
+
+        stream = Prefetched(start, run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next)
         try:
             holding = False  # the last item announced a timing round: draw nothing until the next item
             while True:
