@@ -119,3 +119,18 @@ def test_no_module_over_about_500_lines_and_few_at_the_top():
     assert not long, long
     top = [p.name for p in PACKAGE.glob("*.py")]
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
+
+
+MAX_FUNCTION_LINES = 120
+
+
+def test_no_function_over_120_lines():
+    """A function longer than a screenful or two hides its steps; split it into named ones."""
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {n} lines")
+    assert not long, "\n".join(long)
