@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specchat.commands.common import fail
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
 from specchat.drafters.kinds import KIND_NAMES
 from specchat.options import PROG, add_models_argument, add_runtime_argument, ranged
@@ -112,9 +113,8 @@ def run(args: argparse.Namespace) -> int:
 
     lacking = browser.missing()
     if lacking:
-        print(f"{PROG} bench-page: error: the browser is missing: {', '.join(lacking)} "
-              "(apt-get install chromium chromium-driver; pip install -r requirements-bench.txt)", file=sys.stderr)
-        return 2
+        return fail(f"the browser is missing: {', '.join(lacking)} "
+                    "(apt-get install chromium chromium-driver; pip install -r requirements-bench.txt)", command="bench-page")
     messages = json.loads(CHAT_SCRIPT.read_text())
     messages = [messages[i % len(messages)] for i in range(args.messages)]
     out = Path(args.out)
@@ -140,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
         service = ChatService(target=args.target, runtime=args.runtime, threads=args.threads)
         service.start(drafter).join()
         if service.startup_error is not None:
-            print(f"{PROG} bench-page: error: {service.startup_error}", file=sys.stderr)
-            return 1
+            return fail(str(service.startup_error), 1, command="bench-page")
         meta |= {"runtime": service.runtime, "target": service.target_name}
         results.append({"drafter": drafter, "replies": []})
         conversation(service, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
