@@ -2,7 +2,7 @@
 
 Both are in the ``slow`` tier (``python -m pytest -m slow tests/test_soak.py``): the short soak
 (~40 s of turns here) runs in ``.ci/run``'s second stage, the 100-turn one only when asked.
-Both use ``specchat.commands.bench.soak.run_soak`` (also ``scripts/soak.py``) with a 256-token context window,
+Both use ``specchat.commands.bench.soak.run_soak`` (also ``specchat soak``) with a 256-token context window,
 so the history is trimmed after a few turns and the prompt length levels off: per-token latency
 is then comparable between early and late turns.
 

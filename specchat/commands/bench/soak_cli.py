@@ -61,20 +61,22 @@ def run(args: argparse.Namespace) -> int:
 
     from specchat.commands.bench import soak
     from specchat.errors import RegistryError, SpecchatError
+    from specchat.service import ChatService
 
     if args.threads:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    try:
+    drafters = [d.strip() for d in args.drafter.split(",") if d.strip()]
+    try:  # the target and the drafters checked before anything loads (a ChatService loads nothing until asked)
+        unloaded = ChatService(target=args.target, dtype=args.dtype, device=args.device)
+        unknown = [d for d in drafters if d not in unloaded.drafter_kinds()]
+        if unknown or not drafters:
+            return fail(f"--drafter {args.drafter!r}: {', '.join(unknown) or 'no drafter'} not available for "
+                        f"{unloaded.target_name}; allowed: {', '.join(unloaded.drafter_kinds())}")
         service = soak.make_service(args.target, dtype=args.dtype, device=args.device,
                                     context_length=args.context_length or None)
     except (RegistryError, ValueError) as exc:
         return fail(str(exc))
-    drafters = [d.strip() for d in args.drafter.split(",") if d.strip()]
-    unknown = [d for d in drafters if d not in service.drafter_kinds()]
-    if unknown or not drafters:
-        return fail(f"--drafter {args.drafter!r}: {', '.join(unknown) or 'no drafter'} not available for "
-                    f"{service.target_name}; allowed: {', '.join(service.drafter_kinds())}")
     try:
         result = soak.run_soak(
             service, args.turns, drafters=drafters, max_new_tokens=args.max_new_tokens,
