@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from specchat.commands import bench
+from specchat.commands.bench import runner as bench
 from specchat.service import ChatService
 
 d = json.load(open(sys.argv[1] if len(sys.argv) > 1 else 'assets/bench.json'))

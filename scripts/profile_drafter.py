@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from specchat.commands import bench  # noqa: E402
+from specchat.commands.bench import runner as bench  # noqa: E402
 from specchat.service import ChatService  # noqa: E402
 
 

@@ -49,6 +49,8 @@ def commands(work: Path) -> list[tuple[str, list[str], str, int]]:
         ("bench --quick --runtime llamacpp", ["bench", *SMALL, "--quick", "--runtime", "llamacpp", "--drafters",
                                               "ngram", "--max-new-tokens", "16", "--out", str(work / "bench")],
          "bench.json", 0),
+        ("soak, three short turns", ["soak", *SMALL, "--turns", "3", "--max-new-tokens", "8", "--drafter", "ngram,none",
+                                     "--quiet", "--json", str(work / "soak.json")], "wall time with loading", 0),
         # requirements.txt has no browser driver: bench-page says what to install (with one, see --help)
         ("bench-page (no browser driver installed)", ["bench-page", *SMALL, "--out", str(work / "page")],
          "selenium", 2) if importlib.util.find_spec("selenium") is None else

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specchat.commands import bench  # noqa: E402
+from specchat.commands.bench import runner as bench  # noqa: E402
 from specchat.core.config import GenerationConfig  # noqa: E402
 from specchat.core.events import DoneEvent  # noqa: E402
 from specchat.drafters.hybrid import frequent_continuation  # noqa: E402

@@ -19,9 +19,11 @@ PROG = "specchat" if Path(sys.argv[0]).name == "specchat" else "python -m specch
 MODELS_YAML_ENV = "SPECCHAT_MODELS_YAML"
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")
 RUNTIME_CHOICES = ("auto", "transformers", "llamacpp")  # specchat.runtimes.select.RUNTIME_NAMES (a test checks)
-RUNTIME_HELP = ("what runs the target and the model drafters: llamacpp (the GGUF as it is, on llama.cpp through "
-                "llama-cpp-python), transformers (PyTorch; a GGUF is converted to bf16 once), or auto (default: "
-                "llama.cpp for a model with a GGUF when llama-cpp-python is installed and the device is the CPU)")
+RUNTIME_HELP = ("what runs the target and the model drafters: llamacpp (the GGUF as it is, on llama.cpp: the prebuilt "
+                "xllamacpp library that requirements.txt installs, or llama-cpp-python when it is installed), "
+                "transformers (PyTorch; a GGUF is converted to bf16 once), or auto (default: the runtime measured faster "
+                "on this machine by `specchat calibrate --runtimes` when on record, else llama.cpp for a model with a "
+                "GGUF on the CPU (or on a GPU when the llama.cpp build offloads to it), else transformers)")
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line and exits with status 2."""

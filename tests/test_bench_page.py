@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from specchat.commands.bench_page import _update_sizes, format_report, summarize
+from specchat.commands.bench.page import _update_sizes, format_report, summarize
 
 
 def _entry(method: str, **params) -> dict:

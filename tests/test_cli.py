@@ -138,3 +138,51 @@ def test_calibrate_all_kinds_times_every_model_drafter_and_prints_what_each_cost
     assert status == 0
     timed = {line.split()[0] for line in out.splitlines() if line.startswith("  ") and " c=" in line}
     assert timed == {"int4", "sibling", "sibling-int4"}, out
+
+
+def test_the_terminal_colours_tokens_as_the_pages_legend():
+    """``generate`` and ``chat`` colour a token kind as the page's legend does (common.py repeats
+    the colours so that the command line does not import the page's renderer)."""
+    from specchat.commands.common import TOKEN_STYLES
+    from specchat.ui.render import KIND_COLORS
+
+    assert set(TOKEN_STYLES) == set(KIND_COLORS)
+    for kind in ("accepted", "resampled", "bonus"):
+        assert TOKEN_STYLES[kind] == KIND_COLORS[kind], kind
+    assert TOKEN_STYLES["target"] == ""  # plain, as on the page
+
+
+def test_fail_prints_one_error_line_and_returns_the_status(capsys):
+    from specchat.commands.common import fail
+    from specchat.options import PROG
+
+    assert fail("--prompt is empty") == 2
+    assert fail("the run broke", 1, command="bench-page") == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"{PROG}: error: --prompt is empty\n{PROG} bench-page: error: the run broke\n"
+
+
+def test_soak_runs_a_few_turns_and_writes_its_record(no_template_pair, tmp_path, monkeypatch, capsys):
+    """``specchat soak``: a short soak on a tiny model keeps the engine's contract (status 0), prints
+    its summary and writes the JSON record; a drafter the target lacks is one error line, status 2."""
+    import json
+
+    from specchat.commands.cli import main
+
+    target, _ = no_template_pair
+    monkeypatch.setenv("SPECCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    record = tmp_path / "soak" / "soak.json"
+    common = ["soak", "--target", str(target), "--max-new-tokens", "4", "--context-length", "256"]
+    status = main([*common, "--turns", "3", "--drafter", "ngram,none", "--cancel-every", "2", "--json", str(record)])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-2000:]
+    assert f"wrote {record}" in out and "wall time with loading" in out
+    saved = json.loads(record.read_text())
+    assert saved["settings"]["turns"] == 3 and len(saved["turns"]) == 3 and saved["summary"]["engine_idle_every_turn"]
+    assert main([*common, "--drafter", "ngram,magic"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --drafter 'ngram,magic': magic not available" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["soak", "--turns", "1"])
+    assert exc.value.code == 2

@@ -351,7 +351,7 @@ def test_the_bench_peer_llama_server_draft_model_decodes_like_llama_cpp(gguf_pat
     greedy reply, with the file as its own draft model, equals llama-cpp-python's greedy decode;
     a draft that matches the target is accepted whole; the process is gone after close; a file
     it cannot load is a SpecchatError that quotes its log."""
-    from specchat.commands.bench_peers import LlamaServer, llama_server_binary
+    from specchat.commands.bench.peers import LlamaServer, llama_server_binary
     from specchat.errors import SpecchatError
 
     binary = llama_server_binary()

@@ -54,9 +54,10 @@ def test_wheel_holds_the_package_data_and_declares_the_pins(installed):
     site, command, _ = installed
     # the top-level models.yaml, copied in at build time (setup.py), is the same file
     assert (site / "specchat" / "models.yaml").read_bytes() == (ROOT / "models.yaml").read_bytes()
-    for name in ("bench_prompts.yaml", "bench_chat.json"):
-        assert (site / "specchat" / "commands" / name).is_file(), name
-    for module in ("ui/app.py", "core/engine.py", "runtimes/registry.py", "analysis/trace.py", "drafters/hybrid.py"):
+    for name in ("bench_prompts.yaml", "bench_chat.json", "bench_page_chat.json"):
+        assert (site / "specchat" / "commands" / "bench" / name).is_file(), name
+    for module in ("ui/app.py", "core/engine.py", "runtimes/registry.py", "analysis/trace.py", "drafters/hybrid.py",
+                   "commands/bench/runner.py", "commands/bench/soak_cli.py"):
         assert (site / "specchat" / module).is_file(), module
     assert command.is_file()
     metadata = next(site.glob("specchat-*.dist-info")) / "METADATA"
@@ -75,7 +76,7 @@ def test_installed_command_runs_outside_the_checkout(installed, tmp_path):
     out = run([str(command), "--help"], env, tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: specchat ")
-    for sub in ("generate", "chat", "calibrate", "audit", "bench", "app"):
+    for sub in ("generate", "chat", "calibrate", "audit", "bench", "bench-page", "soak", "app"):
         assert sub in out.stdout
     out = run([str(command), "app", "--help"], env, tmp_path)
     assert out.returncode == 0, out.stderr

@@ -2,7 +2,7 @@
 
 Both are in the ``slow`` tier (``python -m pytest -m slow tests/test_soak.py``): the short soak
 (~40 s of turns here) runs in ``.ci/run``'s second stage, the 100-turn one only when asked.
-Both use ``specchat.commands.soak.run_soak`` (also ``scripts/soak.py``) with a 256-token context window,
+Both use ``specchat.commands.bench.soak.run_soak`` (also ``specchat soak``) with a 256-token context window,
 so the history is trimmed after a few turns and the prompt length levels off: per-token latency
 is then comparable between early and late turns.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specchat.commands.soak import ABANDON, CANCEL, FULL, Turn, format_summary, run_soak, slope, summarize
+from specchat.commands.bench.soak import ABANDON, CANCEL, FULL, Turn, format_summary, run_soak, slope, summarize
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent
 
@@ -36,7 +36,7 @@ PROBE_TOKENS = 24
 
 @pytest.fixture(scope="module")
 def service(smollm2_dir):
-    from specchat.commands.soak import make_service
+    from specchat.commands.bench.soak import make_service
 
     return make_service(str(smollm2_dir), dtype="float32", context_length=CONTEXT)
 

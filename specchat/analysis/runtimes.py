@@ -66,7 +66,8 @@ def verify_costs(runtime, ks: Sequence[int] = VERIFY_KS, *, prefix_len: int = PR
 
 
 def available_runtimes() -> list[str]:
-    """The runtimes to measure: transformers always, llama.cpp when llama-cpp-python is installed."""
+    """The runtimes to measure: transformers always, llama.cpp when a llama.cpp library can be loaded
+    (xllamacpp's prebuilt one, or llama-cpp-python's)."""
     return ["transformers"] + (["llamacpp"] if llamacpp.unavailable_reason() is None else [])
 
 

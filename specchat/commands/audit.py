@@ -6,12 +6,11 @@ two logits) and a chi-square test of sampled draws at one reply position. The ch
 from __future__ import annotations
 
 import argparse
-import sys
 
-from specchat.commands.common import load_service
+from specchat.commands.common import fail, load_service
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.drafters.kinds import SPECULATIVE_KIND_NAMES
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, auto_or, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, add_models_argument, add_runtime_argument, auto_or, device, ranged
 
 _gamma = ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}")
 AUDIT_PROMPT = "Write a Python function that returns the n-th Fibonacci number."
@@ -89,9 +88,8 @@ def run(args: argparse.Namespace) -> int:
         elif args.position < len(reference):
             position = args.position
         else:
-            print(f"{PROG}: error: --position {args.position} is past the greedy reply's "
-                  f"{len(reference)} tokens; allowed: 0..{len(reference) - 1} or auto", file=sys.stderr)
-            return 2
+            return fail(f"--position {args.position} is past the greedy reply's "
+                        f"{len(reference)} tokens; allowed: 0..{len(reference) - 1} or auto")
         context = tok.decode(reference[max(0, position - 8) : position])
         check = audit.sampled_check(service, ids + reference[:position], args.drafter, args.samples, config, progress=True)
         sampled_ok = check.p_value >= args.significance and check.outside_support == 0
@@ -111,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
         for token, prob, count in check.rows:
             print(f"      {tok.decode([token])!r:>24}  {prob:8.4f}  {count:8d}  {prob * check.num_samples:8.1f}")
     except (SpecchatError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
     return 0 if greedy_ok and sampled_ok else 1
 
 

@@ -8,8 +8,8 @@ import argparse
 import json
 import sys
 
-from specchat.commands.common import load_service
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device
+from specchat.commands.common import fail, load_service
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, add_models_argument, add_runtime_argument, device
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
         kinds = service.model_drafter_kinds() if args.all_kinds else None
         kind, reason = service.pick_drafter(recalibrate=args.again or args.all_kinds, kinds=kinds)
     except (SpecchatError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
     record = service.calibration
     if args.json:
         print(json.dumps(record.to_json() | {"picked": kind, "reason": reason}, ensure_ascii=False))
@@ -88,9 +87,7 @@ def _runtimes(args: argparse.Namespace) -> int:
         registry = load_registry()  # with --models FILE's entries (the CLI passes it on through the environment)
         entry = registry.resolve(args.target or registry.default_target)
         if not entry.has_gguf:
-            print(f"{PROG}: error: {entry.name} has no GGUF file: only transformers can run it, nothing to compare",
-                  file=sys.stderr)
-            return 2
+            return fail(f"{entry.name} has no GGUF file: only transformers can run it, nothing to compare")
 
         def make(name: str) -> ChatService:
             return ChatService(target=args.target, dtype=args.dtype, device=args.device, registry=registry,
@@ -99,8 +96,7 @@ def _runtimes(args: argparse.Namespace) -> int:
         say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
         record = runtimes.measure(make, entry, args.threads, progress=say)
     except (RegistryError, SpecchatError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
     path = select.save_measurement(record)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))  # as ChatService picks it
     choice = select.choose_runtime(entry, "auto", device, args.threads)

@@ -9,12 +9,12 @@ import argparse
 import json
 import sys
 
-from specchat.commands.common import add_compile_argument, add_speculation_arguments, load_service
+from specchat.commands.common import add_compile_argument, add_speculation_arguments, fail, load_service
 from specchat.commands.generate import summary_line
 from specchat.conversation import ReplySettings
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE
 from specchat.core.events import TokenEvent
-from specchat.options import DEVICE_HELP, DTYPE_CHOICES, PROG, add_models_argument, add_runtime_argument, device, ranged
+from specchat.options import DEVICE_HELP, DTYPE_CHOICES, add_models_argument, add_runtime_argument, device, ranged
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -58,8 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         messages = load_script(args.script)
     except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
 
 
     def show(event: TokenEvent) -> None:
@@ -87,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 for text in t.notices:
                     print(f"[turn {record['turn']}] note: {text}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
     return 0
 
 
@@ -99,8 +97,7 @@ def _chat(args: argparse.Namespace) -> int:
     from specchat.runtimes.select import describe_service
 
     if args.json:
-        print(f"{PROG}: error: --json is for --script (one object per turn)", file=sys.stderr)
-        return 2
+        return fail("--json is for --script (one object per turn)")
     try:
         service, status = load_service(args)
         if service is None:
@@ -113,5 +110,4 @@ def _chat(args: argparse.Namespace) -> int:
                           max_new_tokens=args.max_new_tokens or 512, seed=args.seed)
         return run_repl(service, state)
     except (SpecchatError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)

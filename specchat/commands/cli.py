@@ -3,7 +3,9 @@
 This module owns the parser's top level and the dispatch: each subcommand lives in a module
 of its own with an ``add_parser(subparsers)`` and a ``run(args)``: :mod:`~specchat.commands.generate`
 (headless, JSON lines with --json), :mod:`~specchat.commands.chat`, :mod:`~specchat.commands.calibrate`,
-:mod:`~specchat.commands.audit` and :mod:`~specchat.commands.bench_cli`; ``app`` is the app's
+:mod:`~specchat.commands.audit`, and the measurements in :mod:`specchat.commands.bench` (``bench``:
+:mod:`~specchat.commands.bench.cli`, ``bench-page``: :mod:`~specchat.commands.bench.page`, ``soak``:
+:mod:`~specchat.commands.bench.soak_cli`); ``app`` is the app's
 (:func:`specchat.ui.app.run`). None of them imports torch or gradio before it runs, so
 ``specchat --help`` stays light.
 """
@@ -13,11 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.commands import audit, bench_cli, bench_page, calibrate, chat, generate
+from specchat.commands import audit, calibrate, chat, generate
+from specchat.commands.bench import cli as bench_cli
+from specchat.commands.bench import page as bench_page
+from specchat.commands.bench import soak_cli
+from specchat.commands.common import fail
 from specchat.options import PROG, Parser, add_app_arguments, use_model_sources
 
 _COMMANDS = {"generate": generate, "chat": chat, "calibrate": calibrate, "audit": audit, "bench": bench_cli,
-             "bench-page": bench_page}
+             "bench-page": bench_page, "soak": soak_cli}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,8 +52,7 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     problem = use_model_sources(args)
     if problem is not None:
-        print(f"{PROG} {args.command}: error: {problem}", file=sys.stderr)
-        return 2
+        return fail(problem, command=args.command)
     if args.command == "app":
         from specchat.ui.app import run
 

@@ -1,7 +1,8 @@
-"""What the model subcommands (generate, chat, calibrate, audit, bench) share: the ChatService
-loaded from their arguments (``--target``, ``--drafter``, ``--dtype``, ``--device``,
-``--drafter-model``, ``--runtime``) and the ``--compile`` option. Heavy imports (torch, transformers through
-the service) stay inside the functions: ``specchat --help`` imports neither torch nor gradio."""
+"""What the subcommands share: the ChatService loaded from their arguments (``--target``,
+``--drafter``, ``--dtype``, ``--device``, ``--drafter-model``, ``--runtime``), the ``--compile``
+option, the terminal's token colours and :func:`fail`, the one way a command reports an error.
+Heavy imports (torch, transformers through the service) stay inside the functions: ``specchat
+--help`` imports neither torch nor gradio."""
 
 from __future__ import annotations
 
@@ -12,9 +13,20 @@ import threading
 
 from specchat.options import PROG
 
-TOKEN_STYLES = {"accepted": "green", "resampled": "red", "bonus": "blue", "target": ""}
-"""The colour (a rich style) of each token kind in a terminal, as the app's legend: accepted,
-resampled, bonus; a target token is plain. ``generate`` and ``chat`` both draw with it."""
+TOKEN_STYLES = {"accepted": "#2f9e44", "resampled": "#e8590c", "bonus": "#7048e8", "target": ""}
+"""The colour (a rich style) of each token kind in a terminal: the page's legend colours
+(``specchat.ui.render.KIND_COLORS``: green accepted, orange resampled, purple bonus; repeated here
+so that the command line does not import the page's renderer, a test checks they agree); a target
+token is plain, as on the page. ``generate`` and ``chat`` both draw with it. A terminal without
+true colour shows the nearest colour it has."""
+
+
+def fail(message: str, code: int = 2, *, command: str | None = None) -> int:
+    """Print ``PROG: error: message`` (``PROG COMMAND: error: …`` with ``command``) on stderr and
+    return ``code``, the exit status: 2 for a bad argument or input (argparse's), 1 for a run that
+    failed. Every command reports its errors through this one line."""
+    print(f"{PROG}{' ' + command if command else ''}: error: {message}", file=sys.stderr)
+    return code
 
 
 def add_compile_argument(parser: argparse.ArgumentParser) -> None:
@@ -65,15 +77,10 @@ def load_service(args: argparse.Namespace):
         service = ChatService(target=args.target, dtype=args.dtype, device=args.device, drafter_model=args.drafter_model,
                               runtime=args.runtime, threads=getattr(args, "threads", None))
     except (RegistryError, ValueError) as exc:  # an unknown --target or a runtime it cannot run on, before any loading
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return None, 2
+        return None, fail(str(exc))
     if args.drafter != "auto" and args.drafter not in service.drafter_kinds():
-        print(
-            f"{PROG}: error: drafter {args.drafter!r} is not available for {service.target_name}; "
-            f"allowed: auto, {', '.join(service.drafter_kinds())}",
-            file=sys.stderr,
-        )
-        return None, 2
+        return None, fail(f"drafter {args.drafter!r} is not available for {service.target_name}; "
+                          f"allowed: auto, {', '.join(service.drafter_kinds())}")
     with BOARD.echoing(sys.stderr):
         service.load()
         if args.drafter == "auto":

@@ -11,7 +11,7 @@ import os
 import sys
 
 from specchat.analysis.ledger import count_ledger
-from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC, add_compile_argument, add_speculation_arguments, load_service
+from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC, add_compile_argument, add_speculation_arguments, fail, load_service
 from specchat.core import evidence
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent
@@ -52,17 +52,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
-        print(f"{PROG}: error: --prompt is empty", file=sys.stderr)
-        return 2
+        return fail("--prompt is empty")
     if args.trace and args.num_samples > 1:
-        print(f"{PROG}: error: --trace records one generation; use it with --num-samples 1", file=sys.stderr)
-        return 2
+        return fail("--trace records one generation; use it with --num-samples 1")
     if args.trace:  # a bad path fails now, not after the models have loaded
         try:
             open(args.trace, "a", encoding="utf-8").close()
         except OSError as exc:
-            print(f"{PROG}: error: cannot write the trace to {args.trace}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            return fail(f"cannot write the trace to {args.trace}: {exc.strerror or exc}")
     try:
         return _run(args)
     except BrokenPipeError:  # the reader went away (| head): stop quietly, as a shell tool does
@@ -150,8 +147,7 @@ def _run(args: argparse.Namespace) -> int:
                 ))
                 print(f"trace: {metrics.num_rounds} rounds written to {args.trace}", file=sys.stderr)
     except (SpecchatError, ValueError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc), 1)
     return 0
 
 

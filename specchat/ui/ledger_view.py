@@ -155,21 +155,39 @@ def ledger_html(
     if ledger.target_passes == 0:
         return (f'<div class="spec-ledger spec-muted">{html.escape(title)}: the ledger fills in as the reply\'s '
                 "rounds come in.</div>")
-    tag = lambda kind: f'<span class="spec-tag spec-tag-{kind}">{kind}</span>'  # noqa: E731
-    alpha = ledger.alpha
+    worth = worth_words(drafter, metrics.acceptance_rate, metrics.cost_ratio, metrics)
+    return (
+        '<div class="spec-ledger">'
+        f'<div class="spec-ledger-title">{html.escape(title)}</div>'
+        f'<div class="spec-ledger-headline">{html.escape(headline(ledger, metrics.measured_speedup))}</div>'
+        f"{_ledger_table(ledger)}"
+        f'<div class="spec-muted">{_c_hat_source(ledger, drafter)}</div>'
+        f'<div class="spec-ledger-limits">{_limits(ledger, running)}</div>'
+        f'<div class="spec-ledger-worth"><b>Is this drafter worth it?</b> {html.escape(worth)}</div>'
+        "</div>"
+    )
+
+
+def _tag(kind: str) -> str:
+    """The chip that says how a figure is known: counted, measured or predicted."""
+    return f'<span class="spec-tag spec-tag-{kind}">{kind}</span>'
+
+
+def _ledger_rows(ledger: Ledger) -> list[tuple[str, str, str, str, str]]:
+    """The ledger's rows: (what, this reply, target only, factor, theory)."""
     sizes = ledger.sizes
     rows: list[tuple[str, str, str, str, str]] = []  # what, this reply, target only, factor, theory
     enp = ledger.reads_factor_predicted
     rows.append((
         "target forward passes", f"{ledger.target_passes:,}", f"{ledger.target_only_passes:,}",
-        f"{_x(ledger.reads_factor)} fewer {tag('counted')}",
-        f"E[N] = {enp:.2f}× fewer {tag('predicted')}" if enp is not None else "–",
+        f"{_x(ledger.reads_factor)} fewer {_tag('counted')}",
+        f"E[N] = {enp:.2f}× fewer {_tag('predicted')}" if enp is not None else "–",
     ))
     if sizes is not None:
         rows.append((
             "target weight bytes read", fmt_bytes(ledger.target_bytes), fmt_bytes(ledger.target_only_bytes),
-            f"{_x(ledger.reads_factor)} less {tag('counted')}",
-            f"E[N] = {enp:.2f}× less {tag('predicted')}" if enp is not None else "–",
+            f"{_x(ledger.reads_factor)} less {_tag('counted')}",
+            f"E[N] = {enp:.2f}× less {_tag('predicted')}" if enp is not None else "–",
         ))
         if sizes.drafter is not None:
             rows.append((
@@ -180,12 +198,12 @@ def ledger_html(
             rows.append((
                 "all weight bytes read", fmt_bytes((ledger.target_bytes or 0) + (ledger.drafter_bytes or 0)),
                 fmt_bytes(ledger.target_only_bytes),
-                f"{_x(ledger.bytes_factor)} ({'more' if more else 'less'}) {tag('counted')}", "",
+                f"{_x(ledger.bytes_factor)} ({'more' if more else 'less'}) {_tag('counted')}", "",
             ))
     share = ledger.draft_share
     rows.append((
         "drafter passes", f"{ledger.drafter_passes:,}", "0",
-        (f"{share:.0%} of the decode time {tag('measured')}" if share is not None and ledger.drafter_passes else "–"),
+        (f"{share:.0%} of the decode time {_tag('measured')}" if share is not None and ledger.drafter_passes else "–"),
         "",
     ))
     if ledger.arithmetic is not None:
@@ -193,20 +211,27 @@ def ledger_html(
         rows.append((
             "arithmetic, in target-token units",
             f"{ledger.arithmetic_units:,.0f}", f"{ledger.num_tokens:,}",
-            f"{_x(ledger.arithmetic)} {tag('counted')}",
-            (f"(1 − α)(γĉ + γ + 1) / (1 − α<sup>γ+1</sup>) = {predicted:.2f}× {tag('predicted')}"
+            f"{_x(ledger.arithmetic)} {_tag('counted')}",
+            (f"(1 − α)(γĉ + γ + 1) / (1 − α<sup>γ+1</sup>) = {predicted:.2f}× {_tag('predicted')}"
              if predicted is not None else "–"),
         ))
     thrown = ledger.num_thrown_away
     rows.append((
         "drafted tokens", f"{ledger.num_drafted:,}: {ledger.num_accepted:,} kept, {thrown:,} thrown away", "0",
-        f"{thrown / ledger.num_drafted:.0%} thrown away {tag('counted')}" if ledger.num_drafted else "–", "",
+        f"{thrown / ledger.num_drafted:.0%} thrown away {_tag('counted')}" if ledger.num_drafted else "–", "",
     ))
+    return rows
+
+
+def _ledger_table(ledger: Ledger) -> str:
+    """The ledger's table and the note on how its theory column is averaged."""
+    alpha = ledger.alpha
+    rows = _ledger_rows(ledger)
     body = "".join(
         f"<tr><td>{what}</td><td>{this}</td><td>{base}</td><td>{factor}</td><td>{pred}</td></tr>"
         for what, this, base, factor, pred in rows
     )
-    table = (
+    return (
         '<table class="spec-ledger-table"><tr><th></th><th>this reply</th><th>target only</th>'
         f"<th>factor</th><th>theory (α = {'–' if alpha is None else f'{alpha:.2f}'}, γ as drafted)</th></tr>"
         f"{body}</table>"
@@ -214,7 +239,11 @@ def ledger_html(
         "predicted to commit E[N](α, γ) tokens for γĉ + γ + 1 units of work, a round that drafted nothing "
         "(a timing round) 1 token for 1 unit; with one γ and no such round it is the formula as printed.</div>"
     )
-    # ĉ: where it comes from
+
+
+def _c_hat_source(ledger: Ledger, drafter: str) -> str:
+    """Where ĉ comes from (the model sizes recorded for the reply), and the bytes read per pass."""
+    sizes = ledger.sizes
     if sizes is None:
         chat = "ĉ unknown: the model sizes were not recorded, so bytes and arithmetic are left out."
     elif ledger.flop_ratio is None:
@@ -235,10 +264,14 @@ def ledger_html(
                    if same else "")
                 + f". Bytes per pass: target {fmt_bytes(sizes.target.weight_bytes)}, drafter "
                   f"{fmt_bytes(sizes.drafter.weight_bytes)}.")
-    # the limits: prefill against decode
+    return chat
+
+
+def _limits(ledger: Ledger, running: bool) -> str:
+    """The limits: prefill against decode, and a warning when the reply was mostly prefill."""
     if ledger.prefill_ms is None:
         limits = ("Prefill: measured when the reply ends. " if running else "") + \
-            f"Decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}."
+            f"Decode {ledger.decode_ms / 1000:.2f} s {_tag('measured')}."
     else:
         reused = ""
         if ledger.num_prefilled is not None and ledger.num_prompt_tokens:
@@ -248,21 +281,11 @@ def ledger_html(
         target_ms = ledger.prefill_ms - (ledger.drafter_prefill_ms or 0.0)
         split = (f" (the target {target_ms / 1000:.2f} s{reused}; the drafter {ledger.drafter_prefill_ms / 1000:.2f} s "
                  "reading the prompt into its own cache)" if ledger.drafter_prefill_ms else reused)
-        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s{split}, decode {ledger.decode_ms / 1000:.2f} s {tag('measured')}: "
+        limits = (f"Prefill {ledger.prefill_ms / 1000:.2f} s{split}, decode {ledger.decode_ms / 1000:.2f} s {_tag('measured')}: "
                   "speculation speeds up only the decoding. The prefill runs the prompt through the target in passes of "
                   "many tokens (a short prompt in one), which are compute-bound already (as are large batches), so "
                   "drafting cannot help it.")
         if ledger.mostly_prefill:
             limits += (f' <b class="spec-warn">This reply was mostly prefill ({ledger.prefill_share:.0%} of its time):'
                        " any speedup applies to the smaller part.</b>")
-    worth = worth_words(drafter, metrics.acceptance_rate, metrics.cost_ratio, metrics)
-    return (
-        '<div class="spec-ledger">'
-        f'<div class="spec-ledger-title">{html.escape(title)}</div>'
-        f'<div class="spec-ledger-headline">{html.escape(headline(ledger, metrics.measured_speedup))}</div>'
-        f"{table}"
-        f'<div class="spec-muted">{chat}</div>'
-        f'<div class="spec-ledger-limits">{limits}</div>'
-        f'<div class="spec-ledger-worth"><b>Is this drafter worth it?</b> {html.escape(worth)}</div>'
-        "</div>"
-    )
+    return limits

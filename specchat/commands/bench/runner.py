@@ -43,7 +43,7 @@ What the timing rounds cost (``timing_cost=True`` in :func:`build_configs`, ``--
 each drafter also runs without them (``measure_speedup=False``, "… (no timing rounds)"),
 interleaved with the rest. The multi-turn scenario (:func:`run_multi_turn`) records the time
 to first token per turn of a scripted conversation. Medians, tables, goals and the output
-files: :mod:`specchat.commands.bench_report`; the command line: :mod:`specchat.commands.bench_cli`.
+files: :mod:`specchat.commands.bench.report`; the command line: :mod:`specchat.commands.bench.cli`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from pathlib import Path
 
 import yaml
 
-from specchat.commands.bench_peers import (  # noqa: F401 (re-exported: the runners of the peers)
+from specchat.commands.bench.peers import (  # noqa: F401 (re-exported: the runners of the peers)
     LLAMACPP,
     PROMPT_LOOKUP_NUM_TOKENS,
     SPECCHAT,
@@ -99,7 +99,7 @@ def load_prompts(path: str | Path | None = None) -> list[BenchPrompt]:
             or a duplicate id (the message names the place).
     """
     if path is None:
-        text = resources.files("specchat.commands").joinpath("bench_prompts.yaml").read_text(encoding="utf-8")
+        text = resources.files("specchat.commands.bench").joinpath("bench_prompts.yaml").read_text(encoding="utf-8")
         source = "bench_prompts.yaml"
     else:
         try:
@@ -318,7 +318,7 @@ def load_chat_script(path: str | Path | None = None) -> list[str]:
     from specchat.commands.script import load_script
 
     if path is None:
-        with resources.as_file(resources.files("specchat.commands").joinpath("bench_chat.json")) as shipped:
+        with resources.as_file(resources.files("specchat.commands.bench").joinpath("bench_chat.json")) as shipped:
             return load_script(str(shipped))
     return load_script(str(path))
 
@@ -364,7 +364,7 @@ def build_configs(
     """specchat none + each drafter at each γ (None = adaptive) + transformers' counterparts
     (with ``hf_assistant_tokens``, each model drafter's assistant also with that many tokens per
     round, schedule "constant": transformers tuned) + with ``llamacpp``, llama.cpp's own plain
-    decode and prompt lookup (:func:`specchat.commands.bench_peers.llamacpp_configs`).
+    decode and prompt lookup (:func:`specchat.commands.bench.peers.llamacpp_configs`).
 
     With ``timing_cost`` each drafter and γ also runs without timing rounds
     (``measure_speedup=False``), right after its configuration with them."""

@@ -13,9 +13,9 @@ This module runs the turns and measures them (outside the timed part, after ``gc
 resident memory, ``VmRSS`` from ``/proc/self/status``, the number of Python objects the
 garbage collector tracks, and whether the engine is idle: no target KV cache, no drafter
 cache, lock free). The per-turn record (:class:`Turn`), the summary and its table are
-:mod:`specchat.commands.soak_report`'s (re-exported here).
+:mod:`specchat.commands.bench.soak_report`'s (re-exported here).
 
-``python scripts/soak.py`` is the command line; ``tests/test_soak.py`` runs a short version.
+``specchat soak`` (:mod:`specchat.commands.bench.soak_cli`) is the command line; ``tests/test_soak.py`` runs a short version.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
-from specchat.commands.soak_report import ABANDON, CANCEL, FULL, Turn, format_summary, slope, summarize, turn_line
+from specchat.commands.bench.soak_report import ABANDON, CANCEL, FULL, Turn, format_summary, slope, summarize, turn_line
 from specchat.conversation import Conversation, ReplySettings
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 

@@ -1,4 +1,4 @@
-"""The speed benchmark's report: what is made of the runs of :mod:`specchat.commands.bench`.
+"""The speed benchmark's report: what is made of the runs of :mod:`specchat.commands.bench.runner`.
 
 Results are medians over prompts and repeats (:func:`summarize`), per configuration, overall
 and per group, with the ratio to transformers' matching call, specchat's best against
@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specchat.analysis.calibrate import cpu_name
-from specchat.commands.bench import GROUPS, LLAMACPP, NO_TIMING_SUFFIX, SPECCHAT, TRANSFORMERS, RunResult
+from specchat.commands.bench.runner import GROUPS, LLAMACPP, NO_TIMING_SUFFIX, SPECCHAT, TRANSFORMERS, RunResult
 from specchat.runtimes.select import describe_service
 
 # Where ``python -m specchat bench`` writes (relative to the current directory) unless --out says
@@ -231,7 +231,7 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
     def goal(text: str, value: float | None, ok: Callable[[float], bool]) -> None:
         goals.append((text, value, None if value is None else ok(value)))
 
-    # issue 43: nothing printed about a reply contradicts its own figures (every prompt, every drafter)
+    # what is printed about a reply must not contradict its own figures (every prompt, every drafter)
     printed = [entry.get("contradictions", []) for entry in configs.values() if entry["engine"] == SPECCHAT]
     goal("no printed sentence contradicts its reply's figures (count)", float(sum(map(len, printed))), lambda v: v == 0)
 
@@ -247,12 +247,12 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
     for drafter, entry in summary["vs_transformers"].items():
         if drafter != "none":
             goal(f"{drafter} >= 1.2x transformers' call", entry["overall"], lambda v: v >= 1.2)
-    for entry in configs.values():  # issue 25: the page's prediction holds, drafter by drafter and group by group
+    for entry in configs.values():  # the page's prediction must hold, drafter by drafter and group by group
         if entry["engine"] == SPECCHAT and entry["gamma"] == "adaptive" and entry.get("measure_speedup") is not False:
             for group, block in entry["groups"].items():
                 goal(f"{entry['drafter']} on {group}: measured ÷ predicted (measured costs) in 0.9–1.1",
                      block.get("measured_over_predicted"), lambda v: 0.9 <= v <= 1.1)
-    # issue 25: a drafter that loses costs at most 3 %; where speculation wins, adaptive γ keeps
+    # adaptive γ must make a losing drafter cheap (at most 3 %) and, where speculation wins, keep
     # within 3 % of the best fixed γ (same prompts: the sweep's)
     for entry in configs.values():
         if entry["engine"] != SPECCHAT or entry["gamma"] != "adaptive" or entry.get("measure_speedup") is False:
@@ -266,11 +266,11 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
             if best > 1.0 and block.get("speedup") is not None:
                 goal(f"{entry['drafter']} adaptive on {group} >= 0.97x its best fixed γ", block["speedup"] / best,
                      lambda v: v >= 0.97)
-    # issue 14: ahead of transformers' best, and the hybrid ahead of its parts
+    # specchat's best must beat transformers' best on every group
     for group, entry in summary.get("best_vs_best", {}).items():
         if group != "all":
             goal(f"best specchat >= 1.2x best transformers on {group}", entry["ratio"], lambda v: v >= 1.2)
-    # issue 24: on the llama.cpp runtime, ahead of llama.cpp's plain decode and of its own speculation
+    # on the llama.cpp runtime, speculation must pay against llama.cpp's plain decode and its own speculation
     for group, entry in summary.get("vs_llamacpp", {}).items():
         if group == "all":
             continue
@@ -278,6 +278,7 @@ def check_goals(summary: dict) -> list[tuple[str, float | None, bool | None]]:
         goal(f"best specchat >= {need}x llama.cpp plain on {group}", entry["over_plain"], lambda v, n=need: v >= n)
         goal(f"best specchat >= 1.2x llama.cpp speculative on {group}", entry.get("over_speculative"),
              lambda v: v >= 1.2)
+    # the hybrid must beat its parts where its lookup half pays, and not lose to its model half on code
     part = summary.get("hybrid_part")
 
     def ratio(group: str, other: str) -> float | None:

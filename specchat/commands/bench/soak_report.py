@@ -1,4 +1,4 @@
-"""A soak's records and what is made of them (the run is :mod:`specchat.commands.soak`).
+"""A soak's records and what is made of them (the run is :mod:`specchat.commands.bench.soak`).
 
 Recorded per turn (:class:`Turn`): wall latency, prefill and decode time, the rest
 (``overhead_ms``: templating and trimming the history), tokens, decode ms per token, prompt

