@@ -22,6 +22,7 @@ from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
 from specchat.ui.session import AUTO, PLOT_INTERVAL_S, ChatSession
 from specchat.ui.session_views import CHART_SCOPES
+from specchat.ui.static_files import static_text
 from specchat.ui.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
 from specchat.ui.transcript import TRANSCRIPT_JS
 
@@ -131,56 +132,10 @@ def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
 # A click on a token (class tref-R-I) or a timeline round (class rref-R-K) anywhere on the page
 # is written into the hidden #spec-pick box; its change event asks the session to select it. The
 # time stamp makes a second click on the same token a change too. (Classes, not data- attributes:
-# the Chatbot's sanitizer keeps only the former.)
-CLICK_JS = """
-<script>
-document.addEventListener('click', (ev) => {
-  const cancel = ev.target.closest('.spec-unqueue');
-  if (cancel) {  // a queued message's own cancel button: its exchange id into the hidden #spec-unqueue box
-    const m = cancel.className.match(/\\bqref-(\\d+)\\b/);
-    const box = document.querySelector('#spec-unqueue textarea, #spec-unqueue input');
-    if (!m || !box) return;
-    cancel.disabled = true;
-    box.value = m[1] + '|' + Date.now();
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-    return;
-  }
-  const el = ev.target.closest('[class*="tref-"], [class*="rref-"]');
-  if (!el) return;
-  const m = el.className.match(/\\b(tref|rref)-(\\d+)-(\\d+)\\b/);
-  if (!m) return;
-  const ref = (m[1] === 'rref' ? 'round:' : '') + m[2] + ':' + m[3];
-  const box = document.querySelector('#spec-pick textarea, #spec-pick input');
-  if (!box) return;
-  box.value = ref + '|' + Date.now();
-  box.dispatchEvent(new Event('input', {bubbles: true}));
-});
-// Which panels that redraw while a reply streams are on screen ("charts", "timeline", "ledger"):
-// written into the hidden #spec-panels box when it changes, so that the server redraws a panel
-// live only while someone can see it (every panel is complete at a reply's end).
-(function watchPanels() {
-  const groups = {'plot-alpha': 'charts', 'plot-position': 'charts', 'plot-speed': 'charts', 'plot-theory': 'charts',
-                  'spec-timeline': 'timeline', 'spec-ledger': 'ledger', 'plot-worth': 'ledger'};
-  const els = Object.keys(groups).map(id => document.getElementById(id)).filter(Boolean);
-  const box = document.querySelector('#spec-panels textarea, #spec-panels input');
-  if (els.length < Object.keys(groups).length || !box || !window.IntersectionObserver) {
-    setTimeout(watchPanels, 1000);
-    return;
-  }
-  const seen = new Set();
-  let last = null;
-  const observer = new IntersectionObserver((entries) => {
-    for (const e of entries) { if (e.isIntersecting) seen.add(e.target.id); else seen.delete(e.target.id); }
-    const now = [...new Set([...seen].map(id => groups[id]))].sort().join(',');
-    if (now === last) return;
-    last = now;
-    box.value = now;
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-  });
-  els.forEach(el => observer.observe(el));
-})();
-</script>
-"""
+# the Chatbot's sanitizer keeps only the former.) A queued message's cancel button writes its
+# exchange id into #spec-unqueue, and the live panels on screen go into #spec-panels. The script
+# is static/click.js; the page gets it in its <head> (``launch(head=CLICK_JS)``).
+CLICK_JS = "\n<script>\n" + static_text("click.js") + "</script>\n"
 
 RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with the target alone, then with the "
              "drafter, back to back with the same settings and seed, and replays both at their measured speeds.")
