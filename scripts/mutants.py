@@ -47,7 +47,7 @@ FAMILY = {
     8: ["tests/test_kind8_numerical_invariance.py"],
     9: ["tests/test_kind9_lifecycle.py"],
     10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py", "tests/test_charts.py"],
-    11: ["tests/test_session.py"],
+    11: ["tests/test_session.py", "tests/test_wiring.py"],
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
     13: ["tests/test_ledger.py"],
     14: ["tests/test_hybrid.py", "tests/test_calibrate.py", "tests/test_compiled.py"],
@@ -810,6 +810,14 @@ MUTANTS = [
         "self._stream(system + history, message, settings.drafter, config, run.cancel)",
         "self._stream(system + history, message, settings.drafter, config, threading.Event())",
         "the engine is not given the reply's cancel switch: a closed tab (or Stop) does not stop it",
+    ),
+    Mutant(
+        "reply-stream-sends-the-table",
+        11,
+        "specchat/ui/view.py",
+        "    table: str | None = _part(TICKED)\n",
+        "    table: str | None = _part(STREAMED)\n",
+        "a reply's stream on the page sends the conversation table with every update (Gradio rebuilds it each time)",
     ),
     # -- 12. round traces and the views built on them ----------------------------------------
     Mutant(
