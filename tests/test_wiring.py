@@ -25,7 +25,7 @@ from specchat.ui.static_files import STATIC, static_text  # noqa: E402
 
 def test_the_policy_derives_the_constants_the_session_and_the_page_use():
     assert view.STREAMED_FIELDS == ("transcript", "stats", "toasts")
-    assert view.TICKED_FIELDS == wiring.TICKED == ("table", "figures", "timeline", "ledger", "worth")
+    assert view.TICKED_FIELDS == ("table", "figures", "timeline", "ledger", "worth")
     assert view.LIVE_PANELS == ("charts", "timeline", "ledger")
     assert view.PANEL_FIELDS == ("figures", "timeline", "ledger", "worth")
     # one View, importable from where it was

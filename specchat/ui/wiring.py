@@ -26,7 +26,6 @@ from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS
 from specchat.ui.view import PANEL_FIELDS, STREAMED_FIELDS, TICKED_FIELDS
 
 DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
-TICKED = TICKED_FIELDS  # what the panel tick draws while a reply streams (specchat.ui.view)
 
 
 def _pick_drafter(kinds: list[str], preferred: str | None, runtime: str = "transformers") -> str:
@@ -106,6 +105,7 @@ class Event:
 
 def on(trigger: str | None, fn: str | None, inputs: tuple[str, ...] | None = None, outputs: tuple[str, ...] | None = None,
        *, then: tuple[Event, ...] = (), **options: Any) -> Event:
+    """An :class:`Event`, its Gradio options as keywords (``trigger`` None: it follows another, in its ``then``)."""
     return Event(trigger, fn, inputs, outputs, options, then)
 
 
