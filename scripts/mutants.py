@@ -47,7 +47,7 @@ FAMILY = {
     8: ["tests/test_kind8_numerical_invariance.py"],
     9: ["tests/test_kind9_lifecycle.py"],
     10: ["tests/test_events.py", "tests/test_theory_metrics.py", "tests/test_timing.py", "tests/test_charts.py"],
-    11: ["tests/test_session.py", "tests/test_conversation.py"],
+    11: ["tests/test_session.py", "tests/test_conversation.py", "tests/test_wiring.py"],
     12: ["tests/test_trace.py", "tests/test_inspector.py"],
     13: ["tests/test_ledger.py"],
     14: ["tests/test_hybrid.py", "tests/test_calibrate.py", "tests/test_compiled.py"],
@@ -827,6 +827,14 @@ MUTANTS = [
         "if not turn.answered:",
         "a reply streaming when Clear is pressed comes back into the emptied conversation",
     ),
+    Mutant(
+        "reply-stream-sends-the-table",
+        11,
+        "specchat/ui/view.py",
+        "    table: str | None = _part(TICKED)\n",
+        "    table: str | None = _part(STREAMED)\n",
+        "a reply's stream on the page sends the conversation table with every update (Gradio rebuilds it each time)",
+    ),
     # -- 12. round traces and the views built on them ----------------------------------------
     Mutant(
         "trace-u-of-the-next-draft",
@@ -1358,6 +1366,14 @@ MUTANTS = [
         "            ticket = next((t for t in self.tickets if t.exchange is not None and t.exchange.id == exchange_id), None)\n",
         "            ticket = next((t for t in self.tickets if t.exchange is not None), None)\n",
         "a queued message's cancel button withdraws the first queued message, not its own",
+    ),
+    Mutant(
+        "queued-taken-by-text",
+        19,
+        "specchat/ui/session_queue.py",
+        "ticket = next((t for t in self.tickets if t.id == ticket_id), None)",
+        "ticket = next((t for t in self.tickets if t.message == message), None)",
+        "a reply takes the first waiting message with its text, not its own: it runs in another bubble",
     ),
     Mutant(
         "stopped-prefill-kept-in-history",

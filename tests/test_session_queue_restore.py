@@ -33,6 +33,25 @@ def _items(view):
     return {i["id"]: i for i in view.transcript["items"]} if view.transcript else {}
 
 
+def test_a_queued_message_is_taken_by_its_id_not_by_its_text():
+    """Two waiting messages with the same text: each reply runs in its own message's bubble,
+    found by the id the page carries, whatever order the replies start in; a cancelled one never
+    reaches the model."""
+    fake, s, streaming = _streaming()
+    first, second = s.note_sent("again"), s.note_sent("again")
+    assert first.waits and second.waits and first.ticket != second.ticket
+    bubble_1, bubble_2 = s.views.exchanges[1], s.views.exchanges[2]
+    list(streaming)
+    list(s.respond("again", settings(), second.ticket))
+    assert bubble_2.reply is not None and bubble_2.reply.number == 2 and bubble_1.reply is None
+    list(s.respond("again", settings(), first.ticket))
+    assert bubble_1.reply is not None and bubble_1.reply.number == 3
+    third = s.note_sent("later")
+    s.cancel_queued(s.views.exchanges[3].id)
+    list(s.respond("later", settings(), third.ticket))
+    assert [c["message"] for c in fake.calls] == ["first", "again", "again"]
+
+
 def test_a_message_sent_while_a_reply_streams_is_shown_at_once_marked_queued_with_its_own_cancel():
     fake, s, streaming = _streaming()
     assert s.note_sent("second").waits is True and s.note_sent("third").waits is True

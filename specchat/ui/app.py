@@ -7,8 +7,8 @@
 
 Start-up only: the options, the checks that must come before minutes of loading (a taken port,
 a non-loopback address), the models loading in the background, and the page launched. The page
-is :mod:`specchat.ui.layout` (components) and :mod:`specchat.ui.wiring` (the handlers wired to
-them, :func:`build_ui`), a browser session's behaviour is
+is :mod:`specchat.ui.layout` (components), :mod:`specchat.ui.handlers` (what each event does) and
+:mod:`specchat.ui.wiring` (the events wired to them, :func:`build_ui`), a browser session's behaviour is
 :class:`specchat.ui.session.ChatSession`, and the one loaded service with its loading banners
 and ZeroGPU streaming is :mod:`specchat.ui.host`; their public names are importable from here.
 """

@@ -2,7 +2,9 @@
 start, and the texts around them (the explanation, the examples, the race's hint, the click hook).
 
 :func:`build_page` makes the components inside a ``gr.Blocks`` and returns the ones events
-use as a :class:`Page`; :mod:`specchat.ui.wiring` wires them to the sessions. The sliders and
+use as a :class:`Page`; :data:`VIEW_OUTPUTS` says which of them each
+:class:`~specchat.ui.view.View` field updates; :mod:`specchat.ui.wiring` wires them to the
+handlers (:mod:`specchat.ui.handlers`). The page's JavaScript and CSS are files in ``static/``. The sliders and
 checkboxes refuse out-of-range API input (:func:`bounded`, :func:`strict`).
 """
 
@@ -22,8 +24,10 @@ from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
 from specchat.ui.session import AUTO, PLOT_INTERVAL_S, ChatSession
 from specchat.ui.session_views import CHART_SCOPES
+from specchat.ui.static_files import static_text
 from specchat.ui.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
-from specchat.ui.transcript import TRANSCRIPT_JS
+from specchat.ui.transcript import TRANSCRIPT_JS, wire
+from specchat.ui.view import View
 
 EXPLAIN_MD = """
 Each round the **drafter** proposes γ tokens; the **target** model scores all of them in **one**
@@ -131,56 +135,10 @@ def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
 # A click on a token (class tref-R-I) or a timeline round (class rref-R-K) anywhere on the page
 # is written into the hidden #spec-pick box; its change event asks the session to select it. The
 # time stamp makes a second click on the same token a change too. (Classes, not data- attributes:
-# the Chatbot's sanitizer keeps only the former.)
-CLICK_JS = """
-<script>
-document.addEventListener('click', (ev) => {
-  const cancel = ev.target.closest('.spec-unqueue');
-  if (cancel) {  // a queued message's own cancel button: its exchange id into the hidden #spec-unqueue box
-    const m = cancel.className.match(/\\bqref-(\\d+)\\b/);
-    const box = document.querySelector('#spec-unqueue textarea, #spec-unqueue input');
-    if (!m || !box) return;
-    cancel.disabled = true;
-    box.value = m[1] + '|' + Date.now();
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-    return;
-  }
-  const el = ev.target.closest('[class*="tref-"], [class*="rref-"]');
-  if (!el) return;
-  const m = el.className.match(/\\b(tref|rref)-(\\d+)-(\\d+)\\b/);
-  if (!m) return;
-  const ref = (m[1] === 'rref' ? 'round:' : '') + m[2] + ':' + m[3];
-  const box = document.querySelector('#spec-pick textarea, #spec-pick input');
-  if (!box) return;
-  box.value = ref + '|' + Date.now();
-  box.dispatchEvent(new Event('input', {bubbles: true}));
-});
-// Which panels that redraw while a reply streams are on screen ("charts", "timeline", "ledger"):
-// written into the hidden #spec-panels box when it changes, so that the server redraws a panel
-// live only while someone can see it (every panel is complete at a reply's end).
-(function watchPanels() {
-  const groups = {'plot-alpha': 'charts', 'plot-position': 'charts', 'plot-speed': 'charts', 'plot-theory': 'charts',
-                  'spec-timeline': 'timeline', 'spec-ledger': 'ledger', 'plot-worth': 'ledger'};
-  const els = Object.keys(groups).map(id => document.getElementById(id)).filter(Boolean);
-  const box = document.querySelector('#spec-panels textarea, #spec-panels input');
-  if (els.length < Object.keys(groups).length || !box || !window.IntersectionObserver) {
-    setTimeout(watchPanels, 1000);
-    return;
-  }
-  const seen = new Set();
-  let last = null;
-  const observer = new IntersectionObserver((entries) => {
-    for (const e of entries) { if (e.isIntersecting) seen.add(e.target.id); else seen.delete(e.target.id); }
-    const now = [...new Set([...seen].map(id => groups[id]))].sort().join(',');
-    if (now === last) return;
-    last = now;
-    box.value = now;
-    box.dispatchEvent(new Event('input', {bubbles: true}));
-  });
-  els.forEach(el => observer.observe(el));
-})();
-</script>
-"""
+# the Chatbot's sanitizer keeps only the former.) A queued message's cancel button writes its
+# exchange id into #spec-unqueue, and the live panels on screen go into #spec-panels. The script
+# is static/click.js; the page gets it in its <head> (``launch(head=CLICK_JS)``).
+CLICK_JS = "\n<script>\n" + static_text("click.js") + "</script>\n"
 
 RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with the target alone, then with the "
              "drafter, back to back with the same settings and seed, and replays both at their measured speeds.")
@@ -192,7 +150,8 @@ class Page:
 
     ``transcript`` is the conversation (a feed, :mod:`specchat.ui.transcript`), ``colours`` its
     "colours" / "plain" switch. ``active_drafter`` is the drafter the service has ready (the dropdown shows the latest pick);
-    ``pending`` carries a sent message from the emptied box to the reply; ``panel_tick`` draws,
+    ``pending`` carries a sent message from the emptied box to the reply, ``ticket`` its id in the
+    session's queue (the reply takes that message, not another with the same text); ``panel_tick`` draws,
     while a reply streams, the panels its stream left aside (the stream itself sends only the
     transcript and the stats line); ``api_chat`` is the API's /chat; ``pick`` is the hidden
     box the click hook (:data:`CLICK_JS`) writes a token or round reference into, ``panels`` the
@@ -208,6 +167,7 @@ class Page:
     textbox: gr.Textbox
     send: gr.Button
     pending: gr.Textbox
+    ticket: gr.State
     stop: gr.Button
     stats: gr.HTML
     active_drafter: gr.State
@@ -239,6 +199,50 @@ class Page:
     system_prompt: gr.Textbox
     unqueue: gr.Textbox
     saved: gr.BrowserState
+
+    def components(self, *names: str) -> list:
+        """The components of ``names``, in order: a View field's (:data:`VIEW_OUTPUTS`), else the
+        attribute's of that name (a tuple of components: each of them)."""
+        out: list = []
+        for name in names:
+            part = getattr(self, VIEW_OUTPUTS.get(name, name))
+            out.extend(part if isinstance(part, tuple) else (part,))
+        return out
+
+    def shown(self, view: View) -> dict:
+        """``view`` as ``{component: value}``: each field it sets (not None), on its component(s)."""
+        out: dict = {}
+        for name, attr in VIEW_OUTPUTS.items():
+            value = getattr(view, name)
+            if value is None:
+                continue
+            if name in VIEW_VALUES:
+                value = VIEW_VALUES[name](value)
+            part = getattr(self, attr)
+            if isinstance(part, tuple):
+                out.update(zip(part, value))
+            else:
+                out[part] = value
+        return out
+
+
+def download_button(path: str) -> gr.DownloadButton:
+    """The download button for a reply's trace file (``…reply7.jsonl``), named after its reply."""
+    number = path.rsplit("reply", 1)[-1].removesuffix(".jsonl")
+    return gr.DownloadButton(f"Download trace (reply #{number})", value=path)
+
+
+# Where each View field (specchat.ui.view) goes on the page: the Page attribute it updates (a tuple
+# of components takes one value each), in the order of the API's /chat outputs. Every event's
+# outputs are named by these fields and derived from this map and the fields' streaming policy
+# (specchat.ui.wiring). A new panel: its View field (with its policy), its component in
+# build_page and Page, and its entry here (and in VIEW_VALUES if the page wants its value changed).
+VIEW_OUTPUTS = {
+    "textbox": "textbox", "transcript": "transcript", "stats": "stats", "table": "table", "figures": "plots",
+    "inspector": "inspector", "timeline": "timeline", "race": "race", "trace_file": "download",
+    "ledger": "ledger", "worth": "plot_worth",
+}
+VIEW_VALUES = {"transcript": wire, "trace_file": download_button}  # a View's value → its component's value
 
 
 def drafter_menu(service: Any, kinds: list[str], auto: bool) -> list[tuple[str, str]]:
@@ -277,59 +281,84 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     )
     with gr.Accordion("How to read this page", open=False, elem_id="spec-explain"):
         gr.Markdown(EXPLAIN_MD)
-    active_drafter = gr.State(drafter0)
+    parts: dict[str, Any] = {"active_drafter": gr.State(drafter0)}
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=320):
-            gr.HTML(legend_html())
-            load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
-            # the conversation: an empty container filled by its script, never re-sent whole
-            # (specchat/ui/transcript.py); its value is a feed of the exchanges that changed
-            transcript = gr.HTML(
-                value={"seq": 0, "reset": True, "items": []}, html_template=TRANSCRIPT_TEMPLATE,
-                js_on_load=TRANSCRIPT_JS, elem_id="spec-chat", padding=False,
-            )
-            with gr.Row(equal_height=True):
-                textbox = gr.Textbox(
-                    show_label=False, placeholder="Message (Enter sends, Shift+Enter = new line)",
-                    lines=1, max_lines=8, scale=8, container=False, elem_id="spec-input",
-                )
-                send = gr.Button("Send", variant="primary", scale=1, min_width=70)
-                pending = gr.Textbox(visible=False, label="message")
-                stop = gr.Button("Stop", variant="stop", scale=1, min_width=70)
-            stats = gr.HTML(stats_html(None), elem_id="spec-stats")
+            parts |= _chat(service)
         with gr.Column(scale=1, min_width=250):
-            colours = gr.Radio(["colours", "plain"], value="colours", label="reply text",
-                               info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
-            # with --drafter auto, one more entry: the pick by measurement (what a message sent
-            # before the pick is known runs with, once it is)
-            drafter = gr.Dropdown(
-                choices=drafter_menu(service, kinds, auto), value=drafter0,
-                label="drafter", info=drafter_kinds.dropdown_hint(),
-            )
-            drafter_status = gr.HTML(
-                status_html("drafter: picked by measurement on this machine once the target is loaded…"
-                            if auto and not picked and loading_html(service)
-                            else f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
-                elem_id="spec-drafter-status",
-            )
-            adaptive = strict(gr.Checkbox(
-                value=True, label="adaptive γ",
-                info="pick γ each round (up to the slider) from the measured acceptance and costs",
-            ))
-            gamma = bounded(gr.Slider(
-                1, MAX_NUM_SPECULATIVE_TOKENS, value=12, step=1,
-                label="γ: draft tokens per round (the most, when adaptive)",
-            ), integer=True)
-            temperature = bounded(gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)"))
-            top_p = bounded(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p"))
-            max_new_tokens = bounded(gr.Slider(16, 2048, value=256, step=16, label="max new tokens"), integer=True)
-            system_prompt = gr.Textbox(
-                value="", label="system prompt", placeholder="optional, e.g. 'Answer in one short paragraph.'", lines=2,
-                max_lines=6, elem_id="spec-system",
-                info="given to the model before the conversation, through its chat template; applies from the next reply",
-            )
-            clear_btn = gr.Button("Clear chat", variant="secondary", size="sm")
-    gr.Examples(EXAMPLES, inputs=textbox, label="examples")
+            parts |= _controls(service, kinds=kinds, drafter0=drafter0, auto=auto, picked=picked)
+    gr.Examples(EXAMPLES, inputs=parts["textbox"], label="examples")
+    parts |= _inside_the_rounds()
+    parts |= _hidden()
+    parts |= _charts_and_ledger(service)
+    return Page(**parts)
+
+
+def _chat(service: Any) -> dict[str, Any]:
+    """The chat column: the legend, the loading banner, the transcript, the message box, Send and Stop, the stats line."""
+    gr.HTML(legend_html())
+    load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
+    # the conversation: an empty container filled by its script, never re-sent whole
+    # (specchat/ui/transcript.py); its value is a feed of the exchanges that changed
+    transcript = gr.HTML(
+        value={"seq": 0, "reset": True, "items": []}, html_template=TRANSCRIPT_TEMPLATE,
+        js_on_load=TRANSCRIPT_JS, elem_id="spec-chat", padding=False,
+    )
+    with gr.Row(equal_height=True):
+        textbox = gr.Textbox(
+            show_label=False, placeholder="Message (Enter sends, Shift+Enter = new line)",
+            lines=1, max_lines=8, scale=8, container=False, elem_id="spec-input",
+        )
+        send = gr.Button("Send", variant="primary", scale=1, min_width=70)
+        pending = gr.Textbox(visible=False, label="message")
+        ticket = gr.State(None)
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=70)
+    stats = gr.HTML(stats_html(None), elem_id="spec-stats")
+    return dict(load_banner=load_banner, transcript=transcript, textbox=textbox, send=send, pending=pending, ticket=ticket, stop=stop,
+                stats=stats)
+
+
+def _controls(service: Any, *, kinds: list[str], drafter0: str, auto: bool, picked: Any) -> dict[str, Any]:
+    """The settings column: colours / plain, the drafter menu and its status, the reply's settings, Clear."""
+    colours = gr.Radio(["colours", "plain"], value="colours", label="reply text",
+                       info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
+    # with --drafter auto, one more entry: the pick by measurement (what a message sent
+    # before the pick is known runs with, once it is)
+    drafter = gr.Dropdown(
+        choices=drafter_menu(service, kinds, auto), value=drafter0,
+        label="drafter", info=drafter_kinds.dropdown_hint(),
+    )
+    drafter_status = gr.HTML(
+        status_html("drafter: picked by measurement on this machine once the target is loaded…"
+                    if auto and not picked and loading_html(service)
+                    else f"drafter '{drafter0}' " + ("loading…" if loading_html(service) else "ready")),
+        elem_id="spec-drafter-status",
+    )
+    adaptive = strict(gr.Checkbox(
+        value=True, label="adaptive γ",
+        info="pick γ each round (up to the slider) from the measured acceptance and costs",
+    ))
+    gamma = bounded(gr.Slider(
+        1, MAX_NUM_SPECULATIVE_TOKENS, value=12, step=1,
+        label="γ: draft tokens per round (the most, when adaptive)",
+    ), integer=True)
+    temperature = bounded(gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)"))
+    top_p = bounded(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p"))
+    max_new_tokens = bounded(gr.Slider(16, 2048, value=256, step=16, label="max new tokens"), integer=True)
+    system_prompt = gr.Textbox(
+        value="", label="system prompt", placeholder="optional, e.g. 'Answer in one short paragraph.'", lines=2,
+        max_lines=6, elem_id="spec-system",
+        info="given to the model before the conversation, through its chat template; applies from the next reply",
+    )
+    clear_btn = gr.Button("Clear chat", variant="secondary", size="sm")
+    return dict(colours=colours, drafter=drafter, drafter_status=drafter_status, adaptive=adaptive, gamma=gamma,
+                temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, system_prompt=system_prompt,
+                clear_btn=clear_btn)
+
+
+def _inside_the_rounds() -> dict[str, Any]:
+    """"Inside the rounds": its switches and buttons (rejected drafts, focus, race, trace files), the
+    inspector, the timeline and the race."""
     gr.Markdown("### Inside the rounds", elem_classes="spec-section")
     with gr.Row(equal_height=True):
         show_rejected = strict(gr.Checkbox(
@@ -352,6 +381,13 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
                                "The timeline fills in as a reply streams: one bar per round.</div>")
     gr.Markdown(RACE_HINT, elem_classes="spec-race-hint")
     race = gr.HTML(elem_id="spec-race")
+    return dict(show_rejected=show_rejected, pin=pin, race_btn=race_btn, download=download, upload=upload,
+                inspector=inspector, timeline=timeline, race=race)
+
+
+def _hidden() -> dict[str, Any]:
+    """What the page has but does not show: the boxes the click hook (:data:`CLICK_JS`) writes into,
+    the conversation kept in the browser, the panel tick, the API's /chat."""
     pick = gr.Textbox(visible="hidden", elem_id="spec-pick", label="pick")
     unqueue = gr.Textbox(visible="hidden", elem_id="spec-unqueue", label="cancel a queued message")
     # the conversation, kept in this browser's localStorage (encrypted) so that a reload restores it
@@ -360,6 +396,11 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     panel_tick = gr.Timer(PLOT_INTERVAL_S, active=False)
     api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
     panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
+    return dict(pick=pick, unqueue=unqueue, saved=saved, panel_tick=panel_tick, api_chat=api_chat, panels=panels)
+
+
+def _charts_and_ledger(service: Any) -> dict[str, Any]:
+    """The charts with their scope, the ledger with the α-against-c figure, the conversation table."""
     scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                      elem_id="spec-scope")
     figures0 = charts.all_figures(SpeculationMetrics())
@@ -378,13 +419,5 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
             plot_worth = gr.Plot(worth0, show_label=False, elem_id="plot-worth", elem_classes="spec-plot")
     gr.Markdown("**The conversation, one row per reply**", elem_classes="spec-table-title")
     table = gr.HTML(table_html([]), elem_id="spec-table")
-    plots = (plot_alpha, plot_position, plot_speed, plot_theory)
-    return Page(
-        load_banner=load_banner, transcript=transcript, colours=colours, textbox=textbox, send=send, pending=pending, stop=stop,
-        stats=stats, active_drafter=active_drafter, drafter=drafter, drafter_status=drafter_status,
-        adaptive=adaptive, gamma=gamma, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-        clear_btn=clear_btn, show_rejected=show_rejected, pin=pin, race_btn=race_btn, download=download, upload=upload,
-        inspector=inspector, timeline=timeline, race=race, pick=pick, panels=panels, scope=scope, plots=plots, ledger=ledger,
-        plot_worth=plot_worth, table=table, panel_tick=panel_tick, api_chat=api_chat, system_prompt=system_prompt,
-        unqueue=unqueue, saved=saved,
-    )
+    return dict(scope=scope, plots=(plot_alpha, plot_position, plot_speed, plot_theory), ledger=ledger,
+                plot_worth=plot_worth, table=table)

@@ -19,6 +19,7 @@ from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
 from specchat.ui.markdown import Piece, block_html, code_css, render_blocks
+from specchat.ui.static_files import static_text
 from specchat.ui.transcript import CSS as TRANSCRIPT_CSS
 
 # Solid colors per token kind (legend chips, chart series) and the tints used as token
@@ -353,136 +354,18 @@ def _css() -> str:
     return "\n".join(rules)
 
 
-INSPECTOR_CSS = f"""
-.spec-inspector, .spec-timeline, .spec-race {{ font-size: 0.84rem; }}
-.spec-muted {{ opacity: 0.7; font-size: 0.8rem; }}
-.spec-sub {{ font-size: 0.78rem; opacity: 0.8; margin: 6px 0 2px; }}
-.spec-insp-head {{ font-weight: 600; margin-bottom: 6px; }}
-.spec-insp-head .tok, .spec-round-draft .tok {{ font-family: var(--font-mono); padding: 0 3px; }}
-[class*="tref-"], [class*="rref-"] {{ cursor: pointer; }}
-.tok-rejected {{ text-decoration: line-through; color: {KIND_COLORS["resampled"]}; opacity: 0.8; }}
-.tok-unjudged {{ color: #adb5bd; text-decoration: line-through dotted; }}
-.spec-rejected-run {{ font-size: 0.92em; }}
-.spec-sel {{ outline: 2px solid #1c7ed6; outline-offset: 1px; }}
-.spec-arrow {{ opacity: 0.6; margin: 0 4px; }}
-.spec-round-draft {{ margin-bottom: 6px; }}
-.spec-pq {{ display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }}
-.spec-bars {{ border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; border: none !important; }}
-.spec-bars td {{ padding: 1px 4px; border: none !important; background: transparent; }}
-.spec-bars tr {{ border: none !important; background: transparent !important; }}
-.spec-residual .spec-bars {{ max-width: 60%; }}
-.spec-proof {{ margin-top: 8px; padding-top: 6px; border-top: 1px dashed #ced4da; }}
-.spec-formula {{ font-family: var(--font-mono); font-size: 0.8rem; margin: 4px 0; }}
-.spec-proof-bars th {{ font-size: 0.72rem; font-weight: 600; text-align: left; padding: 1px 4px;
-  border: none !important; background: transparent !important; }}
-.spec-proof-bars th span {{ font-weight: 400; opacity: 0.75; }}
-.spec-proof-bars .spec-bar-cell {{ width: 28%; }}
-.spec-stack {{ display: flex; height: 12px; }}
-.spec-stack div {{ height: 12px; }}
-.spec-sumwrap {{ position: relative; }}
-.spec-pline {{ position: absolute; left: 0; top: 0; height: 12px; box-sizing: border-box;
-  border: 1.5px solid #212529; border-radius: 2px; pointer-events: none; }}
-.spec-bar-label {{ font-family: var(--font-mono); font-size: 0.78rem; white-space: pre; max-width: 8em; overflow: hidden; }}
-.spec-bar-cell {{ position: relative; width: 40%; }}
-.spec-bar {{ height: 12px; border-radius: 2px; min-width: 1px; }}
-.spec-bar-val {{ position: absolute; right: 4px; top: 0; font-size: 0.7rem; opacity: 0.9;
-  text-shadow: 0 0 3px var(--background-fill-primary, #fff), 0 0 3px var(--background-fill-primary, #fff); }}
-.spec-bar-mark td {{ background: rgba(28, 126, 214, 0.12); font-weight: 600; }}
-.spec-key {{ display: inline-block; width: 10px; height: 10px; border-radius: 2px; vertical-align: middle; }}
-.spec-legend-small {{ font-size: 0.75rem; opacity: 0.85; margin: 2px 0; }}
-.spec-decision {{ margin: 6px 0; }}
-.spec-uline {{ position: relative; height: 14px; background: rgba(232, 89, 12, 0.35); border-radius: 3px; margin: 18px 0 2px; }}
-.spec-ukeep {{ height: 100%; background: rgba(47, 158, 68, 0.6); border-radius: 3px 0 0 3px; }}
-.spec-umark {{ position: absolute; top: -5px; width: 2px; height: 24px; background: #212529; }}
-.spec-umark span {{ position: absolute; top: -14px; left: -3px; font-size: 0.7rem; font-weight: 700; }}
-.spec-uaxis {{ display: flex; justify-content: space-between; font-size: 0.7rem; opacity: 0.7; }}
-.spec-source-text {{ font-size: 0.78rem; }}
-mark.spec-match {{ background: rgba(250, 176, 5, 0.55); }}
-mark.spec-copy {{ background: rgba(21, 170, 191, 0.45); }}
-.spec-tl-summary {{ font-weight: 600; margin-bottom: 2px; }}
-.spec-tl-rows {{ max-height: 340px; overflow-y: auto; }}
-.spec-tl-row {{ display: grid; grid-template-columns: 2.5em minmax(120px, 1fr) 4em 9em minmax(80px, 1.2fr); gap: 6px;
-  align-items: center; padding: 1px 0; border-bottom: 1px solid rgba(134, 142, 150, 0.15); }}
-.spec-tl-row:hover {{ background: rgba(28, 126, 214, 0.06); }}
-.spec-tl-sel {{ background: rgba(28, 126, 214, 0.14) !important; }}
-.spec-tl-k, .spec-tl-ms {{ font-variant-numeric: tabular-nums; opacity: 0.75; font-size: 0.75rem; text-align: right; }}
-.spec-tl-bar {{ display: flex; height: 12px; gap: 1px; }}
-.spec-seg {{ height: 100%; border-radius: 1px; }}
-.spec-tl-end {{ font-size: 0.72rem; opacity: 0.8; white-space: nowrap; }}
-.spec-tl-toks {{ font-family: var(--font-mono); font-size: 0.72rem; white-space: pre; overflow: hidden; text-overflow: ellipsis; }}
-.spec-lanes {{ display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }}
-.spec-lane {{ border: 1px solid rgba(134, 142, 150, 0.35); border-radius: 6px; padding: 6px 8px; min-height: 120px; }}
-.spec-lane-head {{ margin-bottom: 4px; }}
-.spec-lane-text {{ max-height: 300px; overflow-y: auto; }}
-.spec-race-verdict {{ margin-top: 6px; }}
-"""
+# static/inspector.css: its struck-through rejected drafts are KIND_COLORS["resampled"] (#e8590c;
+# tests/test_wiring.py checks the two agree)
+INSPECTOR_CSS = "\n" + static_text("inspector.css")
 """CSS of the inside-the-rounds views (:mod:`specchat.ui.inspector`); part of :data:`CSS`."""
 
 
-LEDGER_CSS = """
-.spec-ledger { font-size: 0.85rem; font-variant-numeric: tabular-nums; }
-.spec-ledger-title { font-weight: 600; margin-bottom: 2px; }
-.spec-ledger-headline { font-size: 0.95rem; margin: 2px 0 6px; }
-.spec-ledger-table { border-collapse: collapse; width: 100%; margin-bottom: 4px; border: none !important; }
-.spec-ledger-table th, .spec-ledger-table td { padding: 2px 6px; border: none !important;
-  border-bottom: 1px solid rgba(134, 142, 150, 0.25) !important; text-align: right; background: transparent !important; }
-.spec-ledger-table th { font-weight: 600; vertical-align: bottom; }
-.spec-ledger-table th:first-child, .spec-ledger-table td:first-child { text-align: left; }
-.spec-ledger-table td:last-child, .spec-ledger-table th:last-child { text-align: left; }
-.spec-tag { font-size: 0.66rem; border-radius: 3px; padding: 0 3px; margin-left: 2px; vertical-align: 1px;
-  text-transform: uppercase; letter-spacing: 0.02em; }
-.spec-tag-counted { background: #e7f5ff; color: #1864ab; }
-.spec-tag-measured { background: #f1f3f5; color: #343a40; }
-.spec-tag-predicted { background: #e6fcf5; color: #087f5b; }
-.spec-ledger-limits, .spec-ledger-worth { margin-top: 4px; }
-.spec-warn { color: #c92a2a; font-weight: 600; }
-"""
+LEDGER_CSS = "\n" + static_text("ledger.css")
 """CSS of the ledger (:mod:`specchat.ui.ledger_view`); part of :data:`CSS`."""
 
 
 CSS = (
-    """
-.spec-text { white-space: pre-wrap; overflow-wrap: anywhere; tab-size: 4;
-  font-family: var(--font-mono); font-size: 0.86rem; line-height: 1.55; }
-.tok { border-radius: 2px; }
-.spec-legend .tok { padding: 0 4px; font-family: var(--font-mono); font-size: 0.8rem; }
-.spec-label { font-size: 0.75rem; opacity: 0.7; margin-bottom: 4px; font-variant-numeric: tabular-nums; }
-.spec-summary { font-size: 0.75rem; opacity: 0.75; margin-top: 6px; border-top: 1px solid rgba(134, 142, 150, 0.3);
-  padding-top: 3px; font-variant-numeric: tabular-nums; }
-.spec-note { font-size: 0.78rem; font-style: italic; opacity: 0.75; margin-top: 4px; }
-.spec-table { border-collapse: collapse; font-size: 0.8rem; font-variant-numeric: tabular-nums; width: 100%; }
-.spec-table th, .spec-table td { padding: 2px 6px; border-bottom: 1px solid rgba(134, 142, 150, 0.25); text-align: right;
-  white-space: nowrap; }
-.spec-table th:nth-child(2), .spec-table td:nth-child(2), .spec-table th:nth-child(4), .spec-table td:nth-child(4) { text-align: left; }
-#spec-explain strong { font-weight: 600; }  /* 700 has no local Source Sans face: a larger fallback font drew it */
-#spec-explain th, #spec-explain td:first-child { white-space: nowrap; }
-.spec-table-note, .spec-table-empty { font-size: 0.75rem; opacity: 0.7; margin-top: 4px; }
-.spec-notice { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-bottom: 4px; }
-.spec-loading { border: 1px solid #d0d7de; border-radius: 8px; padding: 8px 12px; margin: 4px 0; }
-.spec-loading-bar { height: 8px; background: #eaeef2; border-radius: 4px; margin: 6px 0 4px; overflow: hidden; }
-.spec-loading-bar > div { height: 100%; background: #2f9e44; transition: width 0.4s; }
-.spec-loading-detail { font-size: 0.8rem; opacity: 0.75; font-family: ui-monospace, monospace; }
-.spec-unqueue { font-size: 0.75rem; padding: 0 8px; margin-left: 6px; border-radius: 4px; cursor: pointer;
-  border: 1px solid var(--border-color-primary, #d0d7de); background: transparent; font-style: normal; }
-.spec-prefill progress { width: 100%; height: 8px; }
-.spec-status { font-style: italic; opacity: 0.75; font-size: 0.85rem; margin-top: 4px; overflow-wrap: anywhere; }
-.spec-error { color: #c92a2a; font-weight: 600; font-size: 0.9rem; margin-top: 4px; overflow-wrap: anywhere; }
-.spec-legend { display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center;
-  font-size: 0.82rem; padding: 2px 2px 6px; }
-.spec-legend-item { display: inline-flex; gap: 6px; align-items: center; }
-.spec-legend-text, .spec-legend-hint { opacity: 0.75; }
-.spec-legend-hint { margin-left: auto; font-style: italic; }
-.spec-stats { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 0.86rem;
-  font-variant-numeric: tabular-nums; padding: 4px 2px; }
-.spec-stats .stat b { font-weight: 600; opacity: 0.7; margin-right: 3px; }
-.spec-stats .stat-muted { opacity: 0.8; }
-.spec-stats .stat-label { font-weight: 600; flex-basis: 100%; }
-.spec-stats .stat-basis { opacity: 0.7; font-style: italic; }
-.spec-subtitle { opacity: 0.8; margin-top: -6px; }
-.spec-plot .modebar-container { display: none !important; }
-/* toasts at the bottom right: at the top they covered the drafter menu */
-.toast-wrap { top: auto !important; bottom: var(--size-4, 16px) !important; }
-"""
+    "\n" + static_text("page.css")  # the page's own rules; then the token kinds' colours
     + _css()
     + INSPECTOR_CSS
     + LEDGER_CSS

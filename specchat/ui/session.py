@@ -32,7 +32,8 @@ from specchat.ui.reply import Exchange, Phase, Reply, Run, is_blank_message
 from specchat.ui.session_queue import MessageQueue, RunSlot, Ticket
 from specchat.ui.session_race import SessionRace
 from specchat.ui.session_saved import SAVED_VERSION, parse_saved, restore_state, saved_state
-from specchat.ui.session_views import CHART_SCOPES, SessionViews, View
+from specchat.ui.session_views import CHART_SCOPES, SessionViews
+from specchat.ui.view import STREAMED_FIELDS, View
 
 TEXT_INTERVAL_S = 0.25  # the reply's text refresh while streaming (4 Hz)
 STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; the reader cannot follow faster)
@@ -44,7 +45,6 @@ STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; t
 PLOT_INTERVAL_S = 3.0
 
 AUTO = "auto"  # the drafter menu's "picked by measurement": the service's start-up pick (ChatSession.resolve_drafter)
-STREAMED_FIELDS = ("transcript", "stats", "toasts")  # what a reply's stream sends the page at once (defer)
 
 
 class Sent(NamedTuple):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import html
 import itertools
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,41 +26,10 @@ from specchat.ui.reply import Exchange, Reply
 from specchat.ui.rounds import ReplyRounds
 from specchat.ui.timeline import timeline_html
 from specchat.ui.transcript import feed_messages
+from specchat.ui.view import LIVE_PANELS, View
 
 CHART_SCOPES = ("this reply", "whole conversation")
 LIVE_TIMELINE_ROUNDS = 24  # rows of the timeline sent while a reply streams (all of them at its end)
-LIVE_PANELS = ("charts", "timeline", "ledger")  # the panels a reply redraws while it streams
-
-
-@dataclass
-class View:
-    """What to change on the page; None leaves a part as it is.
-
-    Attributes:
-        transcript: a feed for the page's transcript (:mod:`specchat.ui.transcript`): the
-            exchanges that changed, or everything after a reset.
-        stats: the stats line (HTML) of the latest reply.
-        table: the conversation table (HTML).
-        figures: the four chart figures.
-        textbox: text to put back in the message box (a message that was not sent).
-        toasts: ``(level, text)`` pairs to show, level "info" or "warning".
-        inspector / timeline / race: the token inspector, the round timeline and the race (HTML).
-        trace_file: a path, the selected reply's trace file (for the download button).
-        ledger / worth: the focused reply's ledger (HTML) and the α-against-c figure.
-    """
-
-    transcript: dict | None = None
-    stats: str | None = None
-    table: str | None = None
-    figures: tuple | None = None
-    textbox: str | None = None
-    toasts: tuple[tuple[str, str], ...] = ()
-    inspector: str | None = None
-    timeline: str | None = None
-    race: str | None = None
-    trace_file: str | None = None  # the selected reply's trace file, for the download button
-    ledger: str | None = None  # the focused reply's ledger (HTML)
-    worth: Any = None  # the α-against-c figure of the conversation's drafters
 
 
 class SessionViews:

@@ -1,0 +1,284 @@
+"""What each event of the page does: :class:`Handlers`, one method per listener, wired by
+:mod:`specchat.ui.wiring` (which event calls which method, with which inputs and outputs).
+
+The handlers hold no logic: each finds the browser session's :class:`~specchat.ui.session.ChatSession`
+and turns the :class:`~specchat.ui.view.View` it returns into ``{component: value}`` updates
+(:meth:`Handlers.updates`, through the page's map of View fields, :data:`specchat.ui.layout.VIEW_OUTPUTS`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import gradio as gr
+
+from specchat.ui.host import compile_note, loading_banner, wait_until_ready
+from specchat.ui.layout import VIEW_OUTPUTS, Page, drafter_menu
+from specchat.ui.render import status_html
+from specchat.ui.session import AUTO, ChatSession, ReplySettings, SessionStore
+from specchat.ui.view import STREAMED_FIELDS, TICKED_FIELDS, View
+
+RESTORED = ("transcript", "stats", "table")  # what a reopened page shows of the conversation its browser kept
+
+
+def _toast(level: str, text: str) -> None:
+    (gr.Warning if level == "warning" else gr.Info)(text)
+
+
+def _invalid_setting(exc: ValueError) -> gr.Error:
+    return gr.Error(f"Invalid setting: {exc}", title="Invalid setting", print_exception=False)
+
+
+class Handlers:
+    """The page's event handlers around one service and its sessions (made by
+    :func:`specchat.ui.wiring.wire_events`). ``kinds``, ``drafter0`` and ``auto`` are
+    :func:`~specchat.ui.wiring.build_ui`'s; ``trace_files`` open on every new page (``app.py --trace``)."""
+
+    def __init__(self, page: Page, service: Any, sessions: SessionStore, *, kinds: list[str], drafter0: str,
+                 auto: bool, trace_files: tuple[str, ...] = ()) -> None:
+        self.page, self.service, self.sessions = page, service, sessions
+        self.kinds, self.drafter0, self.auto, self.trace_files = kinds, drafter0, auto, trace_files
+        self.picked_here: set = set()  # pages (session hashes) where the user picked a drafter
+        # the components a reply's stream updates (the transcript and the stats line)
+        self.streamed = tuple(page.components(*(f for f in VIEW_OUTPUTS if f in STREAMED_FIELDS)))
+        self.restored = tuple(page.components(*RESTORED))
+
+    def session_of(self, request: gr.Request | None) -> ChatSession:
+        return self.sessions.get(getattr(request, "session_hash", None))
+
+    def updates(self, view: View) -> dict:
+        """A session's View as ``{component: value}`` (parts it leaves alone are left out); its toasts shown."""
+        for level, text in view.toasts:
+            _toast(level, text)
+        return self.page.shown(view) or {self.page.stats: gr.skip()}  # Gradio reads an empty dict as one value
+
+    def _panels_only(self, view: View) -> dict:
+        """``view``'s updates without the stats line (the placeholder of an empty update)."""
+        return {k: v for k, v in self.updates(view).items() if k is not self.page.stats}
+
+    # -- sending a message --------------------------------------------------------------------
+    def take_message(self, message, request: gr.Request = None):
+        """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
+        can type the next message while this one waits or streams; the message goes on in
+        ``pending``, its id in ``ticket``; the panel tick starts if a live panel is on screen. If a reply is streaming,
+        the message is shown in the chat, marked queued (the streaming reply's next update
+        carries it: ChatSession.note_sent), and a toast says so."""
+        session = self.session_of(request)
+        sent = session.note_sent(message)
+        if sent.waits and message and message.strip():
+            gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
+                    "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
+        # the message is in the browser's copy at once: a reload before its reply keeps what was typed
+        return "", message, sent.ticket, gr.Timer(active=bool(session.views.panels_visible)), session.saved()
+
+    @staticmethod
+    def reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt) -> ReplySettings:
+        """The settings a reply or a race runs with, from the page's controls (in their input order)."""
+        return ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
+
+    def reply_views(self, session, message, *controls, ticket: int | None = None):
+        """One reply's Views (see ChatSession.respond); an out-of-range setting is a gr.Error."""
+        settings = self.reply_settings(*controls)
+        try:
+            yield from session.respond(message, settings, ticket)
+        except ValueError as exc:  # an out-of-range setting: only an API call can send one
+            raise _invalid_setting(exc) from exc
+
+    def respond(self, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
+                request: gr.Request = None):
+        """The API's /chat: stream one reply, every output."""
+        session = self.session_of(request)
+        for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
+                                     system_prompt):
+            yield self.updates(view)
+
+    def respond_on_page(self, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True,
+                        system_prompt="", ticket=None, request: gr.Request = None):
+        """Sending, step 2: stream one reply (``ticket``: the message's id from step 1), only its
+        transcript and stats line; the other parts wait in the session (ChatSession.defer) for the
+        panel tick and for ``settle``."""
+        session = self.session_of(request)
+        for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
+                                     system_prompt, ticket=ticket):
+            out = self.updates(session.defer(view))
+            if any(c in out for c in self.streamed):  # else nothing to send now
+                yield out
+
+    def tick(self, request: gr.Request = None):
+        """The panel tick (every PLOT_INTERVAL_S while a reply streams and a live panel is on
+        screen): the panels and the table its stream left aside."""
+        return self._panels_only(self.session_of(request).take_deferred(only=TICKED_FIELDS)) or {
+            self.page.timeline: gr.skip()}
+
+    def settle(self, request: gr.Request = None):
+        """After a reply on the page: what its stream left aside (the table, the panels, the
+        inspector, the trace, a message put back in the box); the tick stops unless another
+        message waits (with a live panel on screen)."""
+        session = self.session_of(request)
+        out = self._panels_only(session.take_deferred())
+        return {**out, self.page.panel_tick: gr.Timer(active=session.busy and bool(session.views.panels_visible)),
+                self.page.saved: session.saved()}  # the conversation, kept in the browser for a reload
+
+    def stop_generation(self, request: gr.Request = None):
+        """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
+        said = self.session_of(request).stop()
+        if said:
+            gr.Info(said)
+
+    def clear(self, request: gr.Request = None):
+        session = self.session_of(request)
+        return {**self.updates(session.clear()), self.page.saved: session.saved()}  # {}: the browser's copy emptied
+
+    def cancel_queued(self, ref, request: gr.Request = None):
+        """A queued message's cancel button (its exchange id, from the click hook)."""
+        try:
+            exchange_id = int((ref or "").split("|")[0])
+        except ValueError:
+            return
+        gr.Info(self.session_of(request).cancel_queued(exchange_id))
+
+    def restore(self, saved, request: gr.Request = None):
+        """A page (re)opened: the conversation this browser kept (:meth:`ChatSession.restore`)."""
+        session = self.session_of(request)
+        view = session.restore(saved)
+        if view is None:
+            return {self.page.system_prompt: gr.skip()}
+        shown = {k: v for k, v in self.updates(view).items() if k in self.restored}
+        return {**shown, self.page.system_prompt: session.conversation.system_prompt}
+
+    # -- the controls, the clicks and the panels ------------------------------------------------
+    def set_pin(self, pinned, request: gr.Request = None):
+        self.session_of(request).views.pinned = bool(pinned)
+
+    def set_scope(self, choice, request: gr.Request = None):
+        return self.updates(self.session_of(request).views.set_chart_scope(choice))
+
+    def select(self, ref, request: gr.Request = None):
+        try:
+            return self.updates(self.session_of(request).views.select((ref or "").split("|")[0]))
+        except ValueError:
+            return {self.page.inspector: gr.skip()}
+
+    def set_panels(self, seen, request: gr.Request = None):
+        """The page says which live panels are on screen ("charts,ledger,timeline"): those that
+        changed while off screen are drawn now."""
+        session = self.session_of(request)
+        out = self._panels_only(session.views.show_panels(set((seen or "").split(","))))
+        # the panel tick runs while a reply streams and a live panel is on screen
+        return {**out, self.page.panel_tick: gr.Timer(active=bool(session.views.panels_visible) and session.busy)}
+
+    def open_trace(self, file, request: gr.Request = None):
+        from specchat.analysis.trace import TraceError
+
+        path = getattr(file, "name", file)
+        try:
+            return self.updates(self.session_of(request).open_trace(path))
+        except (TraceError, OSError, UnicodeDecodeError) as exc:
+            raise gr.Error(f"Could not open the trace: {exc}", title="Not a trace", print_exception=False) from exc
+
+    def run_race(self, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
+                 request: gr.Request = None):
+        session = self.session_of(request)
+        settings = self.reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt)
+        race = self.page.race
+        try:
+            for view in session.race.run(session.race.message_for(message), settings):
+                yield {k: v for k, v in self.updates(view).items() if k is race} or {race: gr.skip()}
+        except ValueError as exc:
+            raise _invalid_setting(exc) from exc
+
+    def replay_race(self, request: gr.Request = None):
+        yield {self.page.race: gr.skip()}  # nothing to replay (a refused or stopped race) leaves the panel as it is
+        for view in self.session_of(request).race.replay():
+            yield {self.page.race: view.race}
+
+    # -- the drafter ----------------------------------------------------------------------------
+    def prepare_drafter(self, kind, active):
+        """Load the chosen drafter (the target stays loaded) in a thread, showing its progress;
+        on failure fall back to the active one. (No gr.Progress(track_tqdm=True): it patches
+        tqdm globally and breaks bars that were created before, e.g. by the start-up thread.)"""
+        page, service = self.page, self.service
+        errors: list[BaseException] = []
+        if kind == AUTO:  # the start-up pick: loaded already, or still being measured
+            picked = getattr(service, "picked", None)
+            if not picked:
+                yield {page.drafter_status: status_html("drafter: picking by measurement on this machine…"),
+                       page.active_drafter: AUTO}
+                return
+            kind = picked[0]
+
+        def work():
+            try:
+                service.prepare_drafter(kind)
+            except Exception as exc:  # shown below
+                errors.append(exc)
+
+        worker = threading.Thread(target=work, name=f"prepare-{kind}", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            if worker.is_alive():
+                yield {page.drafter_status: loading_banner(f"Preparing drafter '{kind}'")}
+        if errors:
+            gr.Warning(f"Could not prepare drafter '{kind}': {errors[0]}")
+            yield {page.drafter_status: status_html(f"drafter '{kind}' failed: {errors[0]}", error=True),
+                   page.drafter: active, page.active_drafter: active}
+            return
+        # the dropdown is left alone: it shows the user's latest pick, which a queued later
+        # pick ("always_last") reads when it runs; writing `kind` back would undo that pick
+        yield {page.drafter_status: status_html(f"drafter '{kind}' ready{compile_note(service, kind)}"),
+               page.active_drafter: kind}
+
+    def note_pick(self, request: gr.Request = None):
+        """The user picked a drafter on this page: the start-up pick must not overwrite it."""
+        self.picked_here.add(getattr(request, "session_hash", None))
+
+    def show_loading(self):
+        """On page load: mirror the background loading progress until the models are ready
+        (:meth:`apply_startup_pick` follows)."""
+        for banner in wait_until_ready(self.service):
+            yield {self.page.load_banner: banner}
+        if getattr(self.service, "startup_error", None) is None:  # else the last banner says what failed
+            yield {self.page.load_banner: getattr(self.service, "banner", "")}
+
+    def apply_startup_pick(self, current, request: gr.Request = None):
+        """Once the models are ready: show the start-up drafter (the one picked by measurement,
+        and why), or, if it failed to load, switch this page to target-only and say why. A
+        drafter the user picked on this page while the models loaded stays picked, with that
+        pick's own status line: ``current`` is the menu's value when loading ended (read then, so
+        no event order can hide a pick), and :meth:`note_pick` covers a pick of the menu's first
+        value."""
+        page, service, drafter0 = self.page, self.service, self.drafter0
+        unchanged = {page.drafter_status: gr.skip()}  # Gradio needs one output at least
+        if getattr(service, "startup_error", None) is not None:
+            return unchanged
+        if current not in (drafter0, AUTO) or (
+                current != AUTO and getattr(request, "session_hash", None) in self.picked_here):
+            return unchanged
+        picked = getattr(service, "picked", None) if self.auto else None
+        first = picked[0] if picked and picked[0] in self.kinds else drafter0
+        error = getattr(service, "drafter_errors", {}).get(first)
+        if error is not None:
+            text = f"drafter '{first}' could not be loaded ({error}): answering with the target only"
+            gr.Warning(text)
+            return {page.drafter_status: status_html(text, error=True), page.drafter: "none", page.active_drafter: "none"}
+        why = f" · picked by measurement: {picked[1]}" if picked else ""
+        why += compile_note(service, first)
+        menu = gr.Dropdown(choices=drafter_menu(service, self.kinds, self.auto), **({"value": first} if picked else {}))
+        return {page.drafter_status: status_html(f"drafter '{first}' ready{why}"), page.drafter: menu,
+                **({page.active_drafter: first} if picked else {})}
+
+    # -- a page opened or closed ----------------------------------------------------------------
+    def open_startup_traces(self, request: gr.Request = None):
+        """``app.py --trace FILE``: each new page opens the files given."""
+        session = self.session_of(request)
+        view = None
+        if not session.views.exchanges:
+            for path in self.trace_files:
+                view = session.open_trace(path)
+        return self.updates(view) if view is not None else {self.page.inspector: gr.skip()}
+
+    def drop_session(self, request: gr.Request = None):
+        self.sessions.drop(getattr(request, "session_hash", None))
+        self.picked_here.discard(getattr(request, "session_hash", None))

@@ -1,0 +1,100 @@
+"""The page's wiring as data (specchat.ui.view, layout.VIEW_OUTPUTS, wiring.events): the map from
+View fields to components covers every field, the streaming policy derives the constants the
+session and the page use, each event's outputs are the ones the policy says, and the page's
+JavaScript and CSS files are what the page gets. No model, no server."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specchat.ui import handlers, layout, render, session, session_views, transcript, view, wiring  # noqa: E402
+from specchat.ui.host import TraceOnlyService  # noqa: E402
+from specchat.ui.static_files import STATIC, static_text  # noqa: E402
+
+
+def test_the_policy_derives_the_constants_the_session_and_the_page_use():
+    assert view.STREAMED_FIELDS == ("transcript", "stats", "toasts")
+    assert view.TICKED_FIELDS == ("table", "figures", "timeline", "ledger", "worth")
+    assert view.LIVE_PANELS == ("charts", "timeline", "ledger")
+    assert view.PANEL_FIELDS == ("figures", "timeline", "ledger", "worth")
+    # one View, importable from where it was
+    assert session.View is session_views.View is view.View
+    assert session.STREAMED_FIELDS is view.STREAMED_FIELDS and session_views.LIVE_PANELS is view.LIVE_PANELS
+    # every field has a policy, and every field but the toasts a place on the page
+    fields = [f.name for f in dataclasses.fields(view.View)]
+    assert all(f.metadata["when"] in (view.STREAMED, view.TICKED, view.SETTLED) for f in dataclasses.fields(view.View))
+    assert sorted(layout.VIEW_OUTPUTS) == sorted(set(fields) - {"toasts"})
+    assert set(layout.VIEW_VALUES) <= set(layout.VIEW_OUTPUTS)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return wiring.build_ui(TraceOnlyService("t"), default_drafter="none")
+
+
+def _outputs(demo, name: str) -> list:
+    fns = [fn for fn in demo.fns.values() if fn.name == name]
+    assert fns, name
+    return [b.elem_id or type(b).__name__ for b in fns[0].outputs]
+
+
+def test_each_event_updates_what_the_policy_says(demo):
+    plots = ["plot-alpha", "plot-position", "plot-speed", "plot-theory"]
+    # a reply's stream on the page: the transcript and the stats line only
+    assert _outputs(demo, "respond_on_page") == ["spec-chat", "spec-stats"]
+    # the panel tick: the ticked fields; the reply's end: everything the stream left aside
+    assert _outputs(demo, "tick") == ["spec-table", *plots, "spec-timeline", "spec-ledger", "plot-worth"]
+    aside = ["spec-input", "spec-table", *plots, "spec-inspector", "spec-timeline", "spec-race", "spec-download",
+             "spec-ledger", "plot-worth"]
+    assert _outputs(demo, "settle") == [*aside, "Timer", "BrowserState"]
+    # /chat and an opened trace: every output, textbox first (the API's order)
+    everything = ["spec-input", "spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector", "spec-timeline",
+                  "spec-race", "spec-download", "spec-ledger", "plot-worth"]
+    assert _outputs(demo, "respond") == _outputs(demo, "open_trace") == everything
+    assert _outputs(demo, "set_panels") == [*plots, "spec-timeline", "spec-ledger", "plot-worth", "Timer"]
+    assert _outputs(demo, "clear") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector",
+                                       "spec-timeline", "spec-ledger", "plot-worth", "BrowserState"]
+    assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", "spec-system"]
+
+
+def test_every_handler_is_wired_and_every_event_has_its_handler(demo):
+    named = set()
+
+    def walk(events):
+        for event in events:
+            if event.fn is not None:
+                named.add(event.fn)
+                assert callable(getattr(handlers.Handlers, event.fn)), event.fn
+            walk(event.then)
+
+    walk(wiring.events(False))
+    walk(wiring.events(True))
+    helpers = {"session_of", "updates", "reply_settings", "reply_views"}
+    methods = {n for n, v in vars(handlers.Handlers).items()
+               if not n.startswith("_") and (callable(v) or isinstance(v, staticmethod))}
+    assert methods - helpers == named
+
+
+def test_the_static_files_are_what_the_page_gets():
+    assert layout.CLICK_JS == "\n<script>\n" + static_text("click.js") + "</script>\n"
+    assert transcript.TRANSCRIPT_JS == "\n" + static_text("transcript.js")
+    assert transcript.SET_PLAIN_JS.startswith("(mode) => {") and transcript.SET_PLAIN_JS.endswith("}")
+    for name in ("page.css", "inspector.css", "ledger.css", "transcript.css"):
+        assert static_text(name) in render.CSS, name
+    # the struck-through rejected drafts keep the resampled kind's colour
+    assert f".tok-rejected {{ text-decoration: line-through; color: {render.KIND_COLORS['resampled']};" in render.CSS
+    # no file is left unused
+    used = {"click.js", "transcript.js", "set_plain.js", "set_rejected.js", "page.css", "inspector.css", "ledger.css",
+            "transcript.css"}
+    assert {p.name for p in STATIC.iterdir()} == used
