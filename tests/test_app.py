@@ -30,7 +30,7 @@ from gradio_client import Client
 
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.service import DRAFTER_KINDS, Notice
+from specchat.service import DRAFTER_KINDS, Notice, Pick
 from specchat.ui import app
 from specchat.ui.transcript import feed_messages, unwire
 
@@ -58,6 +58,14 @@ class FakeService:
 
     target_name = "fake-target"
     context_length = 4096
+    # the rest of the service interface (specchat.service_api.ChatServiceProtocol) the page reads
+    runtime = "transformers"
+    compile = False
+    startup_error: BaseException | None = None
+    calibration = None
+    runtime_choice = None
+    compiled = None
+    banner = ""
 
     def __init__(self, *, delay_s: float = 0.0, rounds: int = 1):
         self.delay_s = delay_s
@@ -67,8 +75,9 @@ class FakeService:
         self.prepared: list[str] = []
         self.failing_drafters = {"sibling"}
         self.cancels: list[threading.Event | None] = []
-        self.auto_pick = ("hybrid", "hybrid = lookup first, then sibling, the fastest model drafter measured here")
-        self.picked = None
+        self.auto_pick = Pick("hybrid", "hybrid = lookup first, then sibling, the fastest model drafter measured here")
+        self.picked: Pick | None = None
+        self.drafter_errors: dict[str, BaseException] = {}
 
     def load(self) -> None:
         pass
@@ -88,7 +97,7 @@ class FakeService:
             try:
                 if drafter == "auto":  # ChatService.pick_drafter: by measurement (scripted here)
                     self.picked = self.auto_pick
-                    drafter = self.picked[0]
+                    drafter = self.picked.drafter
                 self.prepare_drafter(drafter)
                 self.warm_up(drafter)
             except Exception as exc:
@@ -102,6 +111,24 @@ class FakeService:
 
     def drafter_kinds(self) -> list[str]:
         return list(DRAFTER_KINDS)
+
+    def runtime_description(self, drafter: str | None = None) -> str:
+        return ""
+
+    def hybrid_part(self) -> str:
+        return "sibling"
+
+    def model_sizes(self, drafter: str):
+        return None
+
+    def encode_chat(self, history, message, max_new_tokens):
+        raise NotImplementedError("the fake streams chat turns only")
+
+    def generate(self, input_ids, *, drafter, config, cancel=None, prefill_progress=False):
+        raise NotImplementedError("the fake streams chat turns only")
+
+    def forget_prefix(self) -> None:
+        pass
 
     def prepare_drafter(self, kind: str) -> None:
         if kind in self.failing_drafters:

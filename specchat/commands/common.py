@@ -9,8 +9,12 @@ import argparse
 import signal
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from specchat.options import PROG
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
 
 TOKEN_STYLES = {"accepted": "green", "resampled": "red", "bonus": "blue", "target": ""}
 """The colour (a rich style) of each token kind in a terminal, as the app's legend: accepted,
@@ -24,7 +28,7 @@ def add_compile_argument(parser: argparse.ArgumentParser) -> None:
                              "target-only runs compiled too")
 
 
-def compile_target(service) -> None:
+def compile_target(service: ChatService) -> None:
     """--compile: build the compiled target's graphs, with progress on stderr."""
     compiled = service.compile_target(lambda text: print(text + " …", file=sys.stderr, flush=True))
     print(f"compiled the target in {sum(compiled.compile_s.values()):.0f} s "
@@ -53,7 +57,7 @@ def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive-gamma", action="store_true", help=argparse.SUPPRESS)  # the default now
 
 
-def load_service(args: argparse.Namespace):
+def load_service(args: argparse.Namespace) -> tuple[ChatService | None, int]:
     """A loaded ChatService with the drafter ready, or an exit status for a bad argument.
     ``args.drafter == "auto"`` becomes the measured pick (:meth:`ChatService.pick_drafter`,
     said on stderr). Each loading stage is printed on stderr as it starts."""
@@ -92,7 +96,7 @@ def load_service(args: argparse.Namespace):
     return service, 0
 
 
-def drafter_cost_note(service, drafter: str) -> str | None:
+def drafter_cost_note(service: ChatService, drafter: str) -> str | None:
     """What ``drafter`` costs here when this machine's calibration on record timed it and its step
     costs at least a target step (it then cannot pay: S(γ) > 1 needs α > c), else None."""
     from specchat.analysis import calibrate
