@@ -643,9 +643,12 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
 def test_the_drafter_line_says_where_compile_stands():
     from types import SimpleNamespace
 
-    assert app.compile_note(SimpleNamespace(compile=False, compiled=None)) == ""
-    compiling = app.compile_note(SimpleNamespace(compile=True, compiled=None))
+    def service(**kwargs):  # the members compile_note reads (specchat.service_api.ChatServiceProtocol)
+        return SimpleNamespace(runtime_description=lambda drafter=None: "", **kwargs)
+
+    assert app.compile_note(service(compile=False, compiled=None)) == ""
+    compiling = app.compile_note(service(compile=True, compiled=None))
     assert "being compiled in the background" in compiling and "eagerly" in compiling
-    done = app.compile_note(SimpleNamespace(compile=True, compiled=object()))
+    done = app.compile_note(service(compile=True, compiled=object()))
     assert "target compiled" in done
     assert app.parse_args(["--compile"]).compile and not app.parse_args([]).compile

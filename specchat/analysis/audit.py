@@ -45,7 +45,7 @@ def _target(service: AuditedService) -> ModelRuntime:
     """
     if service.engine is None:
         raise ValueError("the audit needs the target loaded (service.load())")
-    return _target(service)
+    return service.engine.target
 
 
 @dataclass(frozen=True)
