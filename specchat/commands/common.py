@@ -9,7 +9,9 @@ import argparse
 import signal
 import sys
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from specchat.options import PROG
 
@@ -108,7 +110,7 @@ def drafter_cost_note(service: ChatService, drafter: str) -> str | None:
         except (OSError, ValueError):
             record = None
     label = calibrate.menu_label(drafter, record)
-    return f"{label} (calibrated {record.measured_at[:10]})" if "cannot pay" in label else None
+    return f"{label} (calibrated {record.measured_at[:10]})" if record is not None and "cannot pay" in label else None
 
 
 class StopOnCtrlC:
@@ -117,7 +119,7 @@ class StopOnCtrlC:
 
     def __init__(self) -> None:
         self.cancel = threading.Event()
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None  # the SIGINT handler to put back
 
     def _handle(self, signum, frame) -> None:
         if self.cancel.is_set():
