@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,7 +219,7 @@ class Conversation:
             self.messages += [{"role": "user", "content": turn.message}, {"role": "assistant", "content": turn.text}]
         return True
 
-    def stream(self, stream_fn: StreamFn, message: str, settings: ReplySettings, **kwargs: Any) -> Iterator[Any]:
+    def stream(self, stream_fn: StreamFn, message: str, settings: ReplySettings, **kwargs: Any) -> Generator[Any, None, None]:
         """Stream one turn through ``stream_fn`` (e.g. ``service.stream_chat``), yielding every
         item, and keep it at the end (also when the caller closes the stream early); a stream
         that raises ends a failed turn and re-raises. ``kwargs`` go to ``stream_fn``

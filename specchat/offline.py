@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 ALLOW_DOWNLOAD_ENV = "SPECCHAT_ALLOW_DOWNLOAD"
 _TRUE = ("1", "true", "yes", "on")
@@ -55,6 +56,6 @@ def allow_hub() -> None:
     if "HF_HUB_OFFLINE" in _set_here:
         os.environ.pop("HF_HUB_OFFLINE", None)
         _set_here.discard("HF_HUB_OFFLINE")
-        constants = sys.modules.get("huggingface_hub.constants")
+        constants: Any = sys.modules.get("huggingface_hub.constants")  # a module: its flag is read at call time
         if constants is not None:
             constants.HF_HUB_OFFLINE = False

@@ -9,6 +9,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from specchat.drafters.kinds import KIND_NAMES
 from specchat.offline import ALLOW_DOWNLOAD_ENV, allow_hub
@@ -28,7 +29,7 @@ RUNTIME_HELP = ("what runs the target and the model drafters: llamacpp (the GGUF
 class Parser(argparse.ArgumentParser):
     """argparse that reports a bad argument in one line and exits with status 2."""
 
-    def error(self, message: str) -> None:  # noqa: D102
+    def error(self, message: str) -> NoReturn:  # noqa: D102
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 

@@ -31,7 +31,7 @@ from transformers import LlamaConfig
 from specchat.core.config import GenerationConfig
 from specchat.core.engine import SpeculativeEngine
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
-from specchat.drafters import Draft, ModelDrafter, NgramDrafter
+from specchat.drafters import Draft, Drafter, ModelDrafter, NgramDrafter
 from specchat.runtimes.transformers import TransformersRuntime
 
 EOS_BYTE = 256  # byte tokenizer: ids 0..255 are bytes, 256 is <eos>
@@ -235,8 +235,9 @@ def stream_text(events):
     return "".join(e.text for e in events if isinstance(e, TokenEvent)) + tail
 
 
-class StatelessDrafter:
-    """Base for test drafters without a cache: begin / rollback / end do nothing."""
+class StatelessDrafter(Drafter):
+    """Base for test drafters without a cache: begin / rollback / end do nothing (the optional
+    methods of the Drafter protocol keep their defaults)."""
 
     name = "stateless"
 

@@ -30,7 +30,7 @@ from gradio_client import Client
 
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from specchat.service import DRAFTER_KINDS, Notice
+from specchat.service import DRAFTER_KINDS, Notice, Pick
 from specchat.ui import app
 from specchat.ui.transcript import feed_messages, unwire
 
@@ -58,6 +58,14 @@ class FakeService:
 
     target_name = "fake-target"
     context_length = 4096
+    # the rest of the service interface (specchat.service_api.ChatServiceProtocol) the page reads
+    runtime = "transformers"
+    compile = False
+    startup_error: BaseException | None = None
+    calibration = None
+    runtime_choice = None
+    compiled = None
+    banner = ""
 
     def __init__(self, *, delay_s: float = 0.0, rounds: int = 1):
         self.delay_s = delay_s
@@ -67,8 +75,9 @@ class FakeService:
         self.prepared: list[str] = []
         self.failing_drafters = {"sibling"}
         self.cancels: list[threading.Event | None] = []
-        self.auto_pick = ("hybrid", "hybrid = lookup first, then sibling, the fastest model drafter measured here")
-        self.picked = None
+        self.auto_pick = Pick("hybrid", "hybrid = lookup first, then sibling, the fastest model drafter measured here")
+        self.picked: Pick | None = None
+        self.drafter_errors: dict[str, BaseException] = {}
 
     def load(self) -> None:
         pass
@@ -88,7 +97,7 @@ class FakeService:
             try:
                 if drafter == "auto":  # ChatService.pick_drafter: by measurement (scripted here)
                     self.picked = self.auto_pick
-                    drafter = self.picked[0]
+                    drafter = self.picked.drafter
                 self.prepare_drafter(drafter)
                 self.warm_up(drafter)
             except Exception as exc:
@@ -102,6 +111,24 @@ class FakeService:
 
     def drafter_kinds(self) -> list[str]:
         return list(DRAFTER_KINDS)
+
+    def runtime_description(self, drafter: str | None = None) -> str:
+        return ""
+
+    def hybrid_part(self) -> str:
+        return "sibling"
+
+    def model_sizes(self, drafter: str):
+        return None
+
+    def encode_chat(self, history, message, max_new_tokens):
+        raise NotImplementedError("the fake streams chat turns only")
+
+    def generate(self, input_ids, *, drafter, config, cancel=None, prefill_progress=False):
+        raise NotImplementedError("the fake streams chat turns only")
+
+    def forget_prefix(self) -> None:
+        pass
 
     def prepare_drafter(self, kind: str) -> None:
         if kind in self.failing_drafters:
@@ -616,9 +643,12 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
 def test_the_drafter_line_says_where_compile_stands():
     from types import SimpleNamespace
 
-    assert app.compile_note(SimpleNamespace(compile=False, compiled=None)) == ""
-    compiling = app.compile_note(SimpleNamespace(compile=True, compiled=None))
+    def service(**kwargs):  # the members compile_note reads (specchat.service_api.ChatServiceProtocol)
+        return SimpleNamespace(runtime_description=lambda drafter=None: "", **kwargs)
+
+    assert app.compile_note(service(compile=False, compiled=None)) == ""
+    compiling = app.compile_note(service(compile=True, compiled=None))
     assert "being compiled in the background" in compiling and "eagerly" in compiling
-    done = app.compile_note(SimpleNamespace(compile=True, compiled=object()))
+    done = app.compile_note(service(compile=True, compiled=object()))
     assert "target compiled" in done
     assert app.parse_args(["--compile"]).compile and not app.parse_args([]).compile

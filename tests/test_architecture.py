@@ -18,12 +18,15 @@ ALLOWED = {
     "progress": set(),
     "runtimes": {"core", "drafters", "runtimes", "errors", "progress", "offline"},
     "analysis": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
-    "service": {"core", "drafters", "runtimes", "analysis", "errors", "progress"},
+    # the service's interface: what the page and the commands use of a service (types only below it)
+    "service_api": {"core", "drafters", "runtimes", "analysis", "errors"},
+    "service": {"core", "drafters", "runtimes", "analysis", "errors", "progress", "service_api"},
     "options": {"drafters", "runtimes", "errors", "offline"},
     "conversation": {"core", "drafters"},
-    "ui": {"core", "drafters", "runtimes", "analysis", "service", "conversation", "options", "errors", "progress", "ui"},
-    "commands": {"core", "drafters", "runtimes", "analysis", "service", "conversation", "options", "errors", "progress",
-                 "ui", "commands"},
+    "ui": {"core", "drafters", "runtimes", "analysis", "service", "service_api", "conversation", "options", "errors", "progress",
+           "ui"},
+    "commands": {"core", "drafters", "runtimes", "analysis", "service", "service_api", "conversation", "options", "errors",
+                 "progress", "ui", "commands"},
     "__main__": {"commands"},
     "__init__": {"offline"},
 }
@@ -33,7 +36,7 @@ MAX_FUNCTION_LINES = 120
 # the only modules that import gradio: the page's layout, its handlers and their wiring (the
 # sessions, the views and everything below them run and are tested without it)
 GRADIO_IMPORTERS = {"specchat.ui.layout", "specchat.ui.handlers", "specchat.ui.wiring"}
-MAX_TOP_LEVEL_MODULES = 8
+MAX_TOP_LEVEL_MODULES = 9
 
 
 def modules() -> dict[str, Path]:
@@ -140,3 +143,16 @@ def test_no_function_over_about_120_lines():
                 if size > MAX_FUNCTION_LINES:
                     long[f"{name}.{node.name}"] = size
     assert not long, long
+
+
+def test_the_service_interface_imports_no_model_library_at_run_time():
+    """specchat.service_api names torch's and the analysis' types for the type checker only: the
+    page's light modules and ``specchat --help`` import it without torch."""
+    path = PACKAGE / "service_api.py"
+    tree = ast.parse(path.read_text())
+    for node in tree.body:  # the module's top level, outside `if TYPE_CHECKING:`
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specchat"):
+            raise AssertionError(f"service_api imports {node.module} at run time")
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            assert not {n.split(".")[0] for n in names} & (CORE_FORBIDDEN | {"torch", "numpy"}), names

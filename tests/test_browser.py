@@ -41,7 +41,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
 from specchat.runtimes.transformers import TransformersRuntime
-from specchat.service import ChatService  # noqa: E402
+from specchat.service import ChatService, Pick  # noqa: E402
 from specchat.ui import app  # noqa: E402
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
@@ -680,7 +680,7 @@ def test_a_message_sent_before_the_start_up_pick_runs_with_the_pick_and_says_so(
 
     def pick_drafter(**kwargs):
         assert release.wait(120)
-        return "ngram", "the test's pick"
+        return Pick("ngram", "the test's pick")
 
     monkeypatch.setattr(service, "pick_drafter", pick_drafter)
     service.start("auto")

@@ -7,6 +7,8 @@ import re
 
 from specchat.analysis.trace import CommittedToken, DraftedToken, PositionTrace, RoundTrace
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from specchat.service_api import Pick
+from specchat.ui.host import TraceOnlyService
 from specchat.ui.inspector import inspector_html
 from specchat.ui.race import RaceLane, race_verdict
 from specchat.ui.rounds import ReplyRounds
@@ -91,7 +93,7 @@ def test_timeline_widths_are_proportional_to_the_times():
 
 
 def test_session_select_by_round_and_by_token():
-    session = ChatSession(object())
+    session = ChatSession(TraceOnlyService("tiny"))
 
     from specchat.ui.session import Exchange, Reply, ReplySettings
 
@@ -154,9 +156,17 @@ def test_race_verdict_identical_and_first_difference_with_the_logit_gap():
 def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
     from specchat.ui.session import ReplySettings
 
-    class Service:
+    class Service:  # the members of ChatServiceProtocol a race reads
+        banner, picked, runtime = "", None, "transformers"
+
         def stream_chat(self, *a, **k):
             raise AssertionError("a refused race runs nothing")
+
+        def drafter_kinds(self):
+            return ["none", "sibling"]
+
+        def forget_prefix(self):
+            pass
 
     session = ChatSession(Service())
     views = list(session.race.run(None, ReplySettings("sibling", 4, False, 0.0, 1.0, 16)))
@@ -165,7 +175,7 @@ def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
     assert "Pick a drafter" in views[-1].race
 
     class Offering(Service):  # a service that offers ngram and picked it: "auto" races ngram
-        picked = ("ngram", "measured")
+        picked = Pick("ngram", "measured")
 
         def drafter_kinds(self):
             return ["none", "ngram"]

@@ -306,7 +306,7 @@ def test_decode_time_leaves_out_the_time_the_consumer_holds_the_stream(monkeypat
     clock = [1000.0]
     fn_t = hashed_logits(V, seed=10, scale=3.0)
     engine = SpeculativeEngine(TransformersRuntime(FakeLM(V, fn_t)), None)
-    monkeypatch.setattr(engine, "_now", lambda: clock[0])
+    monkeypatch.setattr(engine, "now", lambda: clock[0])
     for drafter in (None, NgramDrafter()):
         events = []
         for event in engine.generate([1, 2, 1, 2, 1], drafter, GenerationConfig(max_new_tokens=12)):

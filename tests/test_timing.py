@@ -53,7 +53,7 @@ def clocked_engine(monkeypatch, drafter_fn=None):
     fn_t = hashed_logits(V, seed=11, scale=2.0)
     target = ClockedLM(V, fn_t, clock, lambda n: TARGET_MS + PER_POSITION_MS * (n - 1))
     engine = SpeculativeEngine(TransformersRuntime(target), None)
-    monkeypatch.setattr(engine, "_now", lambda: clock[0])
+    monkeypatch.setattr(engine, "now", lambda: clock[0])
     drafter = None
     if drafter_fn is not None:
         drafter = model_drafter(ClockedLM(V, drafter_fn, clock, lambda n: DRAFT_STEP_MS), V)
@@ -275,7 +275,7 @@ def test_a_noisy_target_step_gets_more_timing_rounds_when_they_cost_nothing(monk
         clock = [0.0]
         lm = NoisyClockedLM if noisy else ClockedLM
         engine = SpeculativeEngine(TransformersRuntime(lm(V, fn, clock, lambda n: TARGET_MS + PER_POSITION_MS * (n - 1))), None)
-        monkeypatch.setattr(engine, "_now", lambda: clock[0])
+        monkeypatch.setattr(engine, "now", lambda: clock[0])
         slow = model_drafter(ClockedLM(V, fn, clock, lambda n: 300.0), V)  # 3 target steps per draft
         events = events_of(engine, [3, 1, 4, 1], slow, num_speculative_tokens=2, max_new_tokens=120, measure_speedup=True)
         rounds = rounds_of(events)

@@ -8,13 +8,44 @@ round differently, especially in bf16) explains a divergence; a clear gap means 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent, TokenKind
-from specchat.core.runtime import ModelRuntime
+from specchat.core.runtime import ModelRuntime, scored
+
+if TYPE_CHECKING:
+    from specchat.core.engine import SpeculativeEngine
+    from specchat.core.events import Event
+
+
+class AuditedService(Protocol):
+    """What the audit uses of a service (:class:`specchat.service.ChatService`; tests pass a
+    small one): its engine (the target, for exact reference distributions) and generation."""
+
+    @property
+    def engine(self) -> SpeculativeEngine | None:
+        """The loaded target's engine (the audit needs it loaded)."""
+        ...
+
+    def generate(self, input_ids: list[int], *, drafter: str, config: GenerationConfig) -> Iterator[Event]:
+        """The events of one generation with ``drafter``."""
+        ...
+
+
+def _target(service: AuditedService) -> ModelRuntime:
+    """The service's target runtime.
+
+    Raises:
+        ValueError: the target is not loaded.
+    """
+    if service.engine is None:
+        raise ValueError("the audit needs the target loaded (service.load())")
+    return service.engine.target
 
 
 @dataclass(frozen=True)
@@ -55,7 +86,7 @@ def tie_tolerance(dtype: torch.dtype, top_logit: float) -> float:
     return max(1e-3, 2.0 * torch.finfo(dtype).eps * abs(top_logit))
 
 
-def greedy_tokens(service, input_ids: list[int], drafter: str, max_new_tokens: int, num_speculative_tokens: int = 4):
+def greedy_tokens(service: AuditedService, input_ids: list[int], drafter: str, max_new_tokens: int, num_speculative_tokens: int = 4):
     """Greedy token ids from ``service.generate`` (a ChatService)."""
     config = GenerationConfig(max_new_tokens=max_new_tokens, num_speculative_tokens=num_speculative_tokens)
     done = [e for e in service.generate(input_ids, drafter=drafter, config=config) if isinstance(e, DoneEvent)][0]
@@ -71,7 +102,7 @@ def target_logits(target, ids: list[int], num_logits: int) -> torch.Tensor:
     if isinstance(target, ModelRuntime):
         target.start(ids, max_positions=len(ids), reuse=False)
         try:
-            return target.forward(ids, num_logits=num_logits).float()
+            return scored(target, ids, num_logits).float()
         finally:
             target.release()
     device = next(target.parameters()).device
@@ -102,11 +133,11 @@ def first_divergence(model, input_ids: list[int], reference: list[int], other: l
     )
 
 
-def greedy_check(service, input_ids: list[int], drafter: str, max_new_tokens: int, num_speculative_tokens: int = 4):
+def greedy_check(service: AuditedService, input_ids: list[int], drafter: str, max_new_tokens: int, num_speculative_tokens: int = 4):
     """Greedy with ``drafter`` vs target-only; (reference, speculative, first Divergence or None)."""
     reference = greedy_tokens(service, input_ids, "none", max_new_tokens)
     other = greedy_tokens(service, input_ids, drafter, max_new_tokens, num_speculative_tokens)
-    return reference, other, first_divergence(service.engine.target, input_ids, reference, other)
+    return reference, other, first_divergence(_target(service), input_ids, reference, other)
 
 
 @dataclass(frozen=True)
@@ -151,7 +182,7 @@ def exact_next_token_probs(model, input_ids: list[int], config: GenerationConfig
 
 
 def sampled_check(
-    service, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig, *, progress: bool = False
+    service: AuditedService, input_ids: list[int], drafter: str, num_samples: int, config: GenerationConfig, *, progress: bool = False
 ) -> SampledCheck:
     """Draw the token after ``input_ids`` ``num_samples`` times through the speculative path.
 
@@ -164,7 +195,7 @@ def sampled_check(
     """
     from tqdm.auto import tqdm
 
-    exact = exact_next_token_probs(service.engine.target, input_ids, config)
+    exact = exact_next_token_probs(_target(service), input_ids, config)
     counts = torch.zeros_like(exact)
     num_drafted = num_accepted = 0
     for i in tqdm(range(num_samples), desc="sampled check", unit="draw", disable=not progress, leave=False):
@@ -190,7 +221,7 @@ def _one_draft_config(config: GenerationConfig, seed: int) -> GenerationConfig:
 
 @torch.inference_mode()
 def choose_position(
-    service, input_ids: list[int], reference: list[int], drafter: str, config: GenerationConfig, max_tries: int = 32
+    service: AuditedService, input_ids: list[int], reference: list[int], drafter: str, config: GenerationConfig, max_tries: int = 32
 ) -> int:
     """The reply position the sampled check should use: informative and really drafted.
 
@@ -210,7 +241,7 @@ def choose_position(
     from specchat.core.sampling import logits_to_probs
 
     with torch.inference_mode():
-        logits = target_logits(service.engine.target, input_ids + reference[:-1], len(reference))
+        logits = target_logits(_target(service), input_ids + reference[:-1], len(reference))
     probs = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p).double()
     entropy = -(probs * probs.clamp_min(1e-300).log()).sum(-1)
     order = torch.argsort(entropy, descending=True).tolist()
@@ -222,6 +253,7 @@ def choose_position(
         if first.kind is TokenKind.TARGET:  # no draft at this position
             continue
         p_draft = first.target_prob if first.kind is TokenKind.ACCEPTED else first.rejected_target_prob
+        assert p_draft is not None  # a resampled token carries its rejected draft's p
         score = min(p_draft, 1.0 - p_draft)
         if score >= 0.1:
             return position

@@ -22,15 +22,22 @@ import importlib.metadata
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specchat.core.config import GenerationConfig
-from specchat.core.events import DoneEvent, RoundEvent
+from specchat.core.events import DoneEvent, Event, RoundEvent
 from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes import llamacpp, select
 from specchat.runtimes.select import cpu_name  # noqa: F401 (re-exported: bench_report reads it from here)
+
+if TYPE_CHECKING:
+    import torch
+
+    from specchat.runtimes.chat import Message
+    from specchat.runtimes.registry import ModelEntry, Registry
 
 CALIBRATION_MESSAGE = (
     "Write a Python function is_palindrome(text) that ignores case, spaces and punctuation, "
@@ -139,7 +146,47 @@ class Calibration:
                    None if unsteady is None else float(unsteady))
 
 
-def calibration_key(service) -> dict:
+class KeyedService(Protocol):
+    """What :func:`calibration_key` reads of a service (:class:`specchat.service.ChatService`): its
+    machine settings and model pair."""
+
+    target_entry: ModelEntry
+    drafter_model: str | None  # a sibling that replaces the target's own, if given
+    registry: Registry
+    device: torch.device
+    dtype: torch.dtype
+    runtime: str  # "transformers" | "llamacpp"
+    threads: int | None  # llama.cpp's CPU threads (None: every CPU)
+
+
+class CalibratedService(KeyedService, Protocol):
+    """What :func:`calibrate` uses of a service (:class:`specchat.service.ChatService`) besides
+    its key (:class:`KeyedService`): its drafters, prompts and generation."""
+
+    drafter_errors: dict[str, BaseException]
+
+    def model_drafter_kinds(self) -> list[str]:
+        """The target's drafter kinds that run a model of their own."""
+        ...
+
+    def prepare_drafter(self, kind: str) -> Any:
+        """Load ``kind`` (raises when it cannot be loaded)."""
+        ...
+
+    def warm_up(self, drafter: str = "none", num_tokens: int = 8) -> None:
+        """One short untimed generation with ``drafter`` and one target-only."""
+        ...
+
+    def encode_chat(self, history: list[Message], message: str, max_new_tokens: int) -> tuple[list[int], str | None]:
+        """History + message -> prompt ids, and a notice if trimmed."""
+        ...
+
+    def generate(self, input_ids: list[int], *, drafter: str, config: GenerationConfig) -> Iterator[Event]:
+        """The events of one generation (``SpeculativeEngine.generate``)."""
+        ...
+
+
+def calibration_key(service: KeyedService) -> dict:
     """What a calibration is valid for: the machine (CPU model, cores, torch threads, device,
     dtype, runtime, llama.cpp threads and library, torch / transformers / bitsandbytes versions) and the model pair (a hash of the
     target's and the sibling's models.yaml entries, which name their weights' checksums)."""
@@ -164,9 +211,9 @@ def calibration_key(service) -> dict:
         "device": str(service.device),
         "gpu": torch.cuda.get_device_name(service.device) if service.device.type == "cuda" else None,
         "dtype": str(service.dtype).replace("torch.", ""),
-        "runtime": getattr(service, "runtime", "transformers"),
-        "threads": getattr(service, "threads", None),
-        "llama_library": llamacpp.library_name() if getattr(service, "runtime", None) == "llamacpp" else None,
+        "runtime": service.runtime,
+        "threads": service.threads,
+        "llama_library": llamacpp.library_name() if service.runtime == "llamacpp" else None,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "bitsandbytes": bnb,
@@ -198,7 +245,7 @@ def save(calibration: Calibration, path: Path | None = None) -> Path:
     return select.keep_record(path or default_path(), calibration.to_json())
 
 
-def _reply(service, prompt_ids: list[int], kind: str, num_tokens: int) -> tuple[float, float | None, float | None]:
+def _reply(service: CalibratedService, prompt_ids: list[int], kind: str, num_tokens: int) -> tuple[float, float | None, float | None]:
     """(decode tokens/s, α, draft ms per drafted token) of one greedy reply with adaptive γ, as
     the app runs it (timing rounds off: the rate is compared with separate target-only replies)."""
     config = GenerationConfig(max_new_tokens=num_tokens, num_speculative_tokens=8, adaptive_gamma=True,
@@ -219,7 +266,7 @@ def _reply(service, prompt_ids: list[int], kind: str, num_tokens: int) -> tuple[
     return rate, (accepted / drafted if drafted else None), (draft_ms / drafted if drafted else None)
 
 
-def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_TOKENS,
+def calibrate(service: CalibratedService, kinds: list[str] | None = None, *, num_tokens: int = NUM_TOKENS,
               progress: Callable[[str], None] | None = None) -> Calibration:
     """Time each model drafter (default: every one the target offers) against target-only.
 
@@ -234,7 +281,7 @@ def calibrate(service, kinds: list[str] | None = None, *, num_tokens: int = NUM_
     say = progress or (lambda text: None)
     if kinds is None:  # on llama.cpp not the int4 kinds: their copies are made when picked (kinds.default_order)
         kinds = [k for k in service.model_drafter_kinds()
-                 if not (getattr(service, "runtime", None) == "llamacpp" and drafter_kinds.get(k).int4)]
+                 if not (service.runtime == "llamacpp" and drafter_kinds.get(k).int4)]
     kinds = [k for k in kinds if drafter_kinds.get(k).own_model]
     prompt_ids, _ = service.encode_chat([], CALIBRATION_MESSAGE, num_tokens)
     say("Calibrating: warming up the target")
@@ -267,7 +314,8 @@ def rate_spread(rates: list[float]) -> float:
     return (max(rates) - min(rates)) / statistics.median(rates) if len(rates) > 1 else 0.0
 
 
-def _measure(service, prompt_ids, kinds, num_tokens, say):
+def _measure(service: CalibratedService, prompt_ids: list[int], kinds: list[str], num_tokens: int,
+             say: Callable[[str], None]) -> tuple[list[float], list[DrafterTiming]]:
     """Target-only before and after every drafter: each drafter is compared with the mean of the
     two target-only replies next to it (drift and load hit both alike)."""
     say("Calibrating: target only")

@@ -17,11 +17,15 @@ import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from specchat.analysis.calibrate import CALIBRATION_MESSAGE, NUM_TOKENS, _reply
+from specchat.analysis.calibrate import CALIBRATION_MESSAGE, NUM_TOKENS, CalibratedService, _reply
 from specchat.runtimes import llamacpp, select
+
+if TYPE_CHECKING:
+    from specchat.core.engine import SpeculativeEngine
 
 VERIFY_KS: tuple[int, ...] = tuple(range(1, 14))
 PREFIX_LEN = 192  # cached positions before each timed pass: a short chat turn's context
@@ -71,7 +75,17 @@ def available_runtimes() -> list[str]:
     return ["transformers"] + (["llamacpp"] if llamacpp.unavailable_reason() is None else [])
 
 
-def measure(make_service: Callable[[str], object], entry, threads: int | None, *,
+class MeasuredService(CalibratedService, Protocol):
+    """What :func:`measure` uses of a service (:class:`specchat.service.ChatService`)."""
+
+    engine: SpeculativeEngine | None  # set by load()
+
+    def load(self) -> None:
+        """Load the target."""
+        ...
+
+
+def measure(make_service: Callable[[str], MeasuredService], entry, threads: int | None, *,
             runtimes: Sequence[str] | None = None, num_tokens: int = NUM_TOKENS,
             progress: Callable[[str], None] | None = None) -> dict:
     """Time the target alone on each runtime (see the module docstring), one service at a time.
@@ -85,7 +99,7 @@ def measure(make_service: Callable[[str], object], entry, threads: int | None, *
         with ``"described"``: what ran each (e.g. ``llama.cpp (Q4_K - Medium, …)``).
     """
     say = progress or (lambda text: None)
-    record = {"key": select.measurement_key(entry, threads), "tokens_per_s": {}, "verify_ms": {}, "described": {},
+    record: dict[str, Any] = {"key": select.measurement_key(entry, threads), "tokens_per_s": {}, "verify_ms": {}, "described": {},
               "ks": list(VERIFY_KS), "num_tokens": num_tokens}
     for name in runtimes or available_runtimes():
         say(f"runtime {name}: loading the target")
@@ -97,8 +111,10 @@ def measure(make_service: Callable[[str], object], entry, threads: int | None, *
         rate = statistics.median(_reply(service, prompt_ids, "none", num_tokens)[0] for _ in range(2))
         say(f"runtime {name}: a verify pass over k = 1..{VERIFY_KS[-1]} tokens")
         record["tokens_per_s"][name] = rate
-        record["verify_ms"][name] = verify_costs(service.engine.target)
-        record["described"][name] = select.describe(service.engine.target)
+        engine = service.engine
+        assert engine is not None  # load() made it
+        record["verify_ms"][name] = verify_costs(engine.target)
+        record["described"][name] = select.describe(engine.target)
         del service
         gc.collect()
     record["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

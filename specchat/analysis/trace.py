@@ -36,7 +36,12 @@ def _top_json(top: TopList | None) -> list | None:
 
 
 def _top_from(value: Any) -> TopList | None:
-    return None if value is None else tuple((int(t), float(p)) for t, p in value)
+    return None if value is None else _tops(value)
+
+
+def _tops(value: Any) -> TopList:
+    """``[[id, p], …]`` (a top list that every record has) → TopList."""
+    return tuple((int(t), float(p)) for t, p in value)
 
 
 def round_record(event: RoundEvent) -> dict[str, Any]:
@@ -124,7 +129,7 @@ def trace_records(
     Raises:
         ValueError: a RoundEvent without a trace.
     """
-    config_dict = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    config_dict = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else dict(config)
     config_dict["stop_strings"] = list(config_dict.get("stop_strings") or ())
     yield {"type": "header", "version": TRACE_VERSION, "target": target, "drafter": drafter, "config": config_dict,
            "prompt_ids": [int(i) for i in prompt_ids], "top_k": TRACE_TOP_K, **header}
@@ -234,7 +239,7 @@ def _round_events(r: dict[str, Any]) -> list[Any]:
         for c in r["committed"]
     )
     positions = tuple(
-        PositionTrace(_top_from(p["target_top"]), _top_from(p["target_top_raw"]), _top_from(p.get("draft_top")),
+        PositionTrace(_tops(p["target_top"]), _tops(p["target_top_raw"]), _top_from(p.get("draft_top")),
                       _top_from(p.get("draft_top_raw")), _top_from(p.get("residual_top")), _proof_from(p.get("proof")))
         for p in r["positions"]
     )
@@ -297,7 +302,7 @@ def _proof_from(value: Any) -> ProofTrace | None:
     other = tuple(float(x) for x in value.get("other") or (0.0, 0.0, 0.0))
     if len(other) != 3:
         raise ValueError("proof.other needs three numbers")
-    return ProofTrace(float(value["beta"]), rows, other)  # type: ignore[arg-type]
+    return ProofTrace(float(value["beta"]), rows, other)
 
 
 def _done_event(r: dict[str, Any]) -> DoneEvent:

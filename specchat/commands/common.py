@@ -10,8 +10,14 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from specchat.options import PROG
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
 
 TOKEN_STYLES = {"accepted": "#2f9e44", "resampled": "#e8590c", "bonus": "#7048e8", "target": ""}
 """The colour (a rich style) of each token kind in a terminal: the page's legend colours
@@ -36,7 +42,7 @@ def add_compile_argument(parser: argparse.ArgumentParser) -> None:
                              "target-only runs compiled too")
 
 
-def compile_target(service) -> None:
+def compile_target(service: ChatService) -> None:
     """--compile: build the compiled target's graphs, with progress on stderr."""
     compiled = service.compile_target(lambda text: print(text + " …", file=sys.stderr, flush=True))
     print(f"compiled the target in {sum(compiled.compile_s.values()):.0f} s "
@@ -65,7 +71,7 @@ def add_speculation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive-gamma", action="store_true", help=argparse.SUPPRESS)  # the default now
 
 
-def load_service(args: argparse.Namespace):
+def load_service(args: argparse.Namespace) -> tuple[ChatService | None, int]:
     """A loaded ChatService with the drafter ready, or an exit status for a bad argument.
     ``args.drafter == "auto"`` becomes the measured pick (:meth:`ChatService.pick_drafter`,
     said on stderr). Each loading stage is printed on stderr as it starts."""
@@ -99,7 +105,7 @@ def load_service(args: argparse.Namespace):
     return service, 0
 
 
-def drafter_cost_note(service, drafter: str) -> str | None:
+def drafter_cost_note(service: ChatService, drafter: str) -> str | None:
     """What ``drafter`` costs here when this machine's calibration on record timed it and its step
     costs at least a target step (it then cannot pay: S(γ) > 1 needs α > c), else None."""
     from specchat.analysis import calibrate
@@ -111,7 +117,7 @@ def drafter_cost_note(service, drafter: str) -> str | None:
         except (OSError, ValueError):
             record = None
     label = calibrate.menu_label(drafter, record)
-    return f"{label} (calibrated {record.measured_at[:10]})" if "cannot pay" in label else None
+    return f"{label} (calibrated {record.measured_at[:10]})" if record is not None and "cannot pay" in label else None
 
 
 class StopOnCtrlC:
@@ -120,7 +126,7 @@ class StopOnCtrlC:
 
     def __init__(self) -> None:
         self.cancel = threading.Event()
-        self._previous = None
+        self._previous: Callable[[int, FrameType | None], Any] | int | None = None  # the SIGINT handler to put back
 
     def _handle(self, signum, frame) -> None:
         if self.cancel.is_set():

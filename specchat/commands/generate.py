@@ -170,7 +170,7 @@ def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sam
     )
 
 
-def _sample_json(done: DoneEvent, metrics: SpeculationMetrics, args: argparse.Namespace, seed: int) -> dict:
+def _sample_json(done: DoneEvent, metrics: SpeculationMetrics, args: argparse.Namespace, seed: int | None) -> dict:
     return {
         "text": done.text,
         "token_ids": list(done.token_ids),

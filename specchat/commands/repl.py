@@ -109,13 +109,13 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
         if not arg:
             return f"temperature {state.temperature:g}"
         try:
-            value = float(arg)
+            temperature = float(arg)
         except ValueError:
-            value = -1.0
-        if not 0.0 <= value <= MAX_TEMPERATURE:
+            temperature = -1.0
+        if not 0.0 <= temperature <= MAX_TEMPERATURE:
             return f"temperature must be 0..{MAX_TEMPERATURE}, not {arg!r}"
-        state.temperature = value
-        return f"temperature {value:g}"
+        state.temperature = temperature
+        return f"temperature {temperature:g}"
     return f"unknown command /{name}; /help lists them"
 
 

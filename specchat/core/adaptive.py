@@ -52,9 +52,9 @@ alone, so the output distribution is unchanged (lossless for any γ).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from specchat.core.draft import Drafter
 from specchat.core.events import RoundEvent
 from specchat.core.round_costs import WARMUP_ROUNDS, RelativeCosts  # noqa: F401 (WARMUP_ROUNDS: re-exported)
 
@@ -198,6 +198,7 @@ class AdaptiveGamma:
         (P − 1 + E[N]); P is the least integer >= 2 that keeps this at most :data:`PROBE_BUDGET`
         (1 when a probe loses nothing). Needs the costs known."""
         expected, rounds = curves or self._curves()
+        assert rounds is not None, "needs the costs known"
         loss = rounds[num_speculative_tokens - 1] + self.catch_up_cost() - expected[num_speculative_tokens - 1]
         if loss <= 0:
             return 1
@@ -207,6 +208,7 @@ class AdaptiveGamma:
         """The γ a probe drafts: the least loss T(γ)/t₁ − E[N](γ) against target-only steps over
         1…γ_max (ties: the smaller γ). Needs the costs known."""
         expected, rounds = curves or self._curves()
+        assert rounds is not None, "needs the costs known"
         losses = [rounds[g] - expected[g] for g in range(self.max_num_speculative_tokens)]
         return 1 + min(range(len(losses)), key=lambda i: round(losses[i], 9))
 
@@ -285,7 +287,7 @@ class AdaptiveGamma:
         best, best_s = 1, float("-inf")
         for gamma in range(1, self.max_num_speculative_tokens + 1):
             s = self._speedup(gamma, curves)
-            if s > best_s + 1e-12:
+            if s is not None and s > best_s + 1e-12:
                 best, best_s = gamma, s
         return best, best_s
 
@@ -350,15 +352,15 @@ class GammaPolicy:
             timed one (:attr:`AdaptiveGamma.catch_up_prior_ms`), ms; None when unknown.
     """
 
-    def __init__(self, controllers: dict, costs: dict, drafter, max_num_speculative_tokens: int, greedy: bool,
+    def __init__(self, controllers: dict[tuple[str, int, bool, str], AdaptiveGamma], costs: dict[tuple[str, int, bool], RelativeCosts],
+                 drafter: Drafter, max_num_speculative_tokens: int, greedy: bool,
                  catch_up_ms: float | None = None):
         self._key = (drafter.name, max_num_speculative_tokens, greedy)
         self._catch_up_ms = catch_up_ms
         self.costs = costs.setdefault(self._key, RelativeCosts())
         self.costs.new_reply()
         self._controllers = controllers
-        self._round_source: Callable | None = getattr(drafter, "round_source", None)
-        self._free_draft: Callable | None = getattr(drafter, "free_draft", None)
+        self._drafter = drafter
         self._replied: set = set()
         self.controller: AdaptiveGamma | None = None
         self._pending: tuple[AdaptiveGamma, list[int]] | None = None  # this round's free draft, if it drafts nothing
@@ -367,11 +369,11 @@ class GammaPolicy:
     def choose(self, ids: list[int], timing: bool) -> tuple[int, bool, bool]:
         """(γ, drafting paused, the controller's own t₁ round) for the round after ``ids``; γ = 0
         when ``timing`` (the engine's timing round)."""
-        source = self._round_source(ids) if self._round_source is not None else ""
+        source = self._drafter.round_source(ids)
         key = (*self._key, source)
         controller = self._controllers.get(key)
         if controller is None:
-            free = self._free_draft is not None and bool(self._free_draft(ids))
+            free = bool(self._drafter.free_draft(ids))
             # a new lookup source starts paused: judged for free until its own evidence says it pays
             controller = self._controllers[key] = AdaptiveGamma(self._key[1], costs=self.costs, source=source, free=free,
                                                                 paused=free)
@@ -383,10 +385,16 @@ class GammaPolicy:
         gamma = 0 if timing else controller.choose()
         self._pending = None
         if gamma == 0 and controller.free:
-            tokens = self._free_draft(ids)[: self._key[1]]
+            tokens = self._drafter.free_draft(ids)[: self._key[1]]
             self._pending = (controller, [int(t) for t in tokens]) if tokens else None
         paused = not timing and gamma == 0 and controller.paused
         return gamma, paused, not timing and gamma == 0 and not controller.paused
+
+    @property
+    def paused_speedup(self) -> float | None:
+        """The speedup the current controller predicts for its best γ (``RoundEvent.paused_speedup``
+        of a round it paused); None before :meth:`choose`."""
+        return None if self.controller is None else self.controller.best_predicted_speedup
 
     def update(self, event: RoundEvent, committed: list[int]) -> None:
         """Fold in the round and the free drafts it judges (``committed``: the round's committed
@@ -394,6 +402,7 @@ class GammaPolicy:
         against the token committed now, its second against the next committed token if the first
         was right, and so on (whatever the later rounds draft: the committed tokens are the
         target's either way), so every position's acceptance is measured while drafting pauses."""
+        assert self.controller is not None, "choose() comes before update()"
         self.controller.update(event)
         if self._pending is not None and not event.num_drafted:
             self._chains.append([*self._pending, 0])

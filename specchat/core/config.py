@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 MAX_NUM_SPECULATIVE_TOKENS = 16
 MAX_TEMPERATURE = 2.0
@@ -114,3 +115,13 @@ def _integer(x: object) -> bool:
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class CancelFlag(Protocol):
+    """What stops a generation: a ``threading.Event``, or anything with its ``is_set`` (the
+    ZeroGPU worker's flag, :mod:`specchat.ui.zerogpu`). Checked before each round and each
+    prefill pass."""
+
+    def is_set(self) -> bool:
+        """True once the generation should stop."""
+        ...

@@ -5,6 +5,7 @@ the engine (:mod:`specchat.core.engine`) knows only this protocol."""
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,13 +64,18 @@ class Drafter(Protocol):
     finally ``end``. The engine owns the committed sequence and passes it in; a stateful
     drafter keeps only what ``rollback`` allows.
 
-    A drafter whose ``begin`` prefills a model may also offer ``begin_in_steps(prompt_ids)``, a
-    generator of ``(tokens computed, tokens to compute, seconds of the last pass)`` that does
-    what ``begin`` does, pass by pass; the engine then calls it instead of ``begin``, reports
-    the progress (PrefillEvent) and can stop between passes (:class:`specchat.drafters.model.ModelDrafter`).
+    The four methods above are required. The rest are optional: the engine calls each of them
+    on every drafter, and a drafter that subclasses this protocol explicitly
+    (``class NgramDrafter(Drafter)``, PEP 544) inherits the default written here, which does
+    what a drafter without that feature needs (nothing, mostly). A drafter that only matches
+    the protocol structurally must define them all.
     """
 
     name: str
+    #: True for a drafter whose ``begin`` prefills a model over the prompt: the engine then
+    #: calls :meth:`begin_in_steps` instead of ``begin``, reports the progress (PrefillEvent)
+    #: and counts the drafter's part in a prefill's remaining time. Default False (no model).
+    has_model: bool = False
 
     def begin(self, prompt_ids: list[int]) -> None:
         """Start a new generation for ``prompt_ids`` (may prefill a cache)."""
@@ -84,3 +90,39 @@ class Drafter(Protocol):
 
     def end(self) -> None:
         """Release per-generation state (caches). Safe to call twice."""
+
+    # -- optional: the defaults suit a drafter with no model and no cache ------------------
+    def begin_in_steps(self, prompt_ids: list[int]) -> Generator[tuple[int, int, float], None, None]:
+        """``begin`` pass by pass (called instead of it when :attr:`has_model`): yields
+        ``(tokens computed, tokens to compute, seconds of the last pass)`` after each forward
+        pass, first ``(0, n, 0.0)``; the engine can stop between passes. Default: ``begin``,
+        yielding nothing."""
+        self.begin(prompt_ids)
+        yield from ()
+
+    def keep_prefix(self, ids: list[int]) -> None:
+        """Keep the cache of the committed ``ids`` for the next ``begin`` (called after a
+        generation that ended normally, before ``end``). Default: nothing is kept."""
+        return None
+
+    def forget_prefix(self) -> None:
+        """Drop a cache kept by :meth:`keep_prefix` (frees its memory). Default: nothing to drop."""
+        return None
+
+    def round_source(self, ids: list[int]) -> str:
+        """Which of the drafter's sources drafts the round after the committed ``ids`` (adaptive
+        γ keeps one controller per source; e.g. the hybrid's ``"lookup-long"``); a function of
+        ``ids`` only. Default ``""``: one source."""
+        return ""
+
+    def free_draft(self, ids: list[int]) -> list[int]:
+        """What the drafter would propose for ``ids`` at no cost (a lookup), judged by adaptive γ
+        against the target's token in a round that drafts nothing; [] when drafting would cost
+        a model step. Default []: nothing is free."""
+        return []
+
+    @property
+    def max_catch_up_tokens(self) -> int | None:
+        """The most committed ids a model drafter reads when it is behind (bounded catch-up), for
+        adaptive γ's estimate of a paused drafter's catch-up cost; default None (no model)."""
+        return None

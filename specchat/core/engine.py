@@ -22,23 +22,22 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from specchat.core.adaptive import AdaptiveGamma, GammaPolicy
-from specchat.core.config import GenerationConfig
+from specchat.core.config import CancelFlag, GenerationConfig
 from specchat.core.costs import timing_round_due
 from specchat.core.draft import Draft, Drafter
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.generation import Generation, token_event
-from specchat.core.prefill import PrefillRates, run_prefill
+from specchat.core.prefill import E, PrefillRates, run_prefill
 from specchat.core.round_costs import RelativeCosts
 from specchat.core.roundtrace import build_round_trace
-from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
+from specchat.core.runtime import ModelRuntime, keep_for_reuse, scored, synced_now
 from specchat.core.sampling import VerifyResult, logits_to_probs, verify_draft
 from specchat.core.text import StreamingDetokenizer, Tokenizer
 
@@ -103,6 +102,11 @@ class SpeculativeEngine:
         kept = self.kept_ids
         return self.target.num_cached == (len(kept) if kept is not None else 0)
 
+    @property
+    def generating(self) -> bool:
+        """Whether a generation owns the engine now (one running, or abandoned and not yet finalised)."""
+        return self._current is not None
+
     def forget_prefix(self) -> None:
         """Drop the kept cache (the next prompt is prefilled whole; frees its memory)."""
         self._reusable = False
@@ -113,7 +117,7 @@ class SpeculativeEngine:
         prompt_ids: list[int],
         drafter: Drafter | None,
         config: GenerationConfig,
-        cancel: threading.Event | None = None,
+        cancel: CancelFlag | None = None,
         *,
         prefill_progress: bool = False,
     ) -> Iterator[Event]:
@@ -152,10 +156,8 @@ class SpeculativeEngine:
         if not prompt_ids:
             raise ValueError("the prompt is empty: give at least one token")
         if len(prompt_ids) >= self.context_length:
-            raise ValueError(
-                f"the prompt has {len(prompt_ids)} tokens; the context window holds "
-                f"{self.context_length}, so there is no room for a reply"
-            )
+            raise ValueError(f"the prompt has {len(prompt_ids)} tokens; the context window holds "
+                             f"{self.context_length}, so there is no room for a reply")
         token = object()  # this generation's identity, for a safe cleanup
         self._current = token
         try:
@@ -171,7 +173,7 @@ class SpeculativeEngine:
                     self._reusable = keep_for_reuse(self.target, ids)
                     if not self._reusable:  # nothing to keep, or a cache that cannot be cut
                         self.target.release()
-                    if drafter_ok and hasattr(drafter, "keep_prefix"):
+                    if drafter_ok and drafter is not None:
                         drafter.keep_prefix(ids)
                 else:
                     self.target.release()
@@ -184,7 +186,7 @@ class SpeculativeEngine:
         prompt_ids: list[int],
         drafter: Drafter | None,
         config: GenerationConfig,
-        cancel: threading.Event | None,
+        cancel: CancelFlag | None,
         prefill_progress: bool = False,
     ) -> Iterator[Event]:
         if cancel is not None and cancel.is_set():  # stopped while it waited (e.g. in the app's queue)
@@ -197,7 +199,7 @@ class SpeculativeEngine:
             num_prompt_tokens=len(prompt_ids),
         )
 
-        t0 = self._now()
+        t0 = self.now()
         self._finished = None
         prefix = state.ids[:-1]  # every prompt token but the last (the first round feeds it)
         with torch.inference_mode():
@@ -206,23 +208,23 @@ class SpeculativeEngine:
                 prefix, max_positions=len(prompt_ids) + config.max_new_tokens, reuse=reusable
             )
         prefilled, whole = yield from run_prefill(self, state, prefix[reused:], t0, cancel, prefill_progress)
-        prefill_ms = (self._now() - t0 - state.paused_s) * 1000
+        prefill_ms = (self.now() - t0 - state.paused_s) * 1000
         state.paused_s = 0.0
-        state.decode_start = self._now()
+        state.decode_start = self.now()
         if not whole:  # Stop in the prefill: what the target read stays for reuse (a cache holds all but the last id)
             self._finished = (prompt_ids[: self.target.num_cached + 1], False)
             yield DoneEvent(StopReason.CANCELLED, (), (), "", prefill_ms, 0.0, len(prompt_ids),
                             prompt_ids=tuple(prompt_ids), num_prefilled=prefilled)
             return
         if state.drafter_failure is not None:
-            yield from self._hand_over(state, [state.drafter_failure])
+            yield from self.hand_over(state, [state.drafter_failure])
 
         # adaptive γ: a controller per drafting source, kept across generations (GammaPolicy)
         policy = None
         if state.drafter is not None and config.adaptive_gamma:
             # a paused model drafter's catch-up reads up to max_catch_up_tokens at its prompt-reading rate
             rate = self.prefill_rates.ms_per_token.get(state.drafter.name)
-            catch_up = getattr(state.drafter, "max_catch_up_tokens", None)
+            catch_up = state.drafter.max_catch_up_tokens
             policy = GammaPolicy(self.gamma_controllers, self.gamma_costs, state.drafter,
                                  config.num_speculative_tokens, config.greedy,
                                  catch_up_ms=rate * catch_up if rate and catch_up else None)
@@ -243,13 +245,13 @@ class SpeculativeEngine:
             committed_before = len(state.ids)
             with torch.inference_mode():
                 events = self._round(state, config, generator, gamma, timing=timing, drafting_paused=drafting_paused,
-                                     paused_speedup=policy.controller.best_predicted_speedup if drafting_paused else None)
-            if drafting and state.drafter is None:  # the drafter failed this round
+                                     paused_speedup=policy.paused_speedup if policy is not None and drafting_paused else None)
+            if drafting and state.drafter is None and state.drafter_failure is not None:  # the drafter failed this round
                 policy = None
                 events.insert(0, state.drafter_failure)
             elif policy is not None:
-                policy.update(events[-1], state.ids[committed_before:])
-            yield from self._hand_over(state, events)  # outside inference mode: the consumer's code runs normally
+                policy.update(cast(RoundEvent, events[-1]), state.ids[committed_before:])  # a round ends with its RoundEvent
+            yield from self.hand_over(state, events)  # outside inference mode: the consumer's code runs normally
 
         self._finished = (list(state.ids), state.drafter is not None)
         yield DoneEvent(
@@ -284,11 +286,11 @@ class SpeculativeEngine:
         TokenEvents, then its RoundEvent. With no drafter (or γ = 0, a timing round) the round
         is a plain target-only decode step that commits one target token."""
         num_committed_before = len(state.ids)
-        t_start, asked = self._now(), state.drafter is not None and num_speculative_tokens > 0  # else no drafter time
+        t_start, asked = self.now(), state.drafter is not None and num_speculative_tokens > 0  # else no drafter time
         draft = self._draft(state, config, generator, num_speculative_tokens)  # 1. x1..xγ and q
-        t_verify = self._now()
+        t_verify = self.now()
         target_logits, target_probs, result = self._verify(state, draft, config, generator)  # 2-4. p, accept, resample, bonus or target
-        verify_ms = (self._now() - t_verify) * 1000
+        verify_ms = (self.now() - t_verify) * 1000
         self._roll_back(state, num_committed_before + result.num_accepted)  # keep the verified prefix only
         token_events = self._commit(state, config, draft, result, target_probs)  # a stop may cut the commit
         round_event = self._round_event(
@@ -319,7 +321,7 @@ class SpeculativeEngine:
         room = self.context_length - len(state.ids)
         max_draft = min(num_speculative_tokens, remaining - 1, room - 1)
         if state.drafter is not None and max_draft > 0:
-            draft = self._call_drafter(state, state.drafter.propose, state.ids, max_draft, config, generator)
+            draft = self.call_drafter(state, state.drafter.propose, state.ids, max_draft, config, generator)
             if state.drafter is not None:  # else it failed: this round and the rest are target-only
                 self._check_draft(state.drafter, draft.token_ids, draft.draft_probs, max_draft)
                 return draft
@@ -333,7 +335,7 @@ class SpeculativeEngine:
         warpers), and :func:`~specchat.core.sampling.verify_draft` accepts a prefix, then resamples
         or adds a bonus (or, with no draft, draws the target's token). Returns (logits, p, the result)."""
         token_ids = [state.ids[-1], *draft.token_ids.tolist()]
-        target_logits = self.target.forward(token_ids, num_logits=len(token_ids))
+        target_logits = scored(self.target, token_ids, len(token_ids))
         target_probs = logits_to_probs(
             target_logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p
         )
@@ -344,7 +346,7 @@ class SpeculativeEngine:
         the committed prefix plus the accepted drafts (the rejected ones are removed)."""
         self.target.truncate(num_valid)
         if state.drafter is not None:
-            self._call_drafter(state, state.drafter.rollback, num_valid)
+            self.call_drafter(state, state.drafter.rollback, num_valid)
 
     def _commit(
         self,
@@ -454,24 +456,25 @@ class SpeculativeEngine:
         return dataclasses.replace(event, timing_next=state.timing_next)
 
     # -- the consumer, the drafter's failures, contract checks ------------------------------
-    def _hand_over(self, state: Generation, events: list[Event]) -> Iterator[Event]:
+    def hand_over(self, state: Generation, events: list[E]) -> Iterator[E]:
         """Yield ``events``; the time the consumer holds them (rendering a page, say) is kept
         in ``state.paused_s`` and left out of the decode time, as it is not decoding."""
-        start = self._now()
+        start = self.now()
         yield from events
-        state.paused_s += self._now() - start
+        state.paused_s += self.now() - start
 
     def _decode_ms(self, state: Generation) -> float:
         """Milliseconds spent decoding so far: wall time since the prefill ended, less the time
         the consumer held the stream between rounds."""
-        return (self._now() - state.decode_start - state.paused_s) * 1000
+        return (self.now() - state.decode_start - state.paused_s) * 1000
 
-    def _call_drafter(self, state: Generation, method: Callable[..., Any], *args: Any) -> Any:
+    def call_drafter(self, state: Generation, method: Callable[..., Any], *args: Any) -> Any:
         """``method(*args)``, a method of ``state.drafter``. If the drafter raises, it is dropped:
         ``state.drafter`` becomes None (the rest of the generation is target-only), a
         DrafterFailedEvent is kept in ``state.drafter_failure``, its caches are released, and
         None is returned."""
         drafter = state.drafter
+        assert drafter is not None, "call_drafter calls a method of the generation's drafter"
         try:
             return method(*args)
         except Exception as exc:  # out of memory, a broken drafter model: fall back, visibly
@@ -497,9 +500,8 @@ class SpeculativeEngine:
         if n and (int(draft_ids.min()) < 0 or int(draft_ids.max()) >= self.vocab_size):
             raise RuntimeError(f"drafter {drafter.name!r} proposed an id outside the target's vocabulary 0..{self.vocab_size - 1}")
         if draft_probs is not None and tuple(draft_probs.shape) != (n, self.vocab_size):
-            raise RuntimeError(
-                f"drafter {drafter.name!r} returned draft_probs of shape {tuple(draft_probs.shape)}, need ({n}, {self.vocab_size})"
-            )
+            raise RuntimeError(f"drafter {drafter.name!r} returned draft_probs of shape {tuple(draft_probs.shape)}, "
+                               f"need ({n}, {self.vocab_size})")
 
     # -- helpers --------------------------------------------------------------------------
     def _token_text(self, token_id: int) -> str:
@@ -510,9 +512,8 @@ class SpeculativeEngine:
         return text
 
     def _decode(self, ids: list[int]) -> str:
-        if self.tokenizer is None or not ids:
-            return ""
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
+        return "" if self.tokenizer is None or not ids else self.tokenizer.decode(ids, skip_special_tokens=False)
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """The engine's clock, seconds (synced with the device's queued work)."""
         return synced_now(self.device)

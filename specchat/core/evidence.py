@@ -84,7 +84,14 @@ class MeasuredSpeedup:
 
     def short(self) -> str:
         """``1.21× ±0.05`` when shown, else ``–``."""
-        return f"{self.value:.2f}× ±{self.value * self.half_width:.2f}" if self.shown else "–"
+        if not self.shown or self.value is None or self.half_width is None:  # shown: neither is None
+            return "–"
+        return f"{self.value:.2f}× ±{self.value * self.half_width:.2f}"
+
+    def above_one(self) -> bool:
+        """Whether the figure is shown and its whole 95 % interval lies above 1 (a measured gain)."""
+        interval = self.interval
+        return self.shown and interval is not None and interval[0] > 1.0
 
     def basis(self) -> str:
         """What the figure rests on: ``12 target-only steps timed in this reply`` or why it is held
@@ -131,7 +138,7 @@ def break_even_sentence(even: BreakEven, *, measured: MeasuredSpeedup | None = N
     costs = (f"drafting one token costs c = {even.draft_cost:.2f} target steps and the verify pass over "
              f"{gamma + 1} positions {even.verify_cost:.2f}")
     if even.never_pays:
-        if measured is not None and measured.shown and measured.interval[0] > 1.0:
+        if measured is not None and measured.above_one():
             return (f"{costs}: a round of γ = {gamma} costs {even.round_cost:.2f} target steps by these averages, yet "
                     f"the reply measured {measured.short()}: its timed rounds disagree on what a round costs")
         return (f"{costs}: a round of γ = {gamma} costs {even.round_cost:.2f} target steps and commits at most "
@@ -140,6 +147,7 @@ def break_even_sentence(even: BreakEven, *, measured: MeasuredSpeedup | None = N
         return (f"{costs}: a round of γ = {gamma} costs {even.round_cost:.2f} target steps, no more than one, "
                 f"so drafting pays at any acceptance rate")
     threshold = even.acceptance
+    assert threshold is not None  # None only when it never pays or always pays (both answered above)
     if at_least(threshold) == "1":  # below 1 by less than 10⁻⁶: no acceptance rate short of every draft
         return (f"{costs}: a round of γ = {gamma} costs {even.round_cost:.2f} target steps, so it pays only if every "
                 f"draft is accepted")
@@ -241,10 +249,10 @@ def contradictions(text: str, metrics) -> list[str]:
         if float(threshold) >= 1.0:
             found.append(f"a threshold of {threshold} written as a condition on α")
     measured = measured_speedup(metrics)
-    if "no acceptance rate can pay" in text and measured.shown and measured.interval[0] > 1.0:
+    if "no acceptance rate can pay" in text and measured.above_one():
         found.append(f"'no acceptance rate can pay' next to a measured {measured.short()}")
     for value, half in re.findall(r"(\d+\.\d\d)× ±(\d+\.\d\d) against", text):
-        if not measured.shown:
+        if not measured.shown or measured.value is None or measured.half_width is None:  # shown: neither is None
             found.append(f"a speedup of {value}× shown from {measured.num_steps} target step(s)")
         elif abs(float(value) - measured.value) > 0.006 or abs(float(half) - measured.value * measured.half_width) > 0.006:
             found.append(f"a speedup of {value}× ±{half} where the reply measured {measured.short()}")

@@ -263,7 +263,8 @@ class SpeculationMetrics:
             return None
         curve = [self.costs.predicted_speedup(theory.expected_tokens_per_round(alpha, g), g)
                  for g in range(1, max_gamma + 1)]
-        return None if any(s is None for s in curve) else curve
+        speedups = [s for s in curve if s is not None]
+        return None if len(speedups) < len(curve) else speedups
 
     def summary(self) -> dict[str, float | int | None]:
         """The headline numbers as a flat JSON-friendly dict."""

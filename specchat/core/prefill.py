@@ -10,13 +10,14 @@ stop when asked. The KV states are the same as one pass's (causal attention).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-from specchat.core.events import PrefillEvent
+from specchat.core.config import CancelFlag
+from specchat.core.draft import Drafter
+from specchat.core.events import Event, PrefillEvent
 from specchat.core.generation import Generation
 from specchat.core.runtime import ModelRuntime, synced_now
 
@@ -58,7 +59,7 @@ def prefill_in_chunks(
         yield done, seconds
 
 
-def prefill_steps(runtime: ModelRuntime, token_ids: Sequence[int]) -> Iterator[tuple[int, int, float]]:
+def prefill_steps(runtime: ModelRuntime, token_ids: Sequence[int]) -> Generator[tuple[int, int, float], None, None]:
     """:func:`prefill_in_chunks` as steps to report: ``(0, n, 0.0)`` before the first pass, then
     ``(tokens fed so far, n, seconds that pass took)`` after each (n = ``len(token_ids)``);
     nothing when there is nothing to feed. The shape of ``begin_in_steps`` (a model drafter's
@@ -82,7 +83,7 @@ class PrefillRates:
         if num_tokens >= 32 and seconds > 0:
             self.ms_per_token[model] = seconds * 1000 / num_tokens
 
-    def remaining_ms(self, model: str, done: int, total: int, num_target: int, drafter: object | None) -> float | None:
+    def remaining_ms(self, model: str, done: int, total: int, num_target: int, drafter: Drafter | None) -> float | None:
         """The time left for a prefill (:attr:`PrefillEvent.remaining_ms`), ms: ``model`` has
         ``total − done`` tokens left; during the target's part a model drafter's part is counted
         too (``num_target`` tokens, at its own rate when measured, else at the target's: a drafter
@@ -93,35 +94,60 @@ class PrefillRates:
         drafter_rate = self.ms_per_token.get(drafter.name, target_rate) if drafter is not None else 0.0
         if model == "drafter":
             return (total - done) * drafter_rate
-        with_model = drafter is not None and hasattr(drafter, "begin_in_steps")
+        with_model = drafter is not None and drafter.has_model
         return (total - done) * target_rate + (num_target * drafter_rate if with_model else 0.0)
 
 
+E = TypeVar("E", bound=Event)  # the kind of event a hand-over passes on
+
+
+class PrefillHost(Protocol):
+    """What :func:`run_prefill` needs of the engine (:class:`~specchat.core.engine.SpeculativeEngine`
+    implements it): the target, the rates kept across prefills, the clock, the consumer's hand-over
+    and the drafter-failure handling."""
+
+    target: ModelRuntime
+    prefill_rates: PrefillRates
+
+    def now(self) -> float:
+        """The clock, seconds."""
+        ...
+
+    def hand_over(self, state: Generation, events: list[E]) -> Iterator[E]:
+        """Yield ``events`` to the consumer; the time it holds them goes into ``state.paused_s``."""
+        ...
+
+    def call_drafter(self, state: Generation, method: Callable[..., Any], *args: Any) -> Any:
+        """``method(*args)``; if the drafter raises it is dropped (``state.drafter`` None, a
+        DrafterFailedEvent in ``state.drafter_failure``) and None is returned."""
+        ...
+
+
 def run_prefill(
-    engine: Any, state: Generation, todo: list[int], t0: float, cancel: threading.Event | None,
+    engine: PrefillHost, state: Generation, todo: list[int], t0: float, cancel: CancelFlag | None,
     report: bool,
 ) -> Generator[PrefillEvent, None, tuple[int, bool]]:
     """Feed ``todo`` (the prompt but its last token, less the kept prefix) to ``engine``'s target
-    (a :class:`~specchat.core.engine.SpeculativeEngine`: its target, prefill_rates, clock and
-    drafter-failure handling), then begin the drafter (``begin_in_steps`` when it has one, else ``begin``), pass by pass,
+    (:class:`PrefillHost`), then begin the drafter (``begin_in_steps`` for a drafter with a model,
+    else ``begin``), pass by pass,
     checking ``cancel`` before each pass; with ``report``, a PrefillEvent before and after each
     pass. ``t0``: when the prefill started (the engine's clock). Model work runs under
     ``torch.inference_mode()``, entered per pass, never held across a yield.
 
     Returns how many of ``todo`` the target computed, and False when ``cancel`` stopped the
     prefill (the target's part or the drafter's). A drafter that raises is dropped as the engine
-    does everywhere (``engine._call_drafter``: a DrafterFailedEvent follows, target-only after).
+    does everywhere (``engine.call_drafter``: a DrafterFailedEvent follows, target-only after).
     """
     rates = engine.prefill_rates
 
     def progress(model: str, done: int, total: int) -> list[PrefillEvent]:
         if not report:
             return []
-        elapsed_ms = (engine._now() - t0 - state.paused_s) * 1000
+        elapsed_ms = (engine.now() - t0 - state.paused_s) * 1000
         return [PrefillEvent(model, done, total, state.num_prompt_tokens, elapsed_ms,
                              rates.remaining_ms(model, done, total, len(todo), state.drafter))]
 
-    def passes(model: str, name: str, steps: Iterator[tuple[int, int, float]], step: Callable[[], Any],
+    def passes(model: str, name: str, steps: Generator[tuple[int, int, float], None, None], step: Callable[[], Any],
                ) -> Generator[PrefillEvent, None, tuple[int, bool]]:
         """Run ``step()`` (the next of ``steps``, None at the end) under inference mode until the
         end or a Stop before a pass; each pass's rate is kept under ``name`` and reported as
@@ -139,21 +165,20 @@ def run_prefill(
             if done:
                 rates.measure(name, done - before, seconds)
                 before = done
-            yield from engine._hand_over(state, progress(model, done, total))
+            yield from engine.hand_over(state, progress(model, done, total))
 
     target_steps = prefill_steps(engine.target, todo)
     prefilled, whole = yield from passes("target", "target", target_steps, lambda: next(target_steps, None))
     drafter = state.drafter
     if not whole or drafter is None:
         return prefilled, whole
-    in_steps = getattr(drafter, "begin_in_steps", None)
-    if in_steps is None:  # a drafter with no model (n-gram lookup): nothing to compute
+    if not drafter.has_model:  # a drafter with no model (n-gram lookup): nothing to compute
         with torch.inference_mode():
-            engine._call_drafter(state, drafter.begin, state.ids)
+            engine.call_drafter(state, drafter.begin, state.ids)
         return prefilled, True
-    # None from _call_drafter: the drafter's part is done, or it failed (state.drafter is then None)
-    start, held = engine._now(), state.paused_s
-    steps = in_steps(state.ids)
-    _, whole = yield from passes("drafter", drafter.name, steps, lambda: engine._call_drafter(state, next, steps, None))
-    state.drafter_prefill_ms = (engine._now() - start - (state.paused_s - held)) * 1000
+    # None from call_drafter: the drafter's part is done, or it failed (state.drafter is then None)
+    start, held = engine.now(), state.paused_s
+    steps = drafter.begin_in_steps(state.ids)
+    _, whole = yield from passes("drafter", drafter.name, steps, lambda: engine.call_drafter(state, next, steps, None))
+    state.drafter_prefill_ms = (engine.now() - start - (state.paused_s - held)) * 1000
     return prefilled, whole

@@ -120,7 +120,8 @@ class RelativeCosts:
         if not steps:
             return None
         hi = bisect.bisect_left([s for s, _ in steps], seq)  # steps[:hi] come before round seq
-        lo, nearest = hi - 1, []
+        lo = hi - 1
+        nearest: list[float] = []
         while len(nearest) < NEAR_STEPS and (lo >= 0 or hi < len(steps)):
             if hi >= len(steps) or (lo >= 0 and seq - steps[lo][0] <= steps[hi][0] - seq):
                 nearest.append(steps[lo][1])

@@ -68,6 +68,19 @@ def keep_for_reuse(runtime: ModelRuntime, ids: Sequence[int]) -> bool:
     return runtime.num_cached > 0
 
 
+def scored(runtime: ModelRuntime, token_ids: Sequence[int], num_logits: int) -> torch.Tensor:
+    """``runtime.forward`` of a pass that scores ``num_logits`` >= 1 positions: its
+    ``[num_logits, vocab_size]`` float32 logits (never None, unlike a prefill's).
+
+    Raises:
+        RuntimeError: the runtime returned no logits (a broken runtime).
+    """
+    logits = runtime.forward(token_ids, num_logits=num_logits)
+    if logits is None:
+        raise RuntimeError(f"the runtime returned no logits for a pass that scores {num_logits} position(s)")
+    return logits
+
+
 def synced_now(device: torch.device) -> float:
     """``time.perf_counter()`` after the device's queued work has finished (CUDA runs
     asynchronously; on CPU nothing to wait for): seconds, for timing model work."""
@@ -157,3 +170,13 @@ class ModelRuntime(Protocol):
 
     def model_size(self) -> ModelSize:
         """The model's matmul weights and their stored bytes (for ĉ and the ledger)."""
+
+
+@runtime_checkable
+class ForkableRuntime(ModelRuntime, Protocol):
+    """A runtime that can make another on the same weights (both runtimes of specchat can; beyond
+    the seam the engine uses: the hybrid drafter's model part gets a cache of its own this way)."""
+
+    def fork(self) -> ForkableRuntime:
+        """A new runtime (its own empty cache) on the same weights and settings."""
+        ...

@@ -16,14 +16,14 @@ for the model), so verification keeps the output distribution exactly the target
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
-from specchat.core.draft import Draft, DraftTrace
+from specchat.core.draft import Draft, Drafter, DraftTrace
 from specchat.drafters.model import ModelDrafter
 
 
@@ -64,7 +64,7 @@ def frequent_continuation(
             best = values[counts == counts.max()]
             if best.size > 1:  # a tie: the token whose latest place is latest
                 latest = {int(v): int(alive[nxt == v].max()) for v in best}
-                token = max(latest, key=latest.get)
+                token = max(latest, key=latest.__getitem__)
             else:
                 token = int(best[0])
             tokens.append(token)
@@ -74,7 +74,7 @@ def frequent_continuation(
     return [], None, None
 
 
-class HybridDrafter:
+class HybridDrafter(Drafter):
     """Draft from the context when it repeats itself, otherwise from a model.
 
     Args:
@@ -101,6 +101,8 @@ class HybridDrafter:
         ValueError: ``not 1 <= min_match <= max_ngram`` or ``not min_match <= long_match <=
             max_ngram``.
     """
+
+    has_model = True
 
     def __init__(self, model_drafter: ModelDrafter, *, min_match: int = 3, max_ngram: int = 8,
                  long_match: int | None = None, name: str = "hybrid"):
@@ -141,7 +143,7 @@ class HybridDrafter:
         for _ in self.begin_in_steps(prompt_ids):
             pass
 
-    def begin_in_steps(self, prompt_ids: list[int]) -> Iterator[tuple[int, int, float]]:
+    def begin_in_steps(self, prompt_ids: list[int]) -> Generator[tuple[int, int, float], None, None]:
         """:meth:`begin` in steps: the model drafter's (:meth:`ModelDrafter.begin_in_steps`)."""
         # within a generation the committed ids only grow, so their length and tail name the context
         self.num_lookup_rounds = self.num_model_rounds = 0
@@ -168,7 +170,7 @@ class HybridDrafter:
         keeps an adaptive-γ controller per source (their acceptance and costs differ). A
         function of ``ids`` only, so the choice of γ never looks at the tokens it drafts."""
         tokens, _, match_len = self._lookup(ids)
-        if not tokens:
+        if not tokens or match_len is None:  # (a lookup that found tokens has a match length)
             return "model"
         return "lookup-long" if match_len >= self.long_match else "lookup-short"
 

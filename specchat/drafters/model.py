@@ -18,14 +18,14 @@ little. The kept conversation prefix ends at the gap.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import torch
 
 from specchat.core.config import GenerationConfig
-from specchat.core.draft import Draft, DraftTrace
+from specchat.core.draft import Draft, Drafter, DraftTrace
 from specchat.core.prefill import prefill_steps
-from specchat.core.runtime import ModelRuntime, keep_for_reuse, synced_now
+from specchat.core.runtime import ModelRuntime, keep_for_reuse, scored, synced_now
 from specchat.core.sampling import logits_to_probs
 
 # With adaptive γ and greedy decoding, drafting stops early once the drafter's own top
@@ -40,7 +40,7 @@ CONFIDENCE_THRESHOLD = 0.4
 MAX_CATCH_UP_TOKENS = 16
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """Draft with a causal LM that shares the target's tokenizer.
 
     Args:
@@ -55,6 +55,7 @@ class ModelDrafter:
         device: the target's device (where proposals go).
     """
 
+    has_model = True
     max_catch_up_tokens = MAX_CATCH_UP_TOKENS  # committed ids read at most when behind (bounded catch-up)
 
     def __init__(
@@ -100,7 +101,7 @@ class ModelDrafter:
         for _ in self.begin_in_steps(prompt_ids):
             pass
 
-    def begin_in_steps(self, prompt_ids: list[int]) -> Iterator[tuple[int, int, float]]:
+    def begin_in_steps(self, prompt_ids: list[int]) -> Generator[tuple[int, int, float], None, None]:
         """:meth:`begin` in steps, for an engine that reports a long prefill and can stop it:
         yields ``(tokens computed, tokens to compute, seconds of the last pass)``, first
         ``(0, n, 0.0)``, then after each forward pass
@@ -165,7 +166,7 @@ class ModelDrafter:
         while len(tokens) < max_tokens:
             if config.trace:
                 t_step = synced_now(self.model_device)
-            logits = self._align(self._forward(pending, logits=True))
+            logits = self._align(self._forward(pending))
             q = logits_to_probs(logits, temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)[0]
             if config.greedy:
                 token = int(q.argmax())
@@ -205,11 +206,10 @@ class ModelDrafter:
         if not self._kept:
             self.runtime.release()
 
-    def _forward(self, token_ids: list[int], *, logits: bool) -> torch.Tensor | None:
+    def _forward(self, token_ids: list[int]) -> torch.Tensor:
         """Feed ``token_ids``; ``[1, V_drafter]`` float32 logits of the last one (on the
-        target's device), or None for a prefill."""
-        out = self.runtime.forward(token_ids, num_logits=1 if logits else 0)
-        return out.to(self.device) if logits else None
+        target's device)."""
+        return scored(self.runtime, token_ids, 1).to(self.device)
 
     def _align(self, logits: torch.Tensor) -> torch.Tensor:
         """``[1, V_drafter]`` → ``[1, V_target]`` with padding/unused ids at -inf."""

@@ -12,10 +12,10 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, GenerationConfig
-from specchat.core.draft import Draft, DraftTrace
+from specchat.core.draft import Draft, Drafter, DraftTrace
 
 
-class NgramDrafter:
+class NgramDrafter(Drafter):
     """Propose the continuation of the latest earlier match of the context's last n tokens.
 
     Args:

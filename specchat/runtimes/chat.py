@@ -123,3 +123,21 @@ def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> li
     if isinstance(out, dict) or hasattr(out, "input_ids"):
         out = out["input_ids"]
     return [int(t) for t in out]
+
+
+# End-of-turn markers of common chat templates; added to the EOS ids when the vocab has them.
+_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """EOS ids of the model: generation config (a transformers model; None for none), tokenizer,
+    and end-of-turn chat markers."""
+    ids: set[int] = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is not None:
+        ids.update([eos] if isinstance(eos, int) else eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in _END_OF_TURN_TOKENS if t in vocab)
+    return ids

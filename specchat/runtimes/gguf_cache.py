@@ -30,6 +30,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -37,6 +38,9 @@ from specchat.errors import ChecksumError, ModelSourceError
 from specchat.progress import tqdm
 from specchat.runtimes.paths import CACHE_DIR_ENV, cache_root
 from specchat.runtimes.registry import GgufPart, ModelEntry
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +311,7 @@ def _load_gguf_model(gguf_path: Path) -> torch.nn.Module:
     return model
 
 
-def _save_model_files(model: torch.nn.Module, directory: Path) -> None:
+def _save_model_files(model: PreTrainedModel, directory: Path) -> None:
     """Write ``model.safetensors``, ``config.json`` (without ``quantization_config``) and
     ``generation_config.json``. ``save_pretrained`` refuses GGUF-loaded models, so the state
     dict is written directly; a tied ``lm_head.weight`` shares storage with the embedding and is

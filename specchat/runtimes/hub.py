@@ -33,6 +33,8 @@ def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None,
     Raises ModelSourceError when the Hub cannot be reached (the message says why and how to
     download by hand), or the download holds no config.json or no safetensors weights.
     """
+    if entry.hub_id is None:
+        raise ModelSourceError(f"model {entry.name!r} has no hub_id: nothing to download")
     target = hub_dir_for(entry, cache_dir)
     if (target / "config.json").is_file() and any(target.glob("*.safetensors")) and (target / ".complete").is_file():
         return target
@@ -43,7 +45,9 @@ def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None,
         )
     allow_hub()  # lifts the offline switch specchat itself set (specchat.offline)
     if snapshot_download is None:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import snapshot_download as hub_snapshot_download
+
+        snapshot_download = hub_snapshot_download
     target.mkdir(parents=True, exist_ok=True)
     print(f"Downloading {entry.hub_id} from the Hugging Face Hub into {target} "
           f"(allowed by --allow-download / ${ALLOW_DOWNLOAD_ENV}) …", file=sys.stderr, flush=True)
@@ -60,5 +64,5 @@ def download_from_hub(entry: ModelEntry, *, cache_dir: Path | None = None,
             f"model {entry.name!r}: the download of {entry.hub_id} has no config.json or no safetensors weights "
             f"(looked in {target})."
         )
-    (target / ".complete").write_text(entry.hub_id + "\n", encoding="utf-8")
+    (target / ".complete").write_text(f"{entry.hub_id}\n", encoding="utf-8")
     return target

@@ -26,6 +26,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +211,10 @@ class LlamaLibrary:
                      "llama_progress_callback"):
             setattr(self, name, globals()[name])
 
+    if TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:  # the C functions and constants set in __init__
+            ...
+
 
 def library_path() -> Path:
     """Where the installed xllamacpp keeps its library (its extension module).
@@ -391,12 +396,14 @@ def library():
             if reason:
                 raise RuntimeError(reason)
             name = library_name()
+            lib: Any  # our LlamaLibrary, or llama-cpp-python's module: the same C names
             if name == "xllamacpp":
                 lib = load_xllamacpp()
                 callback_type = lib.ggml_log_callback
             else:
-                import llama_cpp as lib
+                import llama_cpp
 
+                lib = llama_cpp
                 lib.llama_backend_init()
                 callback_type = lib.llama_log_callback
 

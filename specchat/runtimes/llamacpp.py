@@ -151,7 +151,7 @@ def lower_bit_file_type(path: Path) -> str:
     from specchat.runtimes.gguf_header import read_header
 
     field = read_header(path).fields.get("general.file_type")
-    name = LlamaFileType(int(field)).name if field is not None else "unknown"
+    name = LlamaFileType(field).name if isinstance(field, int) else "unknown"
     if name in _ABOVE_4_BITS:
         return "Q4_0"
     if name in _4_BITS:

@@ -18,11 +18,16 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from specchat.runtimes import llamacpp, loading
 from specchat.runtimes.registry import ModelEntry
+
+if TYPE_CHECKING:
+    from specchat.core.draft import Drafter
+    from specchat.core.engine import SpeculativeEngine
 
 RUNTIME_NAMES: tuple[str, ...] = ("auto", "transformers", "llamacpp")
 
@@ -133,8 +138,8 @@ def choose_runtime(entry: ModelEntry, requested: str, device: torch.device, thre
         return RuntimeChoice("transformers", f"auto: the model runs on {device.type} and this llama.cpp build is CPU-only")
     record = load_measurement(measurement_key(entry, threads)) if device.type == "cpu" else None
     rates = {k: v for k, v in (record or {}).get("tokens_per_s", {}).items() if k in ("transformers", "llamacpp")}
-    if len(rates) == 2:
-        best = max(rates, key=rates.get)
+    if record is not None and len(rates) == 2:
+        best = max(rates, key=rates.__getitem__)
         figures = ", ".join(f"{'llama.cpp' if k == 'llamacpp' else k} {v:.1f}" for k, v in sorted(rates.items(), key=lambda kv: -kv[1]))
         return RuntimeChoice(best, f"auto: the faster here, measured {str(record.get('measured_at', ''))[:10]} "
                                    f"(target alone, tokens/s: {figures})")
@@ -195,23 +200,49 @@ def describe(runtime) -> str:
     return f"transformers ({dtype}, {bits:.1f} bits/weight)"
 
 
-def describe_service(service, drafter: str | None = None) -> str:
+class DescribedService(Protocol):
+    """What :func:`describe_service` reads of a service (:class:`specchat.service.ChatService`)."""
+
+    @property
+    def engine(self) -> SpeculativeEngine | None:
+        """The target's engine; None before the target is loaded."""
+        ...
+
+    @property
+    def runtime_choice(self) -> RuntimeChoice | None:
+        """Why the target runs where it does."""
+        ...
+
+    @property
+    def tokenizer(self) -> Any:
+        """The target's tokenizer (a transformers one); None before the target is loaded."""
+        ...
+
+    def loaded_drafter(self, kind: str) -> Drafter | None:
+        """The drafter of ``kind`` if it is loaded, else None."""
+        ...
+
+
+def describe_service(service: DescribedService, drafter: str | None = None) -> str:
     """One line for the page and the CLI: what runs the target and ``drafter``'s model, and why
     llama.cpp is not offered when it is not ("" before the target is loaded)."""
-    engine = getattr(service, "engine", None)
+    from specchat.drafters.hybrid import HybridDrafter
+    from specchat.drafters.model import ModelDrafter
+
+    engine = service.engine
     if engine is None:
         return ""
     parts = [f"target on {describe(engine.target)}"]
-    model = getattr(service, "_drafters", {}).get(drafter) if drafter else None
-    runtime = getattr(getattr(model, "model_drafter", model), "runtime", None)
-    if runtime is not None:
-        parts.append(f"drafter on {describe(runtime)}")
-    unavailable = getattr(getattr(service, "runtime_choice", None), "unavailable", None)
+    model = service.loaded_drafter(drafter) if drafter else None
+    part = model.model_drafter if isinstance(model, HybridDrafter) else model
+    if isinstance(part, ModelDrafter):
+        parts.append(f"drafter on {describe(part.runtime)}")
+    unavailable = service.runtime_choice.unavailable if service.runtime_choice is not None else None
     if unavailable:
         parts.append(f"llama.cpp is not offered: {unavailable}")
     from specchat.runtimes.chat import PLAIN_PROMPT_NOTE, has_chat_template
 
-    tokenizer = getattr(service, "tokenizer", None)
+    tokenizer = service.tokenizer
     if tokenizer is not None and not has_chat_template(tokenizer):
         parts.append(PLAIN_PROMPT_NOTE)
     return " · ".join(parts)

@@ -147,7 +147,7 @@ class TransformersRuntime:
             except CacheRollbackError:
                 n = 0
         if n == 0:
-            cache = compiled.reset() if static else DynamicCache(config=self.model.config)
+            cache = compiled.reset() if static and compiled is not None else DynamicCache(config=self.model.config)
         self.cache, self._static = cache, static
         self._ids = [int(t) for t in prefix_ids[:n]]
         return n
@@ -159,7 +159,7 @@ class TransformersRuntime:
         if not ids:
             raise ValueError("a forward pass needs at least one token")
         keep = max(1, num_logits)  # transformers reads logits_to_keep=0 as "every position"
-        if self._static:
+        if self._static and self.compiled is not None:  # (static: on the compiled target's cache)
             logits = self.compiled.forward(ids, logits_to_keep=keep)
         else:
             input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)

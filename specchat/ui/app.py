@@ -19,9 +19,9 @@ import argparse
 import ipaddress
 import sys
 import threading
-from typing import Any
 
 from specchat.options import Parser, add_app_arguments, use_model_sources
+from specchat.service_api import ChatServiceProtocol
 from specchat.ui.host import ON_SPACES, TraceOnlyService, compile_note, get_service, loading_html  # noqa: F401 (the app's names)
 from specchat.ui.layout import CLICK_JS
 from specchat.ui.render import CSS
@@ -66,7 +66,7 @@ def _is_user_error(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) or any(c.__name__ == "SpecchatError" for c in type(exc).__mro__)
 
 
-def _announce_ready(service: Any, drafter: str, url: str) -> None:
+def _announce_ready(service: ChatServiceProtocol, drafter: str, url: str) -> None:
     """Say in the terminal when the background loading has finished (with the page's address:
     Gradio's own line is often overwritten by the progress bars), or why it failed."""
     service.ready.wait()
@@ -77,8 +77,8 @@ def _announce_ready(service: Any, drafter: str, url: str) -> None:
             file=sys.stderr,
         )
     else:
-        picked = getattr(service, "picked", None)
-        label = f"'{picked[0]}' ({picked[1]})" if drafter == "auto" and picked else f"'{drafter}'"
+        picked = service.picked
+        label = f"'{picked.drafter}' ({picked.why})" if drafter == "auto" and picked else f"'{drafter}'"
         from specchat.progress import BOARD
 
         BOARD.echo_to(None)

@@ -9,10 +9,10 @@ and turns the :class:`~specchat.ui.view.View` it returns into ``{component: valu
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import gradio as gr
 
+from specchat.service_api import ChatServiceProtocol
 from specchat.ui.host import compile_note, loading_banner, wait_until_ready
 from specchat.ui.layout import VIEW_OUTPUTS, Page, drafter_menu
 from specchat.ui.render import status_html
@@ -35,7 +35,7 @@ class Handlers:
     :func:`specchat.ui.wiring.wire_events`). ``kinds``, ``drafter0`` and ``auto`` are
     :func:`~specchat.ui.wiring.build_ui`'s; ``trace_files`` open on every new page (``app.py --trace``)."""
 
-    def __init__(self, page: Page, service: Any, sessions: SessionStore, *, kinds: list[str], drafter0: str,
+    def __init__(self, page: Page, service: ChatServiceProtocol, sessions: SessionStore, *, kinds: list[str], drafter0: str,
                  auto: bool, trace_files: tuple[str, ...] = ()) -> None:
         self.page, self.service, self.sessions = page, service, sessions
         self.kinds, self.drafter0, self.auto, self.trace_files = kinds, drafter0, auto, trace_files
@@ -201,12 +201,12 @@ class Handlers:
         page, service = self.page, self.service
         errors: list[BaseException] = []
         if kind == AUTO:  # the start-up pick: loaded already, or still being measured
-            picked = getattr(service, "picked", None)
+            picked = service.picked
             if not picked:
                 yield {page.drafter_status: status_html("drafter: picking by measurement on this machine…"),
                        page.active_drafter: AUTO}
                 return
-            kind = picked[0]
+            kind = picked.drafter
 
         def work():
             try:
@@ -239,8 +239,8 @@ class Handlers:
         (:meth:`apply_startup_pick` follows)."""
         for banner in wait_until_ready(self.service):
             yield {self.page.load_banner: banner}
-        if getattr(self.service, "startup_error", None) is None:  # else the last banner says what failed
-            yield {self.page.load_banner: getattr(self.service, "banner", "")}
+        if self.service.startup_error is None:  # else the last banner says what failed
+            yield {self.page.load_banner: self.service.banner}
 
     def apply_startup_pick(self, current, request: gr.Request = None):
         """Once the models are ready: show the start-up drafter (the one picked by measurement,
@@ -251,19 +251,19 @@ class Handlers:
         value."""
         page, service, drafter0 = self.page, self.service, self.drafter0
         unchanged = {page.drafter_status: gr.skip()}  # Gradio needs one output at least
-        if getattr(service, "startup_error", None) is not None:
+        if service.startup_error is not None:
             return unchanged
         if current not in (drafter0, AUTO) or (
                 current != AUTO and getattr(request, "session_hash", None) in self.picked_here):
             return unchanged
-        picked = getattr(service, "picked", None) if self.auto else None
-        first = picked[0] if picked and picked[0] in self.kinds else drafter0
-        error = getattr(service, "drafter_errors", {}).get(first)
+        picked = service.picked if self.auto else None
+        first = picked.drafter if picked and picked.drafter in self.kinds else drafter0
+        error = service.drafter_errors.get(first)
         if error is not None:
             text = f"drafter '{first}' could not be loaded ({error}): answering with the target only"
             gr.Warning(text)
             return {page.drafter_status: status_html(text, error=True), page.drafter: "none", page.active_drafter: "none"}
-        why = f" · picked by measurement: {picked[1]}" if picked else ""
+        why = f" · picked by measurement: {picked.why}" if picked else ""
         why += compile_note(service, first)
         menu = gr.Dropdown(choices=drafter_menu(service, self.kinds, self.auto), **({"value": first} if picked else {}))
         return {page.drafter_status: status_html(f"drafter '{first}' ready{why}"), page.drafter: menu,

@@ -12,12 +12,22 @@ import html
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from specchat.errors import SpecchatError
+from specchat.service_api import ChatServiceProtocol, Notice, Pick
 from specchat.ui.render import status_html
 
 if TYPE_CHECKING:
+    from specchat.analysis.calibrate import Calibration
+    from specchat.analysis.ledger import ModelSizes
+    from specchat.core.config import CancelFlag, GenerationConfig
+    from specchat.core.draft import Drafter
+    from specchat.core.events import Event
+    from specchat.runtimes.chat import Message
+    from specchat.runtimes.compiled import CompiledTarget
+    from specchat.runtimes.select import RuntimeChoice
     from specchat.service import ChatService
 
 # ---- optional ZeroGPU (Hugging Face Spaces) -----------------------------------------------
@@ -54,28 +64,24 @@ def get_service(
         return _SERVICE
 
 
-def loading_html(service: Any) -> str | None:
+def loading_html(service: ChatServiceProtocol) -> str | None:
     """A progress banner while the service loads in the background; None once it is ready."""
-    error = getattr(service, "startup_error", None)
+    error = service.startup_error
     if error is not None:
         return status_html(f"Loading the models failed: {error}", error=True)
-    return loading_banner("Loading models") if getattr(service, "loading", False) else None
+    return loading_banner("Loading models") if service.loading else None
 
 
-def compile_note(service: Any, drafter: str | None = None) -> str:
+def compile_note(service: ChatServiceProtocol, drafter: str | None = None) -> str:
     """For the drafter's status line: what runs the target and the drafter (transformers or
     llama.cpp, the weights' bits, llama.cpp's threads) and where ``--compile`` stands."""
-    runtime = ""
-    if getattr(service, "runtime_choice", None) is not None:
-        from specchat.runtimes.select import describe_service
-
-        described = describe_service(service, drafter)
-        runtime = f" · {described}" if described else ""
-    return runtime + (_compile_state(service) if getattr(service, "compile", False) else "")
+    described = service.runtime_description(drafter)
+    runtime = f" · {described}" if described else ""
+    return runtime + (_compile_state(service) if service.compile else "")
 
 
-def _compile_state(service: Any) -> str:
-    if getattr(service, "compiled", None) is not None:
+def _compile_state(service: ChatServiceProtocol) -> str:
+    if service.compiled is not None:
         return " · target compiled (static cache, --compile)"
     return (" · the target's passes are being compiled in the background (a few minutes): "
             "replies run eagerly until then, faster after")
@@ -96,7 +102,7 @@ def loading_banner(default_stage: str) -> str:
     )
 
 
-def wait_until_ready(service: Any, poll_s: float = 0.5, cancel: threading.Event | None = None) -> Iterator[str]:
+def wait_until_ready(service: ChatServiceProtocol, poll_s: float = 0.5, cancel: CancelFlag | None = None) -> Iterator[str]:
     """Yield the loading banner every ``poll_s`` seconds until the service is ready (or cancel)."""
     while (banner := loading_html(service)) is not None:
         yield banner
@@ -119,25 +125,34 @@ def _stream_on_zerogpu(history, message, drafter, config, generation):
     gives them), plain data out; the module-level service generates, and stops when the slot says so."""
     from specchat.ui.zerogpu import worker_stream
 
+    assert _SERVICE is not None and _ZEROGPU_SLOT is not None  # made before ZeroGPU forked this worker
     yield from worker_stream(_SERVICE, _ZEROGPU_SLOT, history, message, drafter, config, generation)
 
 
-def stream_fn(service: Any):
+def stream_fn(service: ChatServiceProtocol) -> Callable[..., Iterator[Any]] | None:
     """How a session streams a reply: through ZeroGPU's worker on Spaces, else the service itself."""
-    if ON_ZEROGPU and service is _SERVICE:
+    slot = _ZEROGPU_SLOT
+    if ON_ZEROGPU and slot is not None and service is _SERVICE:
         from specchat.ui.zerogpu import app_stream
 
         return lambda history, message, drafter, config, cancel: app_stream(
-            _stream_on_zerogpu, _ZEROGPU_SLOT, history, message, drafter, config, cancel)
+            _stream_on_zerogpu, slot, history, message, drafter, config, cancel)
     return None
 
 
 class TraceOnlyService:
-    """The ChatService interface with no model: ``python app.py --trace FILE`` shows recorded
-    traces (every view works) and refuses to generate."""
+    """The service interface (:class:`~specchat.service_api.ChatServiceProtocol`) with no model:
+    ``python app.py --trace FILE`` shows recorded traces (every view works) and refuses to
+    generate (:class:`~specchat.errors.SpecchatError`)."""
 
+    runtime = "transformers"  # nothing runs; the name the page's defaults expect
+    compile = False
+    startup_error: BaseException | None = None
+    picked: Pick | None = None
+    calibration: Calibration | None = None
+    runtime_choice: RuntimeChoice | None = None
+    compiled: CompiledTarget | None = None
     loading = False
-    startup_error = None
     banner = status_html(
         "Showing recorded traces: no model is loaded. Every view works; sending and racing need the app "
         "started without --trace."
@@ -147,17 +162,51 @@ class TraceOnlyService:
         self.target_name = target_name
         self.ready = threading.Event()
         self.ready.set()
-        self.drafter_errors: dict[str, str] = {}
+        self.drafter_errors: dict[str, BaseException] = {}
+
+    @property
+    def context_length(self) -> int:
+        raise _no_model()
+
+    def runtime_description(self, drafter: str | None = None) -> str:
+        return ""
 
     def drafter_kinds(self) -> list[str]:
         return ["none"]
 
-    def prepare_drafter(self, kind: str) -> None:
+    def prepare_drafter(self, kind: str) -> Drafter | None:
+        return None  # every kind answers target-only (nothing generates here)
+
+    def hybrid_part(self) -> str:
+        raise _no_model()
+
+    def model_sizes(self, drafter: str) -> ModelSizes | None:
         return None
 
-    def stream_chat(self, *args: Any, **kwargs: Any):
-        from specchat.errors import SpecchatError
+    def encode_chat(self, history: list[Message], message: str, max_new_tokens: int) -> tuple[list[int], str | None]:
+        raise _no_model()
 
-        raise SpecchatError(
-            "no model is loaded: this page shows recorded traces. Start `python app.py` without --trace to chat."
-        )
+    def generate(
+        self, input_ids: list[int], *, drafter: str, config: GenerationConfig,
+        cancel: CancelFlag | None = None, prefill_progress: bool = False,
+    ) -> Iterator[Event]:
+        raise _no_model()
+
+    def stream_chat(
+        self, history: list[Message], message: str, *, drafter: str, config: GenerationConfig,
+        cancel: CancelFlag | None = None, prefill_progress: bool = False,
+    ) -> Iterator[Event | Notice]:
+        raise _no_model()
+
+    def forget_prefix(self) -> None:
+        return None  # nothing is kept
+
+
+def _no_model() -> SpecchatError:
+    return SpecchatError(
+        "no model is loaded: this page shows recorded traces. Start `python app.py` without --trace to chat."
+    )
+
+
+if TYPE_CHECKING:  # both services implement the interface the page uses (checked by mypy)
+    _SERVICES: tuple[type[ChatServiceProtocol], ...] = (ChatService, TraceOnlyService)

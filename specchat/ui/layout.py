@@ -19,6 +19,7 @@ from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes.paths import browser_secret
+from specchat.service_api import ChatServiceProtocol, Pick
 from specchat.ui import charts
 from specchat.ui.host import loading_html
 from specchat.ui.render import legend_html, stats_html, status_html, table_html
@@ -245,14 +246,14 @@ VIEW_OUTPUTS = {
 VIEW_VALUES = {"transcript": wire, "trace_file": download_button}  # a View's value → its component's value
 
 
-def drafter_menu(service: Any, kinds: list[str], auto: bool) -> list[tuple[str, str]]:
+def drafter_menu(service: ChatServiceProtocol, kinds: list[str], auto: bool) -> list[tuple[str, str]]:
     """The drafter menu's (label, value) pairs: each kind with what it costs here when the
     calibration timed it (:func:`specchat.analysis.calibrate.menu_label`; the hybrid's is its model
     part's), and "auto" first when the app picks by measurement."""
     from specchat.analysis.calibrate import menu_label
 
-    calibration = getattr(service, "calibration", None)
-    part = service.hybrid_part() if "hybrid" in kinds and hasattr(service, "hybrid_part") else None
+    calibration = service.calibration
+    part = service.hybrid_part() if "hybrid" in kinds else None
 
     def label(kind: str) -> str:
         if kind != "hybrid" or part is None:
@@ -262,7 +263,7 @@ def drafter_menu(service: Any, kinds: list[str], auto: bool) -> list[tuple[str, 
     return ([(AUTO_CHOICE, AUTO)] if auto else []) + [(label(k), k) for k in kinds]
 
 
-def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, picked: Any) -> Page:
+def build_page(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, auto: bool, picked: Pick | None) -> Page:
     """Lay out the page's components (call inside ``gr.Blocks``) and return those events use.
 
     Args:
@@ -294,10 +295,10 @@ def build_page(service: Any, *, kinds: list[str], drafter0: str, auto: bool, pic
     return Page(**parts)
 
 
-def _chat(service: Any) -> dict[str, Any]:
+def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
     """The chat column: the legend, the loading banner, the transcript, the message box, Send and Stop, the stats line."""
     gr.HTML(legend_html())
-    load_banner = gr.HTML(loading_html(service) or getattr(service, "banner", ""), elem_id="spec-loading")
+    load_banner = gr.HTML(loading_html(service) or service.banner, elem_id="spec-loading")
     # the conversation: an empty container filled by its script, never re-sent whole
     # (specchat/ui/transcript.py); its value is a feed of the exchanges that changed
     transcript = gr.HTML(
@@ -318,7 +319,7 @@ def _chat(service: Any) -> dict[str, Any]:
                 stats=stats)
 
 
-def _controls(service: Any, *, kinds: list[str], drafter0: str, auto: bool, picked: Any) -> dict[str, Any]:
+def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, auto: bool, picked: Pick | None) -> dict[str, Any]:
     """The settings column: colours / plain, the drafter menu and its status, the reply's settings, Clear."""
     colours = gr.Radio(["colours", "plain"], value="colours", label="reply text",
                        info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
@@ -399,7 +400,7 @@ def _hidden() -> dict[str, Any]:
     return dict(pick=pick, unqueue=unqueue, saved=saved, panel_tick=panel_tick, api_chat=api_chat, panels=panels)
 
 
-def _charts_and_ledger(service: Any) -> dict[str, Any]:
+def _charts_and_ledger(service: ChatServiceProtocol) -> dict[str, Any]:
     """The charts with their scope, the ledger with the α-against-c figure, the conversation table."""
     scope = gr.Radio(list(CHART_SCOPES), value=CHART_SCOPES[0], label="charts", container=False,
                      elem_id="spec-scope")

@@ -72,9 +72,10 @@ class Prefetched:
         except BaseException as exc:  # handed to the reader, which raises it
             self._error = exc
         finally:
-            if hasattr(stream, "close"):
+            close = getattr(stream, "close", None)  # a generator's (a plain iterator has none)
+            if close is not None:
                 try:
-                    stream.close()
+                    close()
                 except Exception:  # noqa: S110 (closing after a failure: the failure is what counts)
                     pass
             with self._cond:

@@ -157,7 +157,7 @@ class Reply:
         only), and once the reply has ended its plain text."""
         r = self.renderer
         if self.phase is Phase.WAITING:
-            blocks = [status_html("waiting for the models to finish loading…")]
+            blocks: list[Any] = [status_html("waiting for the models to finish loading…")]
         elif self.running and not r.text and self.prefill is not None:
             blocks = [prefill_html(self.prefill)]
         else:

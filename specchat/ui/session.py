@@ -20,13 +20,14 @@ import dataclasses
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
 from specchat.core.events import PrefillEvent, RoundEvent
+from specchat.service_api import ChatServiceProtocol
 from specchat.ui.prefetch import IDLE, Prefetched
 from specchat.ui.reply import Exchange, Phase, Reply, Run, is_blank_message
 from specchat.ui.session_queue import MessageQueue, RunSlot, Ticket
@@ -80,7 +81,7 @@ class ChatSession:
 
     def __init__(
         self,
-        service: Any,
+        service: ChatServiceProtocol,
         *,
         stream: StreamFn | None = None,
         text_interval_s: float = TEXT_INTERVAL_S,
@@ -121,13 +122,11 @@ class ChatSession:
         what the service itself falls back to: ``calibrate.pick`` without a calibration)."""
         if drafter != AUTO:
             return drafter
-        picked = getattr(self.service, "picked", None)
-        if picked:
-            return picked[0]
+        if self.service.picked:
+            return self.service.picked.drafter
         from specchat.analysis import calibrate
 
-        kinds = list(self.service.drafter_kinds()) if hasattr(self.service, "drafter_kinds") else []
-        return calibrate.pick(None, kinds, getattr(self.service, "runtime", "transformers"))
+        return calibrate.pick(None, list(self.service.drafter_kinds()), self.service.runtime)
 
     # -- a reply's stream on the page: the transcript and the stats line at once, the rest later --
     def defer(self, view: View) -> View:
@@ -154,9 +153,10 @@ class ChatSession:
             if only is None:
                 view, self._deferred = self._deferred, View()
             else:
-                taken = {name: getattr(self._deferred, name) for name in only}
+                taken: dict[str, Any] = {name: getattr(self._deferred, name) for name in only}
                 view = View(**taken)
-                self._deferred = dataclasses.replace(self._deferred, **dict.fromkeys(only))
+                cleared: dict[str, Any] = dict.fromkeys(only)
+                self._deferred = dataclasses.replace(self._deferred, **cleared)
         return view
 
     # -- sending, Stop, Clear -----------------------------------------------------------------
@@ -297,7 +297,7 @@ class ChatSession:
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
         # the browser together (a message that waited), and the transcript must not miss its end
         before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()
-        if getattr(self.service, "loading", False):
+        if self.service.loading:
             reply.phase = Phase.WAITING
             yield View(transcript=self.views.feed(*self._carry(*before, exchange)), stats=self.views.stats())
             ready = yield from self._wait_for_models(run, exchange, message)
@@ -329,15 +329,15 @@ class ChatSession:
                 self._settled = (exchange, self.clock())
         yield from self._finish_reply(run, exchange)
 
-    def _wait_for_models(self, run: Run, exchange: Exchange, message: str) -> Iterator[View]:
+    def _wait_for_models(self, run: Run, exchange: Exchange, message: str) -> Generator[View, None, bool]:
         """While the models load in the background: wait, visibly (messages sent meanwhile are
         shown). Returns (as the generator's value) whether they loaded; if not (a failure, Stop,
         Clear), the exchange is taken back and the message goes back to the box."""
-        while getattr(self.service, "loading", False) and not run.cancel.is_set():
+        while self.service.loading and not run.cancel.is_set():
             time.sleep(0.5)
             carried = self._carry()  # messages sent meanwhile
             yield View(transcript=self.views.feed(*carried)) if carried else View()
-        error = getattr(self.service, "startup_error", None)
+        error = self.service.startup_error
         if error is None and not run.cancel.is_set():
             return True
         self.views.exchanges.remove(exchange)

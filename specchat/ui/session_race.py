@@ -11,11 +11,11 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from specchat.conversation import Conversation, ReplySettings, StreamFn
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters import kinds as drafter_kinds
+from specchat.service_api import ChatServiceProtocol
 from specchat.ui.race import RaceLane, race_html, race_verdict
 from specchat.ui.render import status_html
 from specchat.ui.reply import Run, is_blank_message
@@ -36,7 +36,7 @@ class SessionRace:
         clock: seconds (tests pass a fake).
     """
 
-    def __init__(self, service: Any, *, stream: StreamFn, slot: RunSlot, views: SessionViews,
+    def __init__(self, service: ChatServiceProtocol, *, stream: StreamFn, slot: RunSlot, views: SessionViews,
                  resolve_drafter: Callable[[str], str], clock: Callable[[], float]):
         self.service = service
         self.stream = stream
@@ -64,7 +64,7 @@ class SessionRace:
             ValueError: an out-of-range setting.
         """
         self.lanes = None
-        if not hasattr(self.service, "stream_chat") or getattr(self.service, "banner", None):
+        if self.service.banner:  # a page that only replays trace files
             yield View(race=status_html("The race needs a model: start the app without --trace."))
             return
         if message is None or is_blank_message(message):
@@ -77,8 +77,8 @@ class SessionRace:
             yield View(race=status_html("Pick a drafter to race against the target alone."),
                        toasts=(("warning", "Pick a drafter to race against the target alone."),))
             return
-        offered = self.service.drafter_kinds() if hasattr(self.service, "drafter_kinds") else None
-        if offered is not None and settings.drafter not in offered:  # checked before the target-only half runs
+        offered = self.service.drafter_kinds()
+        if settings.drafter not in offered:  # checked before the target-only half runs
             why = f"drafter '{settings.drafter}' is not available for this target (available: {', '.join(offered)})"
             yield View(race=status_html(f"Cannot race: {why}."), toasts=(("warning", f"Cannot race: {why}."),))
             return
@@ -96,9 +96,8 @@ class SessionRace:
         try:
             for lane, lane_settings in zip(lanes, (base_settings, settings)):
                 lane_config = dataclasses.replace(config, measure_speedup=False)  # the race itself is the measurement
-                forget = getattr(self.service, "forget_prefix", None)
-                if callable(forget):  # both lanes prefill the whole prompt: the second must not reuse the first's cache
-                    forget()
+                # both lanes prefill the whole prompt: the second must not reuse the first's cache
+                self.service.forget_prefix()
                 last = self.clock()
                 yield View(race=race_html(*lanes, 0.0, status=f"running {lane.name}…"))
                 for item in self.stream([], message, lane_settings.drafter, lane_config, run.cancel):

@@ -18,6 +18,7 @@ from typing import Any
 
 from specchat.analysis.ledger import ModelSizes
 from specchat.core.metrics import SpeculationMetrics
+from specchat.service_api import ChatServiceProtocol
 from specchat.ui import charts
 from specchat.ui.inspector import inspector_html
 from specchat.ui.ledger_view import drafter_points
@@ -41,7 +42,7 @@ class SessionViews:
             trace file).
     """
 
-    def __init__(self, service: Any):
+    def __init__(self, service: ChatServiceProtocol):
         self.service = service
         self.exchanges: list[Exchange] = []  # what the chat shows
         self.reply_count = 0  # replies numbered so far (#1, #2, …)
@@ -168,9 +169,8 @@ class SessionViews:
         return ledger, charts.worth_figure(points, None if reply is None else reply.drafter, own[0] if own else None)
 
     def model_sizes(self, drafter: str) -> ModelSizes | None:
-        sizes = getattr(self.service, "model_sizes", None)
         try:
-            return sizes(drafter) if callable(sizes) else None
+            return self.service.model_sizes(drafter)
         except Exception:  # sizes are an extra: never let them break a reply
             return None
 
@@ -247,7 +247,7 @@ class SessionViews:
             if self._trace_dir is None:
                 self._trace_dir = tempfile.mkdtemp(prefix="specchat-traces-")
             path = Path(self._trace_dir) / f"specchat-trace-reply{reply.number}.jsonl"
-            target = getattr(self.service, "target_name", "target")
+            target = self.service.target_name
             reply.trace_path = str(write_trace(path, reply.trace_lines(target)))
         return reply.trace_path
     def set_chart_scope(self, scope: str) -> View:

@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 
 from specchat.drafters import kinds as drafter_kinds
+from specchat.service_api import ChatServiceProtocol
 from specchat.ui.handlers import RESTORED, Handlers
 from specchat.ui.host import stream_fn
 from specchat.ui.layout import VIEW_OUTPUTS, Page, build_page
@@ -38,7 +39,7 @@ def _pick_drafter(kinds: list[str], preferred: str | None, runtime: str = "trans
     return kinds[0] if kinds else "none"
 
 
-def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: tuple[str, ...] = ()) -> gr.Blocks:
+def build_ui(service: ChatServiceProtocol, *, default_drafter: str | None = None, trace_files: tuple[str, ...] = ()) -> gr.Blocks:
     """The whole app around ``service`` (anything with the ChatService interface): the layout,
     and events wired to the per-session logic of :class:`specchat.ui.session.ChatSession`.
 
@@ -51,12 +52,11 @@ def build_ui(service: Any, *, default_drafter: str | None = None, trace_files: t
     # until the pick is known the menu says "auto" (a message sent then waits for the pick and runs
     # with it, ChatSession), and each page shows the pick once the models are ready
     auto = default_drafter == "auto"
-    picked = getattr(service, "picked", None)
+    picked = service.picked
     if auto and not picked:
         drafter0 = AUTO
     else:
-        drafter0 = _pick_drafter(kinds, picked[0] if auto and picked else default_drafter,
-                                 getattr(service, "runtime", "transformers"))
+        drafter0 = _pick_drafter(kinds, picked.drafter if auto and picked else default_drafter, service.runtime)
     sessions = SessionStore(lambda: ChatSession(service, stream=stream_fn(service)))
     with gr.Blocks(title="specchat · speculative decoding") as demo:
         page = build_page(service, kinds=kinds, drafter0=drafter0, auto=auto, picked=picked)
@@ -155,7 +155,7 @@ def events(trace_files: bool) -> list[Event]:
     ]
 
 
-def wire_events(demo: gr.Blocks, page: Page, service: Any, sessions: SessionStore, *, kinds: list[str], drafter0: str,
+def wire_events(demo: gr.Blocks, page: Page, service: ChatServiceProtocol, sessions: SessionStore, *, kinds: list[str], drafter0: str,
                 auto: bool, trace_files: tuple[str, ...] = ()) -> Handlers:
     """Attach the page's events (call inside ``demo``'s ``gr.Blocks``), :func:`events`, to a
     :class:`~specchat.ui.handlers.Handlers`: sending (instant, then the reply on the one model

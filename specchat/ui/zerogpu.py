@@ -22,7 +22,10 @@ import enum
 import itertools
 import multiprocessing
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specchat.service_api import ChatServiceProtocol
 
 
 def _types() -> dict[str, type]:
@@ -30,7 +33,7 @@ def _types() -> dict[str, type]:
     module is imported by the app before torch)."""
     from specchat.analysis import trace
     from specchat.core import config, events
-    from specchat.service import Notice
+    from specchat.service_api import Notice
 
     classes = (events.TokenEvent, events.RoundEvent, events.DoneEvent, events.DrafterFailedEvent, events.PrefillEvent, Notice,
                events.TokenKind, events.StopReason, config.GenerationConfig, trace.RoundTrace,
@@ -114,7 +117,8 @@ class _Flag:
 
 
 def worker_stream(
-    service: Any, slot: CancelSlot, history: list[dict], message: str, drafter: str, config: dict, generation: int,
+    service: ChatServiceProtocol, slot: CancelSlot, history: list[dict], message: str, drafter: str, config: dict,
+    generation: int,
 ) -> Iterator[Any]:
     """In the worker: the chat turn's events and notices, as plain data. ``config`` is a
     :class:`~specchat.core.config.GenerationConfig` as :func:`to_plain` gave it; the engine stops

@@ -27,10 +27,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from specchat.commands.bench.soak_report import ABANDON, CANCEL, FULL, Turn, format_summary, slope, summarize, turn_line
 from specchat.conversation import Conversation, ReplySettings
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
 
 # Varied chat messages: code from scratch, an edit that repeats its input (the n-gram drafter's
 # best case), open questions, non-ASCII text, a one-word message. Seven: coprime with the
@@ -74,18 +78,11 @@ def plan(turn: int, *, cancel_every: int, abandon_every: int) -> str:
     return FULL
 
 
-def engine_state(service) -> tuple[bool, bool]:
+def engine_state(service: ChatService) -> tuple[bool, bool]:
     """(target cache released, engine fully idle) between turns."""
     engine = service.engine
-    released = engine.released
-    drafter_caches = [getattr(d, "cache", None) for d in service._drafters.values() if d is not None]
-    idle = (
-        released
-        and getattr(engine, "_current", None) is None
-        and all(c is None for c in drafter_caches)
-        and not service._lock.locked()
-    )
-    return released, idle
+    assert engine is not None  # the soak runs on a loaded target
+    return engine.released, service.idle()
 
 
 def run_turn(
@@ -116,7 +113,7 @@ def run_turn(
     kept_before = len(conversation)
     config = conversation.config(settings)
     t0, c0 = time.perf_counter(), time.process_time()
-    stream = conversation.stream(service.stream_chat, message, settings, cancel=cancel)
+    stream = conversation.stream(service.stream_chat, message, settings, cancel=cancel)  # a generator: close() ends it
     try:
         for item in stream:
             events += 1
@@ -243,7 +240,7 @@ def run_soak(
         if log is not None:
             log(turn_line(record))
     total_s = time.perf_counter() - t_start
-    settings = {
+    run_settings = {
         "target": service.target_name,
         "context_length": service.context_length,
         "dtype": str(service.dtype).replace("torch.", ""),
@@ -262,7 +259,7 @@ def run_soak(
     }
     summary = summarize(records, warmup=warmup, rss_start=rss_start, total_s=total_s)
     return {
-        "settings": settings,
+        "settings": run_settings,
         "summary": summary,
         "turns": [asdict(r) for r in records],
         "history": conversation.history(),
