@@ -32,7 +32,7 @@ from specchat.core import evidence  # noqa: E402
 from specchat.core.config import GenerationConfig  # noqa: E402
 from specchat.core.metrics import SpeculationMetrics  # noqa: E402
 from specchat.service import ChatService  # noqa: E402
-from specchat.ui.render import reply_summary  # noqa: E402
+from specchat.ui.html.render import reply_summary  # noqa: E402
 
 CHAT_TURNS, EDIT_TURNS = (0, 1, 2), (3, 4)
 

@@ -766,7 +766,7 @@ MUTANTS = [
     Mutant(
         "stop-leaves-queued-messages",
         11,
-        "specchat/ui/session_queue.py",
+        "specchat/ui/session/queue.py",
         "                self._cancel(ticket, why)\n",
         "                pass\n",
         "Stop ends the reply but a message waiting behind it is sent anyway (the toast says otherwise)",
@@ -774,7 +774,7 @@ MUTANTS = [
     Mutant(
         "stats-of-another-reply",
         11,
-        "specchat/ui/session_views.py",
+        "specchat/ui/session/views.py",
         "return stats_html(reply.metrics, label=reply.label, running=reply.running)",
         "return stats_html(reply.metrics, label=self.replies[0].label, running=reply.running)",
         "the stats line is labeled with the first reply's settings, not the reply it describes",
@@ -782,7 +782,7 @@ MUTANTS = [
     Mutant(
         "view-between-tokens-and-round",
         11,
-        "specchat/ui/session.py",
+        "specchat/ui/session/chat.py",
         "drawable = (isinstance(item, RoundEvent) and not item.timing_next) or (",
         "drawable = (not getattr(item, 'timing_next', False)) or (",
         "the page is redrawn between a round's tokens and its RoundEvent (counts disagree, '1 tokens in 0 rounds')",
@@ -790,7 +790,7 @@ MUTANTS = [
     Mutant(
         "page-update-before-timing-round",
         11,
-        "specchat/ui/session.py",
+        "specchat/ui/session/chat.py",
         "drawable = (isinstance(item, RoundEvent) and not item.timing_next) or (",
         "drawable = (isinstance(item, RoundEvent)) or (",
         "the page is redrawn just before a timing round, whose target-only step the drawing then slows",
@@ -798,7 +798,7 @@ MUTANTS = [
     Mutant(
         "clear-keeps-queued-messages",
         11,
-        "specchat/ui/session_queue.py",
+        "specchat/ui/session/queue.py",
         "                ticket.state = \"discarded\"\n",
         "                pass\n",
         "a message waiting when Clear is pressed still runs on the emptied chat",
@@ -806,7 +806,7 @@ MUTANTS = [
     Mutant(
         "closed-stream-keeps-running",
         11,
-        "specchat/ui/session.py",
+        "specchat/ui/session/chat.py",
         "self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel)",
         "self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, threading.Event())",
         "the engine is not given the reply's cancel switch: a closed tab (or Stop) does not stop it",
@@ -830,7 +830,7 @@ MUTANTS = [
     Mutant(
         "reply-stream-sends-the-table",
         11,
-        "specchat/ui/view.py",
+        "specchat/ui/session/view.py",
         "    table: str | None = _part(TICKED)\n",
         "    table: str | None = _part(STREAMED)\n",
         "a reply's stream on the page sends the conversation table with every update (Gradio rebuilds it each time)",
@@ -879,7 +879,7 @@ MUTANTS = [
     Mutant(
         "inspector-u-against-p",
         12,
-        "specchat/ui/inspector.py",
+        "specchat/ui/html/inspector.py",
         "    r = _ratio(p, q)\n",
         "    r = min(1.0, p)\n",
         "the inspector draws u against p instead of min(1, p/q)",
@@ -944,7 +944,7 @@ MUTANTS = [
     Mutant(
         "proof-residual-path-not-scaled",
         13,
-        "specchat/ui/proof.py",
+        "specchat/ui/html/proof.py",
         "    scale = 1.0 - proof.beta\n",
         "    scale = 1.0\n",
         "the proof view's residual path is p′ instead of (1 − β)·p′",
@@ -1044,7 +1044,7 @@ MUTANTS = [
     Mutant(
         "zerogpu-stop-not-forwarded",
         15,
-        "specchat/ui/zerogpu.py",
+        "specchat/ui/page/zerogpu.py",
         "            if cancel is not None and cancel.is_set():\n                slot.cancel(generation)\n"
         "            yield from_plain(data, types)\n",
         "            yield from_plain(data, types)\n",
@@ -1053,7 +1053,7 @@ MUTANTS = [
     Mutant(
         "zerogpu-closed-reader-not-forwarded",
         15,
-        "specchat/ui/zerogpu.py",
+        "specchat/ui/page/zerogpu.py",
         "        if not finished:  # stopped reading early: tell the worker first, then let go of its stream\n"
         "            slot.cancel(generation)\n",
         "        pass\n",
@@ -1062,7 +1062,7 @@ MUTANTS = [
     Mutant(
         "zerogpu-tuples-cross-as-lists",
         15,
-        "specchat/ui/zerogpu.py",
+        "specchat/ui/page/zerogpu.py",
         '        return {"__tuple__": [to_plain(x) for x in obj]}\n',
         "        return [to_plain(x) for x in obj]\n",
         "tuples cross the worker boundary as lists: the events that come back differ from the ones sent",
@@ -1177,7 +1177,7 @@ MUTANTS = [
     Mutant(
         "page-counts-target-as-bonus",
         18,
-        "specchat/ui/render.py",
+        "specchat/ui/html/render.py",
         "{counts[\"bonus\"]} bonus",
         "{counts[\"bonus\"] + counts[\"target\"]} bonus",
         "the reply summary counts the target's own tokens as bonus tokens",
@@ -1362,7 +1362,7 @@ MUTANTS = [
     Mutant(
         "unqueue-cancels-the-first",
         19,
-        "specchat/ui/session_queue.py",
+        "specchat/ui/session/queue.py",
         "            ticket = next((t for t in self.tickets if t.exchange is not None and t.exchange.id == exchange_id), None)\n",
         "            ticket = next((t for t in self.tickets if t.exchange is not None), None)\n",
         "a queued message's cancel button withdraws the first queued message, not its own",
@@ -1370,7 +1370,7 @@ MUTANTS = [
     Mutant(
         "queued-taken-by-text",
         19,
-        "specchat/ui/session_queue.py",
+        "specchat/ui/session/queue.py",
         "ticket = next((t for t in self.tickets if t.id == ticket_id), None)",
         "ticket = next((t for t in self.tickets if t.message == message), None)",
         "a reply takes the first waiting message with its text, not its own: it runs in another bubble",
@@ -1386,7 +1386,7 @@ MUTANTS = [
     Mutant(
         "restore-trusts-roles",
         19,
-        "specchat/ui/session_saved.py",
+        "specchat/ui/session/saved.py",
         "        if not isinstance(m, dict) or m.get(\"role\") not in (\"user\", \"assistant\") or not isinstance(m.get(\"content\"), str):\n",
         "        if not isinstance(m, dict) or not isinstance(m.get(\"content\"), str):\n",
         "a conversation restored from the browser may carry any role (a system message the user never set)",

@@ -1,7 +1,7 @@
 """The service's interface: what the page (:mod:`specchat.ui`) and the commands use of a service.
 
 :class:`ChatServiceProtocol` is implemented by :class:`specchat.service.ChatService` (the loaded
-models) and by :class:`specchat.ui.host.TraceOnlyService` (no model: the page replays recorded
+models) and by :class:`specchat.ui.page.host.TraceOnlyService` (no model: the page replays recorded
 traces and refuses to generate). Callers type a service with it and use its members directly,
 without probing with ``getattr``/``hasattr``. :class:`Notice` and :class:`Pick` are the plain
 values the service hands out.

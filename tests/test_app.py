@@ -31,8 +31,8 @@ from gradio_client import Client
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import DRAFTER_KINDS, Notice, Pick
-from specchat.ui import app
-from specchat.ui.transcript import feed_messages, unwire
+from specchat.ui.html.transcript import feed_messages, unwire
+from specchat.ui.page import app
 
 A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 
@@ -260,7 +260,7 @@ def test_build_ui_returns_blocks_without_loading_anything():
 
 
 def test_token_span_escapes_text_and_title():
-    from specchat.ui.render import token_span
+    from specchat.ui.html.render import token_span
 
     event = TokenEvent(1, A, '<img src=x onerror="alert(1)">', 0.5, 0.25, None, None, None, 0, 0, 4)
     span = token_span(event)
@@ -275,7 +275,7 @@ def test_token_span_escapes_text_and_title():
 def test_a_reply_keeps_indentation_and_tabs_in_code_and_its_plain_text():
     """A code block keeps the model's indentation and tabs; the reply's plain text (its copy
     button, the history) is exactly what the model wrote."""
-    from specchat.ui.render import ReplyRenderer
+    from specchat.ui.html.render import ReplyRenderer
 
     reply = ReplyRenderer()
     for i, text in enumerate(["```\n", "def f():", "\n   ", " return 1", "\n\tx", "\n```\n"]):

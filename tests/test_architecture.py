@@ -33,9 +33,17 @@ ALLOWED = {
 CORE_FORBIDDEN = {"transformers", "gradio", "plotly", "argparse", "yaml", "pydantic", "bitsandbytes", "llama_cpp"}
 MAX_LINES = 520  # "no room over ~500 lines"
 MAX_FUNCTION_LINES = 120
-# the only modules that import gradio: the page's layout, its handlers and their wiring (the
-# sessions, the views and everything below them run and are tested without it)
-GRADIO_IMPORTERS = {"specchat.ui.layout", "specchat.ui.handlers", "specchat.ui.wiring"}
+# inside ui/, each folder imports only from those below it: html (HTML and the page's JS and CSS)
+# < charts (Plotly figures) < session (one browser session, no gradio) < page (gradio); only the
+# page imports gradio, so the sessions, the views and everything below them run and are tested
+# without it
+UI_ALLOWED = {
+    "html": {"html"},
+    "charts": {"html", "charts"},
+    "session": {"html", "charts", "session"},
+    "page": {"html", "charts", "session", "page"},
+}
+GRADIO_FOLDER = "page"
 MAX_TOP_LEVEL_MODULES = 9
 
 
@@ -128,10 +136,25 @@ def test_no_module_over_about_500_lines_and_few_at_the_top():
     assert len(top) <= MAX_TOP_LEVEL_MODULES, top
 
 
-def test_only_the_page_modules_import_gradio():
+def ui_folder(module: str) -> str | None:
+    """``html``, ``charts``, ``session`` or ``page`` for a module of specchat.ui (None for the package)."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["specchat", "ui"] else None
+
+
+def test_every_ui_module_is_in_a_folder_that_imports_only_from_below():
     mods = modules()
-    importers = {name for name, path in mods.items() if "gradio" in imports(name, path, set(mods))[1]}
-    assert importers <= GRADIO_IMPORTERS, sorted(importers - GRADIO_IMPORTERS)
+    bad = []
+    for name, deps in graph().items():
+        folder = ui_folder(name)
+        if part(name) != "ui" or name == "specchat.ui":  # the package itself: only the offline settings
+            continue
+        assert folder in UI_ALLOWED, f"{name}: a ui module outside html/, charts/, session/ and page/"
+        bad += [f"{name} imports {dep}" for dep in sorted(deps)
+                if part(dep) == "ui" and ui_folder(dep) is not None and ui_folder(dep) not in UI_ALLOWED[folder]]
+        if folder != GRADIO_FOLDER and "gradio" in imports(name, mods[name], set(mods))[1]:
+            bad.append(f"{name} imports gradio (only ui/page/ may)")
+    assert not bad, "\n".join(bad)
 
 
 def test_no_function_over_about_120_lines():

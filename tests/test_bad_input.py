@@ -43,8 +43,8 @@ from specchat.runtimes import gguf_cache, loading  # noqa: E402
 from specchat.runtimes.chat import build_chat_prompt  # noqa: E402
 from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry  # noqa: E402
 from specchat.service import ChatService, Notice  # noqa: E402
-from specchat.ui.render import ReplyRenderer, render_user  # noqa: E402
-from specchat.ui.transcript import feed_messages  # noqa: E402
+from specchat.ui.html.render import ReplyRenderer, render_user  # noqa: E402
+from specchat.ui.html.transcript import feed_messages  # noqa: E402
 
 FFFD = "\ufffd"
 WINDOW = 8192  # SmolLM2-135M-Instruct: max_position_embeddings = 8192
@@ -404,7 +404,7 @@ def _assert_only_app_markup(page: _Page, *, markdown: bool = False):
 
 def _markdown_text(source: str) -> str:
     """What markdown-it alone shows of ``source`` (the reference: weaving tokens in changes no text)."""
-    from specchat.ui.markdown import MD
+    from specchat.ui.html.markdown import MD
 
     return re.sub(r"\n+", "\n", _Page(MD.render(source)).text)
 
@@ -874,7 +874,7 @@ def test_a_whole_reply_bubble_with_hostile_settings_and_message_is_only_app_mark
     or a message that holds HTML stays text."""
     from test_app import FakeService
 
-    from specchat.ui.session import ChatSession, ReplySettings
+    from specchat.ui.session.chat import ChatSession, ReplySettings
 
     s = ChatSession(FakeService())
     list(s.respond(HOSTILE[0], ReplySettings(HOSTILE[1], 4, True, 0.0, 1.0, 64)))

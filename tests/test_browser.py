@@ -42,7 +42,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind  # noqa: E402
 from specchat.runtimes.transformers import TransformersRuntime
 from specchat.service import ChatService, Pick  # noqa: E402
-from specchat.ui import app  # noqa: E402
+from specchat.ui.page import app  # noqa: E402
 
 pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
@@ -159,7 +159,7 @@ def _markdown_shown(text: str) -> str:
     """What markdown-it alone shows of ``text`` (whitespace collapsed): the page must show the same."""
     from html.parser import HTMLParser
 
-    from specchat.ui.markdown import MD
+    from specchat.ui.html.markdown import MD
 
     chunks: list[str] = []
     parser = HTMLParser()
@@ -984,7 +984,7 @@ def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, br
 
     from specchat.core.config import GenerationConfig
     from specchat.drafters.model import ModelDrafter
-    from specchat.ui.session import Reply, ReplySettings
+    from specchat.ui.session.chat import Reply, ReplySettings
 
     drafter = ModelDrafter(TransformersRuntime(other), target_vocab_size=TINY_VOCAB, num_tokenizer_ids=257, name="other")
     config = GenerationConfig(num_speculative_tokens=4, temperature=0.9, max_new_tokens=40, seed=5, trace=True)

@@ -120,7 +120,7 @@ def test_the_menu_says_what_each_calibrated_drafter_costs_here():
             return "sibling"
 
     from specchat.commands.common import drafter_cost_note
-    from specchat.ui.layout import drafter_menu
+    from specchat.ui.page.layout import drafter_menu
 
     assert drafter_menu(Service(), Service.kinds, True) == [
         ("auto: picked by measurement", "auto"), ("none", "none"), ("ngram", "ngram"),

@@ -1,4 +1,4 @@
-"""specchat.ui.charts: the figures carry the right numbers, stay small, and have empty states."""
+"""specchat.ui.charts.figures: the figures carry the right numbers, stay small, and have empty states."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from specchat.core import theory
 from specchat.core.events import RoundEvent
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui import charts
+from specchat.ui.charts import figures as charts
 
 
 def _round(
@@ -294,7 +294,7 @@ def test_long_runs_are_thinned_and_small():
 
 
 def test_colors_match_the_token_legend(metrics):
-    from specchat.ui.render import KIND_COLORS
+    from specchat.ui.html.render import KIND_COLORS
 
     assert charts.acceptance_by_position_figure(metrics).data[0].marker.color == KIND_COLORS["accepted"]
     assert _trace(charts.acceptance_rate_figure(metrics), "cumulative α").line.color == KIND_COLORS["accepted"]
@@ -303,7 +303,7 @@ def test_colors_match_the_token_legend(metrics):
 def test_stats_line_wording_for_short_and_finished_replies():
     """One round reads "1 round"; a finished reply with no timed target-only step does not
     promise one "yet"; a reply stopped before its first round says so instead of "no reply yet"."""
-    from specchat.ui.render import stats_html
+    from specchat.ui.html.render import stats_html
 
     one = _metrics([_round(0, 2, 2)])  # 3 tokens in 1 round, nothing timed
     done = stats_html(one, label="#1 · ngram", running=False)

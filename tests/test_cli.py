@@ -144,7 +144,7 @@ def test_the_terminal_colours_tokens_as_the_pages_legend():
     """``generate`` and ``chat`` colour a token kind as the page's legend does (common.py repeats
     the colours so that the command line does not import the page's renderer)."""
     from specchat.commands.common import TOKEN_STYLES
-    from specchat.ui.render import KIND_COLORS
+    from specchat.ui.html.render import KIND_COLORS
 
     assert set(TOKEN_STYLES) == set(KIND_COLORS)
     for kind in ("accepted", "resampled", "bonus"):

@@ -121,7 +121,7 @@ def test_the_page_and_the_terminal_send_the_same_history_for_the_same_turns():
     """One rule: after the same two messages, the page's session and the terminal chat call the
     service with the same history (the page's drafter and settings as the terminal's)."""
     from specchat.commands.repl import ReplState
-    from specchat.ui.session import ChatSession
+    from specchat.ui.session.chat import ChatSession
 
     page_fake, term_fake = FakeService(), FakeService()
     session = ChatSession(page_fake, text_interval_s=0.0)

@@ -9,7 +9,7 @@ import pytest
 from specchat.commands.cli import build_parser
 from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes import registry
-from specchat.ui import charts
+from specchat.ui.charts import figures as charts
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -111,8 +111,8 @@ def test_the_pause_note_and_the_ledger_words_never_contradict_the_reply(alpha_ac
     appears only with its sample."""
     from specchat.commands.generate import summary_line
     from specchat.core.events import DoneEvent, StopReason
-    from specchat.ui.ledger_view import worth_words
-    from specchat.ui.render import reply_summary
+    from specchat.ui.html.ledger import worth_words
+    from specchat.ui.html.render import reply_summary
 
     m = _metrics([100.0] * num_steps, [(2, alpha_accepted, draft_ms, verify_ms)] * num_drafting)
     m.update(RoundEvent(99, 0, 0, 0, 1, (), 0.0, 0, 100.0, 0.0, 100.0, drafting_paused=True, paused_speedup=0.9))

@@ -8,12 +8,12 @@ import re
 from specchat.analysis.trace import CommittedToken, DraftedToken, PositionTrace, RoundTrace
 from specchat.core.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service_api import Pick
-from specchat.ui.host import TraceOnlyService
-from specchat.ui.inspector import inspector_html
-from specchat.ui.race import RaceLane, race_verdict
-from specchat.ui.rounds import ReplyRounds
-from specchat.ui.session import ChatSession
-from specchat.ui.timeline import timeline_html
+from specchat.ui.html.inspector import inspector_html
+from specchat.ui.html.race import RaceLane, race_verdict
+from specchat.ui.html.rounds import ReplyRounds
+from specchat.ui.html.timeline import timeline_html
+from specchat.ui.page.host import TraceOnlyService
+from specchat.ui.session.chat import ChatSession
 
 A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 TEXTS = {1: "def", 2: " f", 3: " g", 4: "(", 5: ")", 6: ":"}
@@ -95,7 +95,7 @@ def test_timeline_widths_are_proportional_to_the_times():
 def test_session_select_by_round_and_by_token():
     session = ChatSession(TraceOnlyService("tiny"))
 
-    from specchat.ui.session import Exchange, Reply, ReplySettings
+    from specchat.ui.session.chat import Exchange, Reply, ReplySettings
 
     reply = Reply(1, "hi", ReplySettings("sibling", 4, False, 0.0, 1.0, 16))
     for event in [e for e in _events_of(_reply())]:
@@ -154,7 +154,7 @@ def test_race_verdict_identical_and_first_difference_with_the_logit_gap():
 
 
 def test_a_refused_race_says_why_in_its_panel_and_stop_ends_the_replay():
-    from specchat.ui.session import ReplySettings
+    from specchat.ui.session.chat import ReplySettings
 
     class Service:  # the members of ChatServiceProtocol a race reads
         banner, picked, runtime = "", None, "transformers"

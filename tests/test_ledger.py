@@ -18,7 +18,7 @@ from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters.model import ModelDrafter
 from specchat.drafters.ngram import NgramDrafter
 from specchat.runtimes.transformers import TransformersRuntime, model_size
-from specchat.ui.ledger_view import drafter_points, headline, ledger_html, worth_words
+from specchat.ui.html.ledger import drafter_points, headline, ledger_html, worth_words
 
 
 # ---- the formulas: the seed's worked example -------------------------------------------------------
@@ -182,7 +182,7 @@ def test_proof_by_hand():
     min(p, q) + it = (0.5, 0.3, 0.2) = p."""
     from specchat.core.roundtrace import proof_trace
     from specchat.core.sampling import residual_probs
-    from specchat.ui.inspector import proof_rows
+    from specchat.ui.html.inspector import proof_rows
 
     p = torch.tensor([0.5, 0.3, 0.2])
     q = torch.tensor([0.2, 0.6, 0.2])
@@ -200,7 +200,7 @@ def test_proof_by_hand_one_hot_draft():
     is p without token 1, renormalised: (0.5, 0, 0.2)/0.7; (1 − β)·p′ = (0.5, 0, 0.2)."""
     from specchat.core.roundtrace import proof_trace
     from specchat.core.sampling import residual_probs
-    from specchat.ui.inspector import proof_rows
+    from specchat.ui.html.inspector import proof_rows
 
     p = torch.tensor([0.5, 0.3, 0.2])
     proof = proof_trace(p, None, 1, residual_probs(p, None, 1))
@@ -228,7 +228,7 @@ def test_proof_sum_equals_p_on_real_rejections(sampled_traces):
     summed, min(p, q) + (1 − β)·p′ equals p to float32 precision; p matches the p list as used;
     β is the acceptance probability Σ min(p, q), which the rest's share completes; the proof
     is recorded at the rejection and nowhere else."""
-    from specchat.ui.inspector import proof_rows
+    from specchat.ui.html.inspector import proof_rows
 
     seen = 0
     for events in sampled_traces:
@@ -269,7 +269,7 @@ def test_proof_survives_the_trace_file(sampled_traces, tmp_path):
 
 def test_proof_view_in_the_inspector(sampled_traces):
     """A resampled token's inspector shows β, the three bar groups and |sum − p| at float precision."""
-    from specchat.ui.inspector import ReplyRounds, inspector_html
+    from specchat.ui.html.inspector import ReplyRounds, inspector_html
 
     rr = ReplyRounds.of(sampled_traces[0])
     index = next(i for i, t in enumerate(rr.tokens) if t.kind.value == "resampled")
@@ -332,8 +332,8 @@ def test_worth_words_and_points():
 
 
 def test_worth_figure_has_the_line_and_each_drafter():
-    from specchat.ui import charts
-    from specchat.ui.ledger_view import DrafterPoint
+    from specchat.ui.charts import figures as charts
+    from specchat.ui.html.ledger import DrafterPoint
 
     fig = charts.worth_figure([DrafterPoint("int4", 0.9, 0.6, 1, 10), DrafterPoint("ngram", 0.4, 0.01, 2, 20)], "int4")
     line = next(t for t in fig.data if t.name == "α = c")
@@ -373,7 +373,7 @@ def test_proof_view_shows_the_rejected_draft_and_sums_the_rest():
     token, and sums the one left (p 0.02) into "the rest": the rows shown add up to 1."""
     from specchat.core.roundtrace import RoundTrace, proof_trace
     from specchat.core.sampling import residual_probs
-    from specchat.ui.inspector import proof_html
+    from specchat.ui.html.inspector import proof_html
 
     p = torch.tensor([0.25, 0.12, 0.11, 0.10, 0.09, 0.08, 0.07, 0.06, 0.05, 0.04, 0.02, 0.01])
     proof = proof_trace(p, None, 11, residual_probs(p, None, 11))

@@ -1,4 +1,4 @@
-"""specchat.ui.markdown: a reply as Markdown with its tokens woven in, checked from first principles.
+"""specchat.ui.html.markdown: a reply as Markdown with its tokens woven in, checked from first principles.
 
 The reference for the visible text is markdown-it itself (the same renderer without tokens):
 weaving may only wrap text in spans, never change it. The reference for each span is the
@@ -13,8 +13,8 @@ from html.parser import HTMLParser
 from types import SimpleNamespace
 
 from specchat.core.events import TokenEvent, TokenKind
-from specchat.ui.markdown import MD, block_html, code_lines
-from specchat.ui.render import ReplyRenderer
+from specchat.ui.html.markdown import MD, block_html, code_lines
+from specchat.ui.html.render import ReplyRenderer
 
 A, R, B, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.BONUS, TokenKind.TARGET
 

@@ -39,9 +39,9 @@ sys.addaudithook(hook)
 sys.path.insert(0, sys.argv[2])
 target = sys.argv[1]
 
-from specchat.ui import app  # sets the offline environment before gradio is imported
+from specchat.ui.page import app  # sets the offline environment before gradio is imported
 from gradio_client import Client
-from specchat.ui.transcript import feed_messages
+from specchat.ui.html.transcript import feed_messages
 from specchat.service import ChatService
 from specchat.commands.cli import main as cli_main
 

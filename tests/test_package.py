@@ -56,12 +56,12 @@ def test_wheel_holds_the_package_data_and_declares_the_pins(installed):
     assert (site / "specchat" / "models.yaml").read_bytes() == (ROOT / "models.yaml").read_bytes()
     for name in ("bench_prompts.yaml", "bench_chat.json", "bench_page_chat.json"):
         assert (site / "specchat" / "commands" / "bench" / name).is_file(), name
-    # the page's JavaScript and CSS, read at import (specchat.ui.static_files): every file of the checkout's
-    static = ROOT / "specchat" / "ui" / "static"
-    assert sorted(p.name for p in static.iterdir()) == sorted(p.name for p in (site / "specchat" / "ui" / "static").iterdir())
+    # the page's JavaScript and CSS, read at import (specchat.ui.html.static_files): every file of the checkout's
+    static = ROOT / "specchat" / "ui" / "html" / "static"
+    assert sorted(p.name for p in static.iterdir()) == sorted(p.name for p in (site / "specchat" / "ui" / "html" / "static").iterdir())
     for path in static.iterdir():
-        assert (site / "specchat" / "ui" / "static" / path.name).read_bytes() == path.read_bytes(), path.name
-    for module in ("ui/app.py", "core/engine.py", "runtimes/registry.py", "analysis/trace.py", "drafters/hybrid.py",
+        assert (site / "specchat" / "ui" / "html" / "static" / path.name).read_bytes() == path.read_bytes(), path.name
+    for module in ("ui/page/app.py", "core/engine.py", "runtimes/registry.py", "analysis/trace.py", "drafters/hybrid.py",
                    "commands/bench/runner.py", "commands/bench/soak_cli.py"):
         assert (site / "specchat" / module).is_file(), module
     assert command.is_file()
@@ -124,6 +124,6 @@ def test_app_py_is_the_package_app():
         import app as root_app
     finally:
         sys.path.remove(str(ROOT))
-    from specchat.ui import app as package_app
+    from specchat.ui.page import app as package_app
 
     assert root_app is package_app

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from specchat.ui.prefetch import Prefetched
+from specchat.ui.session.prefetch import Prefetched
 
 
 def test_items_arrive_in_order_and_the_stream_runs_ahead_of_the_reader():

@@ -20,7 +20,7 @@ import torch
 
 from specchat.errors import ModelSourceError
 from specchat.runtimes.loading import load_model, load_tokenizer
-from specchat.ui import app
+from specchat.ui.page import app
 
 ROOT = Path(__file__).resolve().parent.parent
 

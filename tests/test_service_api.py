@@ -28,7 +28,7 @@ def test_a_pick_is_a_named_pair():
 
 
 def test_the_trace_only_service_offers_the_whole_interface_and_refuses_to_generate():
-    from specchat.ui.host import TraceOnlyService
+    from specchat.ui.page.host import TraceOnlyService
 
     service = TraceOnlyService("smollm2-135m-instruct")
     assert {"stream_chat", "picked", "loading", "drafter_errors", "runtime_description"} <= protocol_members()

@@ -1,4 +1,4 @@
-"""specchat.ui.session: one browser session's logic, driven directly (no Gradio, no model).
+"""specchat.ui.session.chat: one browser session's logic, driven directly (no Gradio, no model).
 
 The stream is test_app's scripted FakeService: 7 rounds per repeat, 18 tokens, one target-only
 round; a target step takes 100 ms and a drafted token 10 ms on its fake clock, so every number
@@ -15,10 +15,10 @@ from test_app import REPLY_TEXT, FakeService
 from specchat.conversation import Conversation
 from specchat.core.events import StopReason
 from specchat.service import Notice
-from specchat.ui import session as session_module
-from specchat.ui.session import CHART_SCOPES, ChatSession, Phase, ReplySettings, SessionStore, View
-from specchat.ui.session_views import LIVE_PANELS
-from specchat.ui.transcript import feed_messages
+from specchat.ui.html.transcript import feed_messages
+from specchat.ui.session import chat as session_module
+from specchat.ui.session.chat import CHART_SCOPES, ChatSession, Phase, ReplySettings, SessionStore, View
+from specchat.ui.session.views import LIVE_PANELS
 
 
 def settings(drafter="int4", gamma=4, adaptive=True, temperature=0.0, top_p=1.0, max_new_tokens=256):

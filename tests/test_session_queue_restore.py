@@ -13,9 +13,9 @@ from test_app import REPLY_TEXT, FakeService
 from test_session import run, settings
 
 from specchat.core.events import DoneEvent, PrefillEvent, StopReason
-from specchat.ui.reply import ReplySettings
-from specchat.ui.session import SAVED_VERSION, ChatSession, Phase, parse_saved
-from specchat.ui.transcript import feed_messages
+from specchat.ui.html.transcript import feed_messages
+from specchat.ui.session.chat import SAVED_VERSION, ChatSession, Phase, parse_saved
+from specchat.ui.session.reply import ReplySettings
 
 
 def _streaming():

@@ -66,7 +66,7 @@ def test_space_serves_a_chat_from_a_venv_of_requirements_txt(tmp_path):
 
         from gradio_client import Client
 
-        from specchat.ui.transcript import feed_messages
+        from specchat.ui.html.transcript import feed_messages
 
         client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False, analytics_enabled=False)
         job = client.submit("Write a Python function that adds two numbers.", "ngram", 4, 0.0, 1.0, 24, True,

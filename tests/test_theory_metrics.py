@@ -153,7 +153,7 @@ def test_a_paused_reply_says_why_in_its_summary_with_hand_computed_costs():
     (and the reply measured 6·10/93 = 0.65×, which does not say otherwise)."""
     from specchat.core.events import RoundEvent
     from specchat.core.metrics import SpeculationMetrics
-    from specchat.ui.render import reply_summary
+    from specchat.ui.html.render import reply_summary
 
     def event(i, drafted, draft_ms, verify_ms, paused=False):
         return RoundEvent(round_index=i, num_speculative_tokens=drafted, num_drafted=drafted, num_accepted=0,

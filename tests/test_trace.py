@@ -257,7 +257,7 @@ def test_file_round_trip_and_schema(traces, tmp_path):
 def test_replayed_reply_renders_like_the_live_one(traces, tmp_path):
     """The app's chat bubble of a reply read from its trace file equals the live one's (same
     colors, same text, same clickable tokens, same rejected drafts), with no model loaded."""
-    from specchat.ui.session import ChatSession, Reply, ReplySettings
+    from specchat.ui.session.chat import ChatSession, Reply, ReplySettings
 
     events = traces[("model", 1.0, 0.8)]
     settings = ReplySettings("other", 4, False, 1.0, 0.8, 40)

@@ -15,8 +15,8 @@ from gradio.utils import diff
 from gradio_client.utils import apply_diff
 
 from specchat.core.events import TokenEvent, TokenKind
-from specchat.ui.reply import Exchange, Phase, Reply, ReplySettings
-from specchat.ui.transcript import feed_messages, unwire, wire
+from specchat.ui.html.transcript import feed_messages, unwire, wire
+from specchat.ui.session.reply import Exchange, Phase, Reply, ReplySettings
 
 A, R, T = TokenKind.ACCEPTED, TokenKind.RESAMPLED, TokenKind.TARGET
 

@@ -1,4 +1,4 @@
-"""The page's wiring as data (specchat.ui.view, layout.VIEW_OUTPUTS, wiring.events): the map from
+"""The page's wiring as data (specchat.ui.session.view, layout.VIEW_OUTPUTS, wiring.events): the map from
 View fields to components covers every field, the streaming policy derives the constants the
 session and the page use, each event's outputs are the ones the policy says, and the page's
 JavaScript and CSS files are what the page gets. No model, no server."""
@@ -18,9 +18,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specchat.ui import handlers, layout, render, session, session_views, transcript, view, wiring  # noqa: E402
-from specchat.ui.host import TraceOnlyService  # noqa: E402
-from specchat.ui.static_files import STATIC, static_text  # noqa: E402
+from specchat.ui.html import render, transcript
+from specchat.ui.html.static_files import STATIC, static_text  # noqa: E402
+from specchat.ui.page import (
+    handlers,
+    layout,
+    wiring,  # noqa: E402
+)
+from specchat.ui.page.host import TraceOnlyService  # noqa: E402
+from specchat.ui.session import chat as session
+from specchat.ui.session import view
+from specchat.ui.session import views as session_views
 
 
 def test_the_policy_derives_the_constants_the_session_and_the_page_use():

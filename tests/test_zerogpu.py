@@ -27,7 +27,7 @@ from specchat.analysis.trace import CommittedToken, DraftedToken, PositionTrace,
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, DrafterFailedEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from specchat.service import Notice
-from specchat.ui.zerogpu import CancelSlot, from_plain, to_plain
+from specchat.ui.page.zerogpu import CancelSlot, from_plain, to_plain
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,7 +155,8 @@ def GPU(fn=None, duration=None):
 SCRIPT = '''
 import json, sys, threading
 import spaces
-from specchat.ui import app, host
+from specchat.ui.page import app
+from specchat.ui.page import host
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 

@@ -6,7 +6,7 @@ of its own with an ``add_parser(subparsers)`` and a ``run(args)``: :mod:`~specch
 :mod:`~specchat.commands.audit`, and the measurements in :mod:`specchat.commands.bench` (``bench``:
 :mod:`~specchat.commands.bench.cli`, ``bench-page``: :mod:`~specchat.commands.bench.page`, ``soak``:
 :mod:`~specchat.commands.bench.soak_cli`); ``app`` is the app's
-(:func:`specchat.ui.app.run`). None of them imports torch or gradio before it runs, so
+(:func:`specchat.ui.page.app.run`). None of them imports torch or gradio before it runs, so
 ``specchat --help`` stays light.
 """
 
@@ -54,7 +54,7 @@ def _main(argv: list[str] | None) -> int:
     if problem is not None:
         return fail(problem, command=args.command)
     if args.command == "app":
-        from specchat.ui.app import run
+        from specchat.ui.page.app import run
 
         return run(args)
     if args.command == "bench":

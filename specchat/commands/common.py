@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 TOKEN_STYLES = {"accepted": "#2f9e44", "resampled": "#e8590c", "bonus": "#7048e8", "target": ""}
 """The colour (a rich style) of each token kind in a terminal: the page's legend colours
-(``specchat.ui.render.KIND_COLORS``: green accepted, orange resampled, purple bonus; repeated here
+(``specchat.ui.html.render.KIND_COLORS``: green accepted, orange resampled, purple bonus; repeated here
 so that the command line does not import the page's renderer, a test checks they agree); a target
 token is plain, as on the page. ``generate`` and ``chat`` both draw with it. A terminal without
 true colour shows the nearest colour it has."""

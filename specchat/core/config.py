@@ -119,7 +119,7 @@ def _finite(x: object) -> bool:
 
 class CancelFlag(Protocol):
     """What stops a generation: a ``threading.Event``, or anything with its ``is_set`` (the
-    ZeroGPU worker's flag, :mod:`specchat.ui.zerogpu`). Checked before each round and each
+    ZeroGPU worker's flag, :mod:`specchat.ui.page.zerogpu`). Checked before each round and each
     prefill pass."""
 
     def is_set(self) -> bool:

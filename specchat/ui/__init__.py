@@ -1,4 +1,6 @@
-"""The Gradio page: start-up, layout, events, the per-session controller, charts, the round views, ledger view, HTML rendering, ZeroGPU.
+"""The page, in four folders, each importing only from those before it: ``html`` (events as HTML,
+the page's JS and CSS), ``charts`` (Plotly figures), ``session`` (one browser session, no gradio)
+and ``page`` (the Gradio page: the only importer of gradio).
 
 Importing any module of it keeps gradio and huggingface_hub offline and private: both settings
 must be in the environment before either is imported.

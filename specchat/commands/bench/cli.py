@@ -290,7 +290,7 @@ def _write_results(args: argparse.Namespace, out: Path, results: list, summary: 
     """bench.json, bench.csv (``--csv``), the chart as HTML and, where kaleido can start a browser,
     PNG; says which files in ``out`` are left from an earlier run."""
     from specchat.commands.bench import report
-    from specchat.ui import charts
+    from specchat.ui.charts import figures as charts
 
     names = report.OUTPUT_NAMES
     written = ["json"] + (["csv"] if args.csv else [])

@@ -209,7 +209,7 @@ def timing_cost(results: list[RunResult]) -> dict:
 
 
 def chart_summary(summary: dict) -> dict:
-    """The summary that :func:`specchat.ui.charts.bench_figure` draws: without the configurations
+    """The summary that :func:`specchat.ui.charts.figures.bench_figure` draws: without the configurations
     that ran without timing rounds (they would be drawn as a second bar of the same drafter)."""
     configs = {n: e for n, e in summary["configs"].items() if e.get("measure_speedup") is not False}
     return summary | {"configs": configs}

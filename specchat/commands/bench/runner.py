@@ -270,8 +270,8 @@ def printed_contradictions(drafter: str, metrics: SpeculationMetrics) -> list[st
     about this reply that its own figures contradict (:func:`specchat.core.evidence.contradictions`)."""
     from specchat.commands.generate import summary_line
     from specchat.core import evidence
-    from specchat.ui.ledger_view import worth_words
-    from specchat.ui.render import reply_summary
+    from specchat.ui.html.ledger import worth_words
+    from specchat.ui.html.render import reply_summary
 
     texts = [summary_line(drafter, metrics, metrics.done), reply_summary(metrics),
              worth_words(drafter, metrics.acceptance_rate, metrics.cost_ratio, metrics)]

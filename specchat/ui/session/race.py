@@ -1,8 +1,8 @@
 """The race of a chat session: the target alone, then the drafter, on one message. No gradio import.
 
-:class:`SessionRace`, owned by :class:`specchat.ui.session.ChatSession`, runs the
+:class:`SessionRace`, owned by :class:`specchat.ui.session.chat.ChatSession`, runs the
 race (back to back, same settings and seed, each traced) and replays both runs at their
-measured speeds; :mod:`specchat.ui.race` draws it.
+measured speeds; :mod:`specchat.ui.html.race` draws it.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from specchat.conversation import Conversation, ReplySettings, StreamFn
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
 from specchat.drafters import kinds as drafter_kinds
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui.race import RaceLane, race_html, race_verdict
-from specchat.ui.render import status_html
-from specchat.ui.reply import Run, is_blank_message
-from specchat.ui.session_queue import RunSlot
-from specchat.ui.session_views import SessionViews, View
+from specchat.ui.html.race import RaceLane, race_html, race_verdict
+from specchat.ui.html.render import status_html
+from specchat.ui.session.queue import RunSlot
+from specchat.ui.session.reply import Run, is_blank_message
+from specchat.ui.session.views import SessionViews, View
 
 
 class SessionRace:
-    """The race of a :class:`~specchat.ui.session.ChatSession`: it shares the session's one
+    """The race of a :class:`~specchat.ui.session.chat.ChatSession`: it shares the session's one
     streaming slot (a reply and a race never run together) and its views (the last message sent).
 
     Args:

@@ -1,6 +1,6 @@
 """What the page shows of a chat session, rendered from its conversation. No gradio import.
 
-:class:`SessionViews` is the part of :class:`specchat.ui.session.ChatSession` that draws: the
+:class:`SessionViews` is the part of :class:`specchat.ui.session.chat.ChatSession` that draws: the
 chat's messages, the stats line, the conversation table, the four charts of the chosen scope,
 the ledger and the α-against-c figure, the token inspector and the round timeline of the
 selected (else the latest) reply, and its trace file for the download button; and the clicks
@@ -19,22 +19,22 @@ from typing import Any
 from specchat.analysis.ledger import ModelSizes
 from specchat.core.metrics import SpeculationMetrics
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui import charts
-from specchat.ui.inspector import inspector_html
-from specchat.ui.ledger_view import drafter_points
-from specchat.ui.render import stats_html, table_html
-from specchat.ui.reply import Exchange, Reply
-from specchat.ui.rounds import ReplyRounds
-from specchat.ui.timeline import timeline_html
-from specchat.ui.transcript import feed_messages
-from specchat.ui.view import LIVE_PANELS, View
+from specchat.ui.charts import figures as charts
+from specchat.ui.html.inspector import inspector_html
+from specchat.ui.html.ledger import drafter_points
+from specchat.ui.html.render import stats_html, table_html
+from specchat.ui.html.rounds import ReplyRounds
+from specchat.ui.html.timeline import timeline_html
+from specchat.ui.html.transcript import feed_messages
+from specchat.ui.session.reply import Exchange, Reply
+from specchat.ui.session.view import LIVE_PANELS, View
 
 CHART_SCOPES = ("this reply", "whole conversation")
 LIVE_TIMELINE_ROUNDS = 24  # rows of the timeline sent while a reply streams (all of them at its end)
 
 
 class SessionViews:
-    """What a :class:`~specchat.ui.session.ChatSession` shows (its exchanges, numbered replies,
+    """What a :class:`~specchat.ui.session.chat.ChatSession` shows (its exchanges, numbered replies,
     the selection, the charts' scope, the live panels on screen), and the clicks that change it.
 
     Args:
@@ -85,7 +85,7 @@ class SessionViews:
 
     def feed(self, *exchanges: Exchange, reset: bool = False, removed: tuple[int, ...] = ()) -> dict:
         """A value for the page's transcript: these exchanges as they are now, the ids ``removed``
-        taken out, and with ``reset`` everything else dropped first (see :mod:`specchat.ui.transcript`)."""
+        taken out, and with ``reset`` everything else dropped first (see :mod:`specchat.ui.html.transcript`)."""
         items = [e.item() for e in exchanges] + [{"id": i, "removed": True} for i in removed]
         return {"seq": next(self._feed_seq), "reset": reset, "items": items}
 

@@ -2,7 +2,7 @@
 
 The models live in one module-level :class:`~specchat.service.ChatService` (loaded once, behind a
 lock, never in ``gr.State``); every browser session of the page shares it. On a ZeroGPU Space each
-reply runs in the ``spaces.GPU`` worker (:mod:`specchat.ui.zerogpu`). :class:`TraceOnlyService`
+reply runs in the ``spaces.GPU`` worker (:mod:`specchat.ui.page.zerogpu`). :class:`TraceOnlyService`
 stands in for it when the page only shows recorded traces.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from specchat.errors import SpecchatError
 from specchat.service_api import ChatServiceProtocol, Notice, Pick
-from specchat.ui.render import status_html
+from specchat.ui.html.render import status_html
 
 if TYPE_CHECKING:
     from specchat.analysis.calibrate import Calibration
@@ -111,19 +111,19 @@ def wait_until_ready(service: ChatServiceProtocol, poll_s: float = 0.5, cancel: 
         time.sleep(poll_s)
 
 
-# Stop on ZeroGPU: a shared slot made here, before ZeroGPU forks its worker (specchat.ui.zerogpu).
+# Stop on ZeroGPU: a shared slot made here, before ZeroGPU forks its worker (specchat.ui.page.zerogpu).
 _ZEROGPU_SLOT = None
 if ON_ZEROGPU:
-    from specchat.ui.zerogpu import CancelSlot
+    from specchat.ui.page.zerogpu import CancelSlot
 
     _ZEROGPU_SLOT = CancelSlot()
 
 
 @gpu(duration=120)
 def _stream_on_zerogpu(history, message, drafter, config, generation):
-    """ZeroGPU runs this in a forked worker: plain data in (the settings as specchat.ui.zerogpu.to_plain
+    """ZeroGPU runs this in a forked worker: plain data in (the settings as specchat.ui.page.zerogpu.to_plain
     gives them), plain data out; the module-level service generates, and stops when the slot says so."""
-    from specchat.ui.zerogpu import worker_stream
+    from specchat.ui.page.zerogpu import worker_stream
 
     assert _SERVICE is not None and _ZEROGPU_SLOT is not None  # made before ZeroGPU forked this worker
     yield from worker_stream(_SERVICE, _ZEROGPU_SLOT, history, message, drafter, config, generation)
@@ -133,7 +133,7 @@ def stream_fn(service: ChatServiceProtocol) -> Callable[..., Iterator[Any]] | No
     """How a session streams a reply: through ZeroGPU's worker on Spaces, else the service itself."""
     slot = _ZEROGPU_SLOT
     if ON_ZEROGPU and slot is not None and service is _SERVICE:
-        from specchat.ui.zerogpu import app_stream
+        from specchat.ui.page.zerogpu import app_stream
 
         return lambda history, message, drafter, config, cancel: app_stream(
             _stream_on_zerogpu, slot, history, message, drafter, config, cancel)

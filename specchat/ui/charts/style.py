@@ -7,7 +7,7 @@ built-in ones' ~10 kB of JSON, with long series thinned (:func:`buckets`) and nu
 (:func:`rounded`). Without data a figure shows its title and a one-line hint
 (:func:`empty_figure`) instead of empty axes.
 
-Colors match the token legend (:mod:`specchat.ui.render`): accepted green for acceptance,
+Colors match the token legend (:mod:`specchat.ui.html.render`): accepted green for acceptance,
 dark for measured values, teal for predictions, gray for the target-only baseline.
 """
 
@@ -17,7 +17,7 @@ import math
 
 import plotly.graph_objects as go
 
-from specchat.ui.render import KIND_COLORS
+from specchat.ui.html.render import KIND_COLORS
 
 FIGURE_HEIGHT = 300  # px
 MAX_POINTS = 300  # longest series sent to the browser; longer ones are bucketed

@@ -1,11 +1,11 @@
 """One browser session of the chat: its conversation, its replies, and what the page shows.
 
-The page's handlers (:mod:`specchat.ui.wiring`) hold no logic. Everything a session does lives
+The page's handlers (:mod:`specchat.ui.page.wiring`) hold no logic. Everything a session does lives
 in :class:`ChatSession`, in plain Python with no gradio import, so the tests drive it directly.
 A ChatSession owns its parts: the :class:`~specchat.conversation.Conversation` (what the model
-sees, the rules of a turn), :class:`~specchat.ui.session_views.SessionViews` (what the page
-shows, rendered from the replies of :mod:`specchat.ui.reply`), the queue of messages sent
-(:mod:`specchat.ui.session_queue`) and the race (:mod:`specchat.ui.session_race`). This module
+sees, the rules of a turn), :class:`~specchat.ui.session.views.SessionViews` (what the page
+shows, rendered from the replies of :mod:`specchat.ui.session.reply`), the queue of messages sent
+(:mod:`specchat.ui.session.queue`) and the race (:mod:`specchat.ui.session.race`). This module
 holds what changes the conversation: sending (and waiting behind a reply that streams), Stop,
 Clear, streaming one reply (wait for the models, stream, finish), opening a trace file.
 
@@ -28,13 +28,13 @@ from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
 from specchat.core.events import PrefillEvent, RoundEvent
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui.prefetch import IDLE, Prefetched
-from specchat.ui.reply import Exchange, Phase, Reply, Run, is_blank_message
-from specchat.ui.session_queue import MessageQueue, RunSlot, Ticket
-from specchat.ui.session_race import SessionRace
-from specchat.ui.session_saved import SAVED_VERSION, parse_saved, restore_state, saved_state
-from specchat.ui.session_views import CHART_SCOPES, SessionViews
-from specchat.ui.view import STREAMED_FIELDS, View
+from specchat.ui.session.prefetch import IDLE, Prefetched
+from specchat.ui.session.queue import MessageQueue, RunSlot, Ticket
+from specchat.ui.session.race import SessionRace
+from specchat.ui.session.reply import Exchange, Phase, Reply, Run, is_blank_message
+from specchat.ui.session.saved import SAVED_VERSION, parse_saved, restore_state, saved_state
+from specchat.ui.session.view import STREAMED_FIELDS, View
+from specchat.ui.session.views import CHART_SCOPES, SessionViews
 
 TEXT_INTERVAL_S = 0.25  # the reply's text refresh while streaming (4 Hz)
 STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; the reader cannot follow faster)
@@ -62,7 +62,7 @@ class ChatSession:
     the views (:class:`SessionViews`: the exchanges on the page, the selection, the panels), the
     queue of messages sent and not started (:class:`MessageQueue`), the one streaming reply or
     race (:class:`RunSlot`) and the race (:class:`SessionRace`); the saved copy in the browser is
-    :mod:`specchat.ui.session_saved`. The page's handlers call the methods below and
+    :mod:`specchat.ui.session.saved`. The page's handlers call the methods below and
     ``views``/``race`` directly.
 
     Args:

@@ -1,8 +1,8 @@
 """A reply's rounds, indexed for the round views, and the small HTML pieces they share. No gradio.
 
 :class:`ReplyRounds` indexes a reply's events (live, or read back from a trace file) for the
-token inspector (:mod:`specchat.ui.inspector`), the proof view (:mod:`specchat.ui.proof`), the
-round timeline (:mod:`specchat.ui.timeline`) and the race (:mod:`specchat.ui.race`); the
+token inspector (:mod:`specchat.ui.html.inspector`), the proof view (:mod:`specchat.ui.html.proof`), the
+round timeline (:mod:`specchat.ui.html.timeline`) and the race (:mod:`specchat.ui.html.race`); the
 helpers below draw what they have in common: a token's label, a probability, a token chip and
 the colours of p and q.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 from specchat.analysis.trace import RoundTrace
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
-from specchat.ui.render import KIND_COLORS, ref_class_of
+from specchat.ui.html.render import KIND_COLORS, ref_class_of
 
 TARGET_COLOR = "#1c7ed6"  # p bars
 DRAFT_COLOR = "#f08c00"  # q bars

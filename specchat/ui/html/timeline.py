@@ -1,13 +1,13 @@
 """The round timeline, as HTML: one bar per round, its draft steps and its verify pass. No gradio.
 
-Rendered from a reply's :class:`~specchat.ui.rounds.ReplyRounds`, live or from a trace file.
+Rendered from a reply's :class:`~specchat.ui.html.rounds.ReplyRounds`, live or from a trace file.
 Each row carries the class ``rref-R-K`` (round K of reply R): a click on it selects the round
-in the token inspector (:mod:`specchat.ui.inspector`).
+in the token inspector (:mod:`specchat.ui.html.inspector`).
 """
 
 from __future__ import annotations
 
-from specchat.ui.rounds import DRAFT_COLOR, TARGET_COLOR, ReplyRounds, token_label
+from specchat.ui.html.rounds import DRAFT_COLOR, TARGET_COLOR, ReplyRounds, token_label
 
 
 def timeline_html(reply_number: int, rr: ReplyRounds, *, selected_round: int | None = None, max_rounds: int = 400,

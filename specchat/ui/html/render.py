@@ -3,10 +3,10 @@
 Nothing a model or a user wrote reaches the page unescaped: user messages go through
 :func:`escape_text` and are shown verbatim (``white-space: pre-wrap``); a reply is rendered as
 Markdown with raw HTML off and each text run escaped again when its token's span is woven in
-(:mod:`specchat.ui.markdown`). The page's transcript is a ``gr.HTML``, which Gradio does not
+(:mod:`specchat.ui.html.markdown`). The page's transcript is a ``gr.HTML``, which Gradio does not
 sanitise at all, so this escaping is the only guard.
 
-Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.ui.charts`.
+Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.ui.charts.figures`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.markdown import Piece, block_html, code_css, render_blocks
-from specchat.ui.static_files import static_text
-from specchat.ui.transcript import CSS as TRANSCRIPT_CSS
+from specchat.ui.html.markdown import Piece, block_html, code_css, render_blocks
+from specchat.ui.html.static_files import static_text
+from specchat.ui.html.transcript import CSS as TRANSCRIPT_CSS
 
 # Solid colors per token kind (legend chips, chart series) and the tints used as token
 # backgrounds. "target" marks tokens of rounds that drafted nothing (target-only decoding).
@@ -135,7 +135,7 @@ def render_user(text: str) -> str:
 @dataclass
 class ReplyRenderer:
     """Accumulates one streamed reply: its text (what goes into the plain-text history) and each
-    token's place in it, rendered as Markdown with the tokens woven in (:mod:`specchat.ui.markdown`).
+    token's place in it, rendered as Markdown with the tokens woven in (:mod:`specchat.ui.html.markdown`).
 
     ``blocks()`` is the reply's body as one HTML string per top-level block (the page updates only
     the blocks that changed); ``html()`` is the whole bubble body: notices, the text, and a status
@@ -199,7 +199,7 @@ class ReplyRenderer:
 
     def blocks(self) -> list[str | dict]:
         """The text as HTML, one item per top-level Markdown block (a string, or a code block's
-        lines: :func:`specchat.ui.markdown.code_lines`), tokens and rejected drafts woven in; a
+        lines: :func:`specchat.ui.html.markdown.code_lines`), tokens and rejected drafts woven in; a
         block that has not changed since the last call is the same object."""
         return render_blocks(self.text, self.tok_at, self.pieces, self.rejected, self._cache)
 
@@ -357,11 +357,11 @@ def _css() -> str:
 # static/inspector.css: its struck-through rejected drafts are KIND_COLORS["resampled"] (#e8590c;
 # tests/test_wiring.py checks the two agree)
 INSPECTOR_CSS = "\n" + static_text("inspector.css")
-"""CSS of the inside-the-rounds views (:mod:`specchat.ui.inspector`); part of :data:`CSS`."""
+"""CSS of the inside-the-rounds views (:mod:`specchat.ui.html.inspector`); part of :data:`CSS`."""
 
 
 LEDGER_CSS = "\n" + static_text("ledger.css")
-"""CSS of the ledger (:mod:`specchat.ui.ledger_view`); part of :data:`CSS`."""
+"""CSS of the ledger (:mod:`specchat.ui.html.ledger`); part of :data:`CSS`."""
 
 
 CSS = (

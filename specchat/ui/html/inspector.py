@@ -4,11 +4,11 @@ Everything is rendered from a reply's events (each RoundEvent carrying its
 :class:`~specchat.analysis.trace.RoundTrace`), live or read back from a trace file, so a recorded reply
 looks the same as the live one. Tokens carry (reply R, its I-th
 TokenEvent) as the class ``tref-R-I`` and rounds as ``rref-R-K``; the page's click hook (see
-:mod:`specchat.ui.layout`) sends them back to select what was clicked. The inspector shows the
+:mod:`specchat.ui.page.layout`) sends them back to select what was clicked. The inspector shows the
 round's whole draft, p and q, the draw that kept or rejected the token, the residual a resampled
-token was drawn from with the exactness proof on its numbers (:mod:`specchat.ui.proof`), and
-an n-gram draft's source; the round timeline is :mod:`specchat.ui.timeline`, the race
-:mod:`specchat.ui.race`.
+token was drawn from with the exactness proof on its numbers (:mod:`specchat.ui.html.proof`), and
+an n-gram draft's source; the round timeline is :mod:`specchat.ui.html.timeline`, the race
+:mod:`specchat.ui.html.race`.
 
 The acceptance test shown is Leviathan et al. 2023, Algorithm 1: the drafted token x is kept
 when u < min(1, p(x)/q(x)) with u ~ U[0, 1) (computed as u·q < p); after the first rejection
@@ -19,9 +19,9 @@ token is drawn from p at the extra position.
 from __future__ import annotations
 
 from specchat.analysis.trace import RoundTrace, TopList
-from specchat.ui.proof import proof_html, proof_rows
-from specchat.ui.render import KIND_COLORS, escape_text
-from specchat.ui.rounds import (
+from specchat.ui.html.proof import proof_html, proof_rows
+from specchat.ui.html.render import KIND_COLORS, escape_text
+from specchat.ui.html.rounds import (
     DRAFT_COLOR,
     MAX_BAR_ROWS,
     RESIDUAL_COLOR,
@@ -32,7 +32,7 @@ from specchat.ui.rounds import (
     token_label,
 )
 
-# proof_html and proof_rows are specchat.ui.proof's, importable from here too
+# proof_html and proof_rows are specchat.ui.html.proof's, importable from here too
 __all__ = ["ReplyRounds", "inspector_html", "proof_html", "proof_rows"]
 
 

@@ -1,13 +1,13 @@
 """The page's wiring: which event calls which handler, with which inputs and outputs.
 
-:func:`build_ui` makes the whole app around a service: the layout (:mod:`specchat.ui.layout`)
+:func:`build_ui` makes the whole app around a service: the layout (:mod:`specchat.ui.page.layout`)
 inside a ``gr.Blocks``, then :func:`wire_events`, which attaches the listeners of :func:`events`
-(data: one :class:`Event` each) to the methods of :class:`~specchat.ui.handlers.Handlers`. An
-event's inputs and outputs are names: a :class:`~specchat.ui.view.View` field (its components on
-the page, :data:`specchat.ui.layout.VIEW_OUTPUTS`) or a :class:`~specchat.ui.layout.Page`
+(data: one :class:`Event` each) to the methods of :class:`~specchat.ui.page.handlers.Handlers`. An
+event's inputs and outputs are names: a :class:`~specchat.ui.session.view.View` field (its components on
+the page, :data:`specchat.ui.page.layout.VIEW_OUTPUTS`) or a :class:`~specchat.ui.page.layout.Page`
 attribute. The output lists that depend on when a View field is sent while a reply streams
 (the stream's, the panel tick's, the reply's end's) are derived from the fields' policy
-(:mod:`specchat.ui.view`), so a new panel needs no change here.
+(:mod:`specchat.ui.session.view`), so a new panel needs no change here.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import gradio as gr
 
 from specchat.drafters import kinds as drafter_kinds
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui.handlers import RESTORED, Handlers
-from specchat.ui.host import stream_fn
-from specchat.ui.layout import VIEW_OUTPUTS, Page, build_page
-from specchat.ui.session import AUTO, ChatSession, SessionStore
-from specchat.ui.transcript import SET_PLAIN_JS, SET_REJECTED_JS
-from specchat.ui.view import PANEL_FIELDS, STREAMED_FIELDS, TICKED_FIELDS
+from specchat.ui.html.transcript import SET_PLAIN_JS, SET_REJECTED_JS
+from specchat.ui.page.handlers import RESTORED, Handlers
+from specchat.ui.page.host import stream_fn
+from specchat.ui.page.layout import VIEW_OUTPUTS, Page, build_page
+from specchat.ui.session.chat import AUTO, ChatSession, SessionStore
+from specchat.ui.session.view import PANEL_FIELDS, STREAMED_FIELDS, TICKED_FIELDS
 
 DRAFTER_CHOICES = drafter_kinds.KIND_NAMES  # the one table of drafter kinds (no torch import)
 
@@ -41,11 +41,11 @@ def _pick_drafter(kinds: list[str], preferred: str | None, runtime: str = "trans
 
 def build_ui(service: ChatServiceProtocol, *, default_drafter: str | None = None, trace_files: tuple[str, ...] = ()) -> gr.Blocks:
     """The whole app around ``service`` (anything with the ChatService interface): the layout,
-    and events wired to the per-session logic of :class:`specchat.ui.session.ChatSession`.
+    and events wired to the per-session logic of :class:`specchat.ui.session.chat.ChatSession`.
 
     Loads nothing itself: the service is loaded already, or loading in the background after
     ``service.start()`` (the page then shows its progress). Pass ``CSS`` to ``launch(css=…)``.
-    The sessions are in ``demo.sessions`` (a :class:`~specchat.ui.session.SessionStore`).
+    The sessions are in ``demo.sessions`` (a :class:`~specchat.ui.session.chat.SessionStore`).
     """
     kinds = list(service.drafter_kinds())
     # "auto": the service picks the drafter by measurement while it loads (ChatService.pick_drafter);
@@ -90,7 +90,7 @@ SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adapt
 @dataclass(frozen=True)
 class Event:
     """One listener: ``trigger`` is "COMPONENT.EVENT" (a Page attribute's event), "load" or
-    "unload" (the page's); ``fn`` the :class:`~specchat.ui.handlers.Handlers` method (None: the
+    "unload" (the page's); ``fn`` the :class:`~specchat.ui.page.handlers.Handlers` method (None: the
     ``js`` option alone); ``inputs`` and ``outputs`` names (a View field: its components, else a
     Page attribute; None: none); ``options`` Gradio's other arguments; ``then`` the listeners
     that follow it (``.then``)."""
@@ -158,7 +158,7 @@ def events(trace_files: bool) -> list[Event]:
 def wire_events(demo: gr.Blocks, page: Page, service: ChatServiceProtocol, sessions: SessionStore, *, kinds: list[str], drafter0: str,
                 auto: bool, trace_files: tuple[str, ...] = ()) -> Handlers:
     """Attach the page's events (call inside ``demo``'s ``gr.Blocks``), :func:`events`, to a
-    :class:`~specchat.ui.handlers.Handlers`: sending (instant, then the reply on the one model
+    :class:`~specchat.ui.page.handlers.Handlers`: sending (instant, then the reply on the one model
     queue), Stop, Clear, the drafter menu, the charts' scope, clicks on tokens and rounds,
     rejected drafts, trace files, the race, and each page's load and unload. ``kinds``,
     ``drafter0`` and ``auto`` are :func:`build_ui`'s; ``trace_files`` open on every new page

@@ -7,8 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from specchat.drafters import kinds as drafter_kinds
-from specchat.ui.chart_style import TEMPLATE, rounded
-from specchat.ui.render import BASELINE_COLOR, MEASURED_COLOR
+from specchat.ui.charts.style import TEMPLATE, rounded
+from specchat.ui.html.render import BASELINE_COLOR, MEASURED_COLOR
 
 DRAFTER_COLORS = {name: kind.color for name, kind in drafter_kinds.DRAFTER_KINDS.items()}
 

@@ -14,7 +14,7 @@ and, for the panels that redraw while a reply streams only when they are on scre
 panel* ("charts", "timeline", "ledger") it belongs to. The policy constants the session and the
 page use (:data:`STREAMED_FIELDS`, :data:`TICKED_FIELDS`, :data:`LIVE_PANELS`,
 :data:`PANEL_FIELDS`) are derived from these fields; the components each field updates are
-:data:`specchat.ui.layout.VIEW_OUTPUTS`. A new panel is a field here and an entry there.
+:data:`specchat.ui.page.layout.VIEW_OUTPUTS`. A new panel is a field here and an entry there.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class View:
     """What to change on the page; None leaves a part as it is.
 
     Attributes:
-        transcript: a feed for the page's transcript (:mod:`specchat.ui.transcript`): the
+        transcript: a feed for the page's transcript (:mod:`specchat.ui.html.transcript`): the
             exchanges that changed, or everything after a reset.
         stats: the stats line (HTML) of the latest reply.
         table: the conversation table (HTML).

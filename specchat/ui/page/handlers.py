@@ -1,9 +1,9 @@
 """What each event of the page does: :class:`Handlers`, one method per listener, wired by
-:mod:`specchat.ui.wiring` (which event calls which method, with which inputs and outputs).
+:mod:`specchat.ui.page.wiring` (which event calls which method, with which inputs and outputs).
 
-The handlers hold no logic: each finds the browser session's :class:`~specchat.ui.session.ChatSession`
-and turns the :class:`~specchat.ui.view.View` it returns into ``{component: value}`` updates
-(:meth:`Handlers.updates`, through the page's map of View fields, :data:`specchat.ui.layout.VIEW_OUTPUTS`).
+The handlers hold no logic: each finds the browser session's :class:`~specchat.ui.session.chat.ChatSession`
+and turns the :class:`~specchat.ui.session.view.View` it returns into ``{component: value}`` updates
+(:meth:`Handlers.updates`, through the page's map of View fields, :data:`specchat.ui.page.layout.VIEW_OUTPUTS`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import threading
 import gradio as gr
 
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui.host import compile_note, loading_banner, wait_until_ready
-from specchat.ui.layout import VIEW_OUTPUTS, Page, drafter_menu
-from specchat.ui.render import status_html
-from specchat.ui.session import AUTO, ChatSession, ReplySettings, SessionStore
-from specchat.ui.view import STREAMED_FIELDS, TICKED_FIELDS, View
+from specchat.ui.html.render import status_html
+from specchat.ui.page.host import compile_note, loading_banner, wait_until_ready
+from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu
+from specchat.ui.session.chat import AUTO, ChatSession, ReplySettings, SessionStore
+from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
 RESTORED = ("transcript", "stats", "table")  # what a reopened page shows of the conversation its browser kept
 
@@ -32,8 +32,8 @@ def _invalid_setting(exc: ValueError) -> gr.Error:
 
 class Handlers:
     """The page's event handlers around one service and its sessions (made by
-    :func:`specchat.ui.wiring.wire_events`). ``kinds``, ``drafter0`` and ``auto`` are
-    :func:`~specchat.ui.wiring.build_ui`'s; ``trace_files`` open on every new page (``app.py --trace``)."""
+    :func:`specchat.ui.page.wiring.wire_events`). ``kinds``, ``drafter0`` and ``auto`` are
+    :func:`~specchat.ui.page.wiring.build_ui`'s; ``trace_files`` open on every new page (``app.py --trace``)."""
 
     def __init__(self, page: Page, service: ChatServiceProtocol, sessions: SessionStore, *, kinds: list[str], drafter0: str,
                  auto: bool, trace_files: tuple[str, ...] = ()) -> None:

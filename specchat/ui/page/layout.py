@@ -3,8 +3,8 @@ start, and the texts around them (the explanation, the examples, the race's hint
 
 :func:`build_page` makes the components inside a ``gr.Blocks`` and returns the ones events
 use as a :class:`Page`; :data:`VIEW_OUTPUTS` says which of them each
-:class:`~specchat.ui.view.View` field updates; :mod:`specchat.ui.wiring` wires them to the
-handlers (:mod:`specchat.ui.handlers`). The page's JavaScript and CSS are files in ``static/``. The sliders and
+:class:`~specchat.ui.session.view.View` field updates; :mod:`specchat.ui.page.wiring` wires them to the
+handlers (:mod:`specchat.ui.page.handlers`). The page's JavaScript and CSS are files in ``static/``. The sliders and
 checkboxes refuse out-of-range API input (:func:`bounded`, :func:`strict`).
 """
 
@@ -20,15 +20,15 @@ from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes.paths import browser_secret
 from specchat.service_api import ChatServiceProtocol, Pick
-from specchat.ui import charts
-from specchat.ui.host import loading_html
-from specchat.ui.render import legend_html, stats_html, status_html, table_html
-from specchat.ui.session import AUTO, PLOT_INTERVAL_S, ChatSession
-from specchat.ui.session_views import CHART_SCOPES
-from specchat.ui.static_files import static_text
-from specchat.ui.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
-from specchat.ui.transcript import TRANSCRIPT_JS, wire
-from specchat.ui.view import View
+from specchat.ui.charts import figures as charts
+from specchat.ui.html.render import legend_html, stats_html, status_html, table_html
+from specchat.ui.html.static_files import static_text
+from specchat.ui.html.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
+from specchat.ui.html.transcript import TRANSCRIPT_JS, wire
+from specchat.ui.page.host import loading_html
+from specchat.ui.session.chat import AUTO, PLOT_INTERVAL_S, ChatSession
+from specchat.ui.session.view import View
+from specchat.ui.session.views import CHART_SCOPES
 
 EXPLAIN_MD = """
 Each round the **drafter** proposes γ tokens; the **target** model scores all of them in **one**
@@ -149,7 +149,7 @@ RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with 
 class Page:
     """The page's components that events read or update, by name (made by :func:`build_page`).
 
-    ``transcript`` is the conversation (a feed, :mod:`specchat.ui.transcript`), ``colours`` its
+    ``transcript`` is the conversation (a feed, :mod:`specchat.ui.html.transcript`), ``colours`` its
     "colours" / "plain" switch. ``active_drafter`` is the drafter the service has ready (the dropdown shows the latest pick);
     ``pending`` carries a sent message from the emptied box to the reply, ``ticket`` its id in the
     session's queue (the reply takes that message, not another with the same text); ``panel_tick`` draws,
@@ -233,10 +233,10 @@ def download_button(path: str) -> gr.DownloadButton:
     return gr.DownloadButton(f"Download trace (reply #{number})", value=path)
 
 
-# Where each View field (specchat.ui.view) goes on the page: the Page attribute it updates (a tuple
+# Where each View field (specchat.ui.session.view) goes on the page: the Page attribute it updates (a tuple
 # of components takes one value each), in the order of the API's /chat outputs. Every event's
 # outputs are named by these fields and derived from this map and the fields' streaming policy
-# (specchat.ui.wiring). A new panel: its View field (with its policy), its component in
+# (specchat.ui.page.wiring). A new panel: its View field (with its policy), its component in
 # build_page and Page, and its entry here (and in VIEW_VALUES if the page wants its value changed).
 VIEW_OUTPUTS = {
     "textbox": "textbox", "transcript": "transcript", "stats": "stats", "table": "table", "figures": "plots",
@@ -300,7 +300,7 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
     gr.HTML(legend_html())
     load_banner = gr.HTML(loading_html(service) or service.banner, elem_id="spec-loading")
     # the conversation: an empty container filled by its script, never re-sent whole
-    # (specchat/ui/transcript.py); its value is a feed of the exchanges that changed
+    # (specchat/ui/html/transcript.py); its value is a feed of the exchanges that changed
     transcript = gr.HTML(
         value={"seq": 0, "reset": True, "items": []}, html_template=TRANSCRIPT_TEMPLATE,
         js_on_load=TRANSCRIPT_JS, elem_id="spec-chat", padding=False,

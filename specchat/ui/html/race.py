@@ -3,7 +3,7 @@
 Two :class:`RaceLane` s record the tokens of the two runs and when each appeared;
 :func:`race_html` shows what each had written at a moment of the replay, and
 :func:`race_verdict` the speed ratio and, at temperature 0, whether the texts are the same.
-The runs themselves are :class:`specchat.ui.session_race.SessionRace`'s.
+The runs themselves are :class:`specchat.ui.session.race.SessionRace`'s.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specchat.core.events import DoneEvent, RoundEvent, TokenEvent
-from specchat.ui.render import escape_text
-from specchat.ui.rounds import ReplyRounds
+from specchat.ui.html.render import escape_text
+from specchat.ui.html.rounds import ReplyRounds
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The conversation kept in the browser across a reload (for
-:class:`~specchat.ui.session.ChatSession`).
+:class:`~specchat.ui.session.chat.ChatSession`).
 
 After each reply the page writes :func:`saved_state` into the browser's localStorage
 (Gradio's ``BrowserState``, encrypted); a page opened or reloaded gives it back to
@@ -15,9 +15,9 @@ import json
 from typing import Any
 
 from specchat.conversation import Conversation
-from specchat.ui.render import reply_summary
-from specchat.ui.reply import Exchange, Restored
-from specchat.ui.session_views import SessionViews
+from specchat.ui.html.render import reply_summary
+from specchat.ui.session.reply import Exchange, Restored
+from specchat.ui.session.views import SessionViews
 
 SAVED_VERSION = 1  # the layout of ChatSession.saved; another one is not restored
 SAVED_LIMIT_CHARS = 4_000_000  # a saved conversation larger than this is not restored (localStorage holds ~5 MB)

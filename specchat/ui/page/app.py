@@ -7,10 +7,10 @@
 
 Start-up only: the options, the checks that must come before minutes of loading (a taken port,
 a non-loopback address), the models loading in the background, and the page launched. The page
-is :mod:`specchat.ui.layout` (components), :mod:`specchat.ui.handlers` (what each event does) and
-:mod:`specchat.ui.wiring` (the events wired to them, :func:`build_ui`), a browser session's behaviour is
-:class:`specchat.ui.session.ChatSession`, and the one loaded service with its loading banners
-and ZeroGPU streaming is :mod:`specchat.ui.host`; their public names are importable from here.
+is :mod:`specchat.ui.page.layout` (components), :mod:`specchat.ui.page.handlers` (what each event does) and
+:mod:`specchat.ui.page.wiring` (the events wired to them, :func:`build_ui`), a browser session's behaviour is
+:class:`specchat.ui.session.chat.ChatSession`, and the one loaded service with its loading banners
+and ZeroGPU streaming is :mod:`specchat.ui.page.host`; their public names are importable from here.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import threading
 
 from specchat.options import Parser, add_app_arguments, use_model_sources
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui.host import ON_SPACES, TraceOnlyService, compile_note, get_service, loading_html  # noqa: F401 (the app's names)
-from specchat.ui.layout import CLICK_JS
-from specchat.ui.render import CSS
-from specchat.ui.wiring import DRAFTER_CHOICES, build_ui  # noqa: F401 (the app's names)
+from specchat.ui.html.render import CSS
+from specchat.ui.page.host import ON_SPACES, TraceOnlyService, compile_note, get_service, loading_html  # noqa: F401 (the app's names)
+from specchat.ui.page.layout import CLICK_JS
+from specchat.ui.page.wiring import DRAFTER_CHOICES, build_ui  # noqa: F401 (the app's names)
 
 
 # ---- command line ---------------------------------------------------------------------------

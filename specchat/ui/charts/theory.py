@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 
 from specchat.core import evidence, theory
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.chart_style import RESAMPLED, TEXT, axis, empty_figure, figure, hline, note
-from specchat.ui.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
+from specchat.ui.charts.style import RESAMPLED, TEXT, axis, empty_figure, figure, hline, note
+from specchat.ui.html.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
 
 THEORY_MAX_GAMMA = evidence.SHOWN_MAX_GAMMA  # the ledger's best γ is sought in the same range
 MAIN_RIGHT = 0.62  # the S(γ) panel's right edge (paper x); the verify-cost panel is to its right
@@ -168,7 +168,7 @@ def worth_figure(points: list, current: str | None = None, this_reply=None) -> g
     iff α > c); on or below it none does.
 
     Args:
-        points: :class:`specchat.ui.ledger_view.DrafterPoint` s (α pooled over the drafter's
+        points: :class:`specchat.ui.html.ledger.DrafterPoint` s (α pooled over the drafter's
             replies, c measured in them).
         current: the drafter of the reply in view (drawn larger).
         this_reply: the reply in view alone (a DrafterPoint of its own α and c), drawn as a

@@ -1,6 +1,6 @@
 """The messages a browser session sent that have not started yet, and the reply (or race) that
 streams: :class:`MessageQueue` and :class:`RunSlot`, parts of
-:class:`~specchat.ui.session.ChatSession`. No gradio import.
+:class:`~specchat.ui.session.chat.ChatSession`. No gradio import.
 
 A message is noted the moment it is sent (:meth:`MessageQueue.note`: its bubble shows at once,
 marked queued, with a cancel button) and taken when its reply starts
@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from specchat.ui.reply import Exchange, Run
+from specchat.ui.session.reply import Exchange, Run
 
 
 @dataclasses.dataclass

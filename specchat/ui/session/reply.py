@@ -20,17 +20,17 @@ from specchat.core import evidence
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, PrefillEvent, RoundEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.ledger_view import ledger_html
-from specchat.ui.markdown import render_blocks
-from specchat.ui.render import (
+from specchat.ui.html.ledger import ledger_html
+from specchat.ui.html.markdown import render_blocks
+from specchat.ui.html.render import (
     ReplyRenderer,
     exchange_note_html,
     render_user,
     reply_summary,
     status_html,
 )
-from specchat.ui.rounds import ReplyRounds
-from specchat.ui.waits import human_duration, prefill_html, queued_note_html
+from specchat.ui.html.rounds import ReplyRounds
+from specchat.ui.html.waits import human_duration, prefill_html, queued_note_html
 
 SHOWN_PREFILL_MS = 1000.0  # a prefill is shown (a progress bar) once it has taken, or is estimated to take, this long
 WARNED_PREFILL_MS = 30_000.0  # a prefill estimated to take longer is announced (a toast), once
@@ -151,7 +151,7 @@ class Reply:
         return self.phase in (Phase.WAITING, Phase.RUNNING)
 
     def parts(self) -> dict[str, Any]:
-        """The bubble in parts, for the page's transcript (:mod:`specchat.ui.transcript`): the
+        """The bubble in parts, for the page's transcript (:mod:`specchat.ui.html.transcript`): the
         label and summary (text), the notices and status (HTML), the body as one item per
         Markdown block (a streaming update changes the last block, or a code block's last lines,
         only), and once the reply has ended its plain text."""

@@ -3,7 +3,7 @@
 At a rejected position every token x can come out two ways, drafted and kept (min(p, q)) or
 drawn from the residual after a rejection ((1 − β)·p′); the view draws both paths and their sum
 over p with the numbers the round used (its :class:`~specchat.analysis.trace.ProofTrace`).
-The token inspector (:mod:`specchat.ui.inspector`) shows it under a resampled token.
+The token inspector (:mod:`specchat.ui.html.inspector`) shows it under a resampled token.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specchat.analysis.trace import ProofTrace, RoundTrace
-from specchat.ui.render import KIND_COLORS
-from specchat.ui.rounds import MAX_BAR_ROWS, RESIDUAL_COLOR, prob_label, token_chip, token_label
+from specchat.ui.html.render import KIND_COLORS
+from specchat.ui.html.rounds import MAX_BAR_ROWS, RESIDUAL_COLOR, prob_label, token_chip, token_label
 
 
 @dataclass(frozen=True)

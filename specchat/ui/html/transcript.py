@@ -9,7 +9,7 @@ Gradio's ``js_on_load``) puts each exchange into the container and, for the repl
 replaces only the Markdown blocks that differ from what it shows. Finished replies stay in the
 DOM untouched.
 
-A feed value (built by :meth:`specchat.ui.session_views.SessionViews.feed`)::
+A feed value (built by :meth:`specchat.ui.session.views.SessionViews.feed`)::
 
     {"seq": 12,             # per browser session, grows with every value sent
      "reset": false,        # true: empty the transcript first (Clear)
@@ -32,7 +32,7 @@ cost no round trip. A code block's copy button copies the code without the rejec
 
 from __future__ import annotations
 
-from specchat.ui.static_files import static_text
+from specchat.ui.html.static_files import static_text
 
 TEMPLATE = ('<div class="spec-transcript" role="log" aria-live="polite" '
             'data-placeholder="Ask for some code. Tokens appear coloured by how they were produced."></div>')
@@ -44,7 +44,7 @@ TRANSCRIPT_JS = "\n" + static_text("transcript.js")
 SET_PLAIN_JS = static_text("set_plain.js").removesuffix("\n")  # (mode) => …: the "colours / plain" switch
 SET_REJECTED_JS = static_text("set_rejected.js").removesuffix("\n")  # (show) => …: "show rejected drafts"
 
-CSS = "\n" + static_text("transcript.css")  # the transcript's CSS, part of specchat.ui.render.CSS
+CSS = "\n" + static_text("transcript.css")  # the transcript's CSS, part of specchat.ui.html.render.CSS
 
 
 def wire(feed: dict) -> dict:
@@ -91,7 +91,7 @@ def feed_messages(feed: dict) -> list[dict]:
     page itself patches the parts). An item without a reply gives its user message only."""
     from html import escape
 
-    from specchat.ui.markdown import block_html
+    from specchat.ui.html.markdown import block_html
 
     out = []
     for item in unwire({"items": feed.get("items", [])})["items"]:

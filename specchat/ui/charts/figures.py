@@ -2,9 +2,9 @@
 the whole conversation. No gradio import.
 
 Each function takes a :class:`~specchat.core.metrics.SpeculationMetrics` (per reply) and returns
-a small ``go.Figure`` built the way every chart is (:mod:`specchat.ui.chart_style`). The theory
-chart and the α-against-c chart are :mod:`specchat.ui.theory_charts`, the benchmark's figure
-:mod:`specchat.ui.bench_chart`; all of them are importable from here too, the app's one
+a small ``go.Figure`` built the way every chart is (:mod:`specchat.ui.charts.style`). The theory
+chart and the α-against-c chart are :mod:`specchat.ui.charts.theory`, the benchmark's figure
+:mod:`specchat.ui.charts.bench`; all of them are importable from here too, the app's one
 module of figures.
 """
 
@@ -15,8 +15,8 @@ import plotly.graph_objects as go
 from specchat.core import evidence
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
-from specchat.ui.bench_chart import DRAFTER_COLORS, bench_figure
-from specchat.ui.chart_style import (
+from specchat.ui.charts.bench import DRAFTER_COLORS, bench_figure
+from specchat.ui.charts.style import (
     ACCEPTED,
     FIGURE_HEIGHT,
     GAMMA_COLOR,
@@ -29,8 +29,8 @@ from specchat.ui.chart_style import (
     note,
     rounded,
 )
-from specchat.ui.render import BASELINE_COLOR, MEASURED_COLOR, PREDICTED_COLOR
-from specchat.ui.theory_charts import theory_curve, theory_figure, worth_figure
+from specchat.ui.charts.theory import theory_curve, theory_figure, worth_figure
+from specchat.ui.html.render import BASELINE_COLOR, MEASURED_COLOR, PREDICTED_COLOR
 
 __all__ = [
     "FIGURE_HEIGHT",
