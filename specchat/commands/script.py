@@ -9,12 +9,15 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from specchat.analysis.ledger import count_ledger
 from specchat.conversation import Conversation, ReplySettings
 from specchat.core.events import DoneEvent, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
 
 
 def load_script(path: str) -> list[str]:
@@ -50,7 +53,7 @@ class Turn:
 
 
 def play_script(
-    service: Any,
+    service: ChatService,
     messages: list[str],
     *,
     settings: ReplySettings,

@@ -21,10 +21,14 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specchat.analysis.calibrate import cpu_name
 from specchat.commands.bench.runner import GROUPS, LLAMACPP, NO_TIMING_SUFFIX, SPECCHAT, TRANSFORMERS, RunResult
 from specchat.runtimes.select import describe_service
+
+if TYPE_CHECKING:
+    from specchat.service import ChatService
 
 # Where ``python -m specchat bench`` writes (relative to the current directory) unless --out says
 # otherwise; the committed results in assets/ are written only with an explicit ``--out assets``.
@@ -375,7 +379,7 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def machine_description(service) -> dict:
+def machine_description(service: ChatService) -> dict:
     """What the numbers came from: CPU / GPU, threads, versions, models and dtype."""
     import torch
     import transformers
@@ -390,9 +394,9 @@ def machine_description(service) -> dict:
         "transformers": transformers.__version__,
         "target": service.target_name,
         "dtype": str(service.dtype).replace("torch.", ""),
-        "runtime": describe_service(service) if getattr(service, "engine", None) is not None else None,
+        "runtime": describe_service(service) if service.engine is not None else None,
     }
-    if getattr(service, "runtime", None) == "llamacpp":
+    if service.runtime == "llamacpp":
         from specchat.runtimes.llama_api import library_version
 
         info["llama_cpp_library"] = library_version()  # the one in use: xllamacpp or llama-cpp-python
