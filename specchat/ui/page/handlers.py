@@ -100,7 +100,7 @@ class Handlers:
         panel tick and for ``settle``."""
         session = self.session_of(request)
         for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
-                                     system_prompt, ticket=ticket):
+                                     system_prompt, ticket=None if ticket is None else int(ticket)):
             out = self.updates(session.defer(view))
             if any(c in out for c in self.streamed):  # else nothing to send now
                 yield out

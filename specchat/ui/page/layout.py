@@ -168,7 +168,7 @@ class Page:
     textbox: gr.Textbox
     send: gr.Button
     pending: gr.Textbox
-    ticket: gr.State
+    ticket: gr.Number
     stop: gr.Button
     stats: gr.HTML
     active_drafter: gr.State
@@ -312,7 +312,9 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
         )
         send = gr.Button("Send", variant="primary", scale=1, min_width=70)
         pending = gr.Textbox(visible=False, label="message")
-        ticket = gr.State(None)
+        # a component the browser holds (a gr.State lives on the server, read when the reply starts:
+        # by then a later Send may have replaced it), so each reply gets its own message's id
+        ticket = gr.Number(None, visible=False, precision=0, label="ticket")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=70)
     stats = gr.HTML(stats_html(None), elem_id="spec-stats")
     return dict(load_banner=load_banner, transcript=transcript, textbox=textbox, send=send, pending=pending, ticket=ticket, stop=stop,
