@@ -228,8 +228,16 @@ class Conversation:
         Raises:
             ValueError: an out-of-range setting; whatever ``stream_fn`` raises.
         """
-        turn = self.begin(message, settings)
-        stream = stream_fn(turn.history, message, drafter=settings.drafter, config=turn.config, **kwargs)
+        yield from self.stream_turn(self.begin(message, settings), stream_fn, **kwargs)
+
+    def stream_turn(self, turn: Turn, stream_fn: StreamFn, **kwargs: Any) -> Generator[Any, None, None]:
+        """:meth:`stream` for a turn already begun (:meth:`begin`), for a caller that reads its
+        config (its seed) first.
+
+        Raises:
+            whatever ``stream_fn`` raises.
+        """
+        stream = stream_fn(turn.history, turn.message, drafter=turn.settings.drafter, config=turn.config, **kwargs)
         try:
             for item in stream:
                 turn.add(item)

@@ -31,7 +31,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, Event, RoundEvent
 from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes import llamacpp, select
-from specchat.runtimes.select import cpu_name  # noqa: F401 (re-exported: bench_report reads it from here)
+from specchat.runtimes.select import cpu_name
 
 if TYPE_CHECKING:
     import torch

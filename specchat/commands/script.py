@@ -77,12 +77,12 @@ def play_script(
     conversation = Conversation(seed=seed)
     drafter = settings.drafter
     for turn, message in enumerate(messages, 1):
-        config = conversation.config(settings)
+        begun = conversation.begin(message, settings)
         metrics = SpeculationMetrics()
         notices: list[str] = []
         start = time.perf_counter()
         ttft_ms = None
-        for event in conversation.stream(service.stream_chat, message, settings):
+        for event in conversation.stream_turn(begun, service.stream_chat):
             if isinstance(event, Notice):
                 notices.append(event.text)
                 continue
@@ -102,6 +102,6 @@ def play_script(
             "turn": turn, "message": message, "text": done.text, "token_ids": list(done.token_ids),
             "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,
             "prefill_ms": done.prefill_ms, "stop_reason": done.stop_reason.value, "drafter": drafter,
-            "seed": config.seed, "notices": notices, "stats": metrics.summary(), "ledger": ledger.summary(),
+            "seed": begun.config.seed, "notices": notices, "stats": metrics.summary(), "ledger": ledger.summary(),
         }
         yield Turn(record, metrics, done, notices)

@@ -38,6 +38,7 @@ from specchat.conversation import Conversation, ReplySettings
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
 from specchat.drafters.kinds import KIND_NAMES
 from specchat.options import PROG, add_models_argument, add_runtime_argument, ranged
+from specchat.runtimes.select import cpu_name
 
 CHAT_SCRIPT = Path(__file__).with_name("bench_page_chat.json")
 
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     results: list[dict] = []
     meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "cpu_count": os.cpu_count(),
-            "processor": _processor(), "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
+            "processor": cpu_name(), "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
             "window": [1440, args.window], "date": time.strftime("%Y-%m-%d %H:%M")}
 
     def save(done: bool) -> None:
@@ -416,13 +417,3 @@ def _cpu_s(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _processor() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"

@@ -23,9 +23,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specchat.analysis.calibrate import cpu_name
 from specchat.commands.bench.runner import GROUPS, LLAMACPP, NO_TIMING_SUFFIX, SPECCHAT, TRANSFORMERS, RunResult
-from specchat.runtimes.select import describe_service
+from specchat.runtimes.select import cpu_name, describe_service
 
 if TYPE_CHECKING:
     from specchat.service import ChatService

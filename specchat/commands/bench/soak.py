@@ -111,9 +111,10 @@ def run_turn(
     verify: list[float] = []
     history_messages = len(conversation.messages)
     kept_before = len(conversation)
-    config = conversation.config(settings)
+    begun = conversation.begin(message, settings)
+    config = begun.config
     t0, c0 = time.perf_counter(), time.process_time()
-    stream = conversation.stream(service.stream_chat, message, settings, cancel=cancel)  # a generator: close() ends it
+    stream = conversation.stream_turn(begun, service.stream_chat, cancel=cancel)  # a generator: close() ends it
     try:
         for item in stream:
             events += 1
