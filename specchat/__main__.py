@@ -24,6 +24,9 @@ def _end_as_interrupted() -> None:
 
 def run() -> None:
     """The entry point: the command's exit status, or an end by SIGINT after a Ctrl-C."""
+    from specchat.commands import ctrl_c
+
+    ctrl_c.watch()
     try:
         from specchat.commands.cli import main
     except KeyboardInterrupt:  # Ctrl-C while Python imports the command line: one line, as cli.main says it

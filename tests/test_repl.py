@@ -25,6 +25,7 @@ import time
 
 import pytest
 
+from specchat.commands import cli, ctrl_c
 from specchat.commands.repl import HELP, ReplState, reply, run_command, run_repl
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, StopReason
@@ -277,3 +278,46 @@ def test_generate_into_a_closed_pipe_stops_quietly(smollm2_service, tmp_path):
     done = subprocess.run(f"{shlex.join(command)} | head -c 20", shell=True, capture_output=True, text=True, env=env,
                           timeout=300)
     assert len(done.stdout) == 20 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def _swallowed_ctrl_c() -> None:
+    """What a library's ``try: import X / except: ...`` does with a Ctrl-C: the handler runs
+    (as SIGINT's would) and the KeyboardInterrupt is caught and dropped."""
+    try:
+        ctrl_c._handle(signal.SIGINT, None)
+    except BaseException:  # noqa: BLE001 - the library's bare except, on purpose
+        pass
+
+
+def test_a_ctrl_c_a_library_swallowed_while_starting_ends_the_command_as_interrupted(monkeypatch, capsys):
+    """CI saw it: a Ctrl-C early in the imports, caught by a library, and transformers failing a
+    later import ("Could not import module 'LlamaConfig'") printed a traceback instead of ending
+    as a Ctrl-C does. With the Ctrl-C noted, the later error ends the command as interrupted
+    (status 130, one line); without one, the same error is raised as it is."""
+    def start_that_fails():
+        _swallowed_ctrl_c()
+        raise ModuleNotFoundError("Could not import module 'LlamaConfig'")
+
+    monkeypatch.setattr(cli, "_main", lambda argv: start_that_fails())
+    monkeypatch.setattr(ctrl_c, "_state", {"starting": True, "seen": 0})
+    assert cli.main([]) == 130
+    assert capsys.readouterr().err.strip().endswith("interrupted")
+    monkeypatch.setattr(ctrl_c, "_state", {"starting": True, "seen": 0})
+    monkeypatch.setattr(cli, "_main", lambda argv: (_ for _ in ()).throw(ModuleNotFoundError("LlamaConfig")))
+    with pytest.raises(ModuleNotFoundError):
+        cli.main([])
+
+
+def test_a_swallowed_ctrl_c_ends_the_start_and_later_ones_are_the_commands(monkeypatch):
+    """The start's end raises KeyboardInterrupt once a Ctrl-C came during it; after the start a
+    Ctrl-C still raises (the prompt's and Stop's handling) but no longer marks the start."""
+    monkeypatch.setattr(ctrl_c, "_state", {"starting": True, "seen": 0})
+    ctrl_c.end_of_start()  # no Ctrl-C: nothing raised
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c._handle(signal.SIGINT, None)
+    assert not ctrl_c.came_while_starting()
+    monkeypatch.setattr(ctrl_c, "_state", {"starting": True, "seen": 0})
+    _swallowed_ctrl_c()
+    assert ctrl_c.came_while_starting()
+    with pytest.raises(KeyboardInterrupt):
+        ctrl_c.end_of_start()

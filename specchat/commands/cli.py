@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specchat.commands import audit, calibrate, chat, generate
+from specchat.commands import audit, calibrate, chat, ctrl_c, generate
 from specchat.commands.bench import cli as bench_cli
 from specchat.commands.bench import page as bench_page
 from specchat.commands.bench import soak_cli
@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:
+        if not ctrl_c.came_while_starting():
+            raise
+        # a library swallowed the Ctrl-C and failed later because of it (ctrl_c's docstring)
         print(f"\n{PROG}: interrupted", file=sys.stderr)
         return 130
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from specchat.commands import ctrl_c
 from specchat.options import PROG
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ def load_service(args: argparse.Namespace) -> tuple[ChatService | None, int]:
             service.forget_prefix()  # the first prompt is read whole, as without the warm-up
     if getattr(args, "compile", False):
         compile_target(service)
+    ctrl_c.end_of_start()  # a Ctrl-C a library swallowed while starting still ends the command
     return service, 0
 
 
