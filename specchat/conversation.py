@@ -115,6 +115,8 @@ class Turn:
         history: what the model sees before this message: the system prompt, then the kept turns.
         done: the reply's DoneEvent, once it came (None for a stream closed before its end).
         failed: an error ended the reply (:meth:`fail`).
+        continue_from: for a turn that continues the last reply (:meth:`Conversation.begin_continuation`),
+            that reply's text, which the model writes on from; None for a new message.
     """
 
     message: str
@@ -123,6 +125,7 @@ class Turn:
     history: list[Message]
     done: DoneEvent | None = None
     failed: bool = False
+    continue_from: str | None = None
     num_tokens: int = 0
     _pieces: list[str] = field(default_factory=list)
     _epoch: int = 0
@@ -212,12 +215,49 @@ class Conversation:
 
     def finish(self, turn: Turn) -> bool:
         """End ``turn``: keep it when :attr:`Turn.answered` (and the conversation was not cleared
-        since it began). Returns whether it was kept."""
+        since it began). A continuation (:meth:`begin_continuation`) keeps the reply it continued
+        with its new text after it, or as it was when the continuation is not kept. Returns
+        whether the turn was kept."""
         with self._lock:
-            if not turn.answered or turn._epoch != self._epoch:
+            if turn._epoch != self._epoch:
                 return False
-            self.messages += [{"role": "user", "content": turn.message}, {"role": "assistant", "content": turn.text}]
+            before = turn.continue_from
+            if not turn.answered:
+                if before is not None:  # the continued reply goes back as it was
+                    self.messages += [{"role": "user", "content": turn.message}, {"role": "assistant", "content": before}]
+                return False
+            text = (before or "") + turn.text
+            self.messages += [{"role": "user", "content": turn.message}, {"role": "assistant", "content": text}]
         return True
+
+    def take_back(self) -> Message | None:
+        """Take the last kept turn out of what the model sees (Regenerate, Edit): its user message
+        (``{"role": "user", "content": …}``), or None when no turn is kept."""
+        with self._lock:
+            if len(self.messages) < 2:
+                return None
+            user, _ = self.messages[-2:]
+            del self.messages[-2:]
+            return dict(user)
+
+    def begin_continuation(self, settings: ReplySettings) -> Turn:
+        """A turn that continues the last kept reply (Continue: one cut at its token limit): the
+        model sees the history before that turn, its message, and the reply so far, and writes on;
+        :meth:`finish` keeps the reply with the new text after it.
+
+        Raises:
+            ValueError: no kept turn to continue, or an out-of-range setting (nothing changes).
+        """
+        with self._lock:
+            if len(self.messages) < 2:
+                raise ValueError("there is no reply to continue")
+            config = self.config(settings)
+            self._asked += 1
+            self.system_prompt = settings.system_prompt
+            user, assistant = self.messages[-2:]
+            del self.messages[-2:]
+            return Turn(user["content"], settings, config, self.history(), continue_from=assistant["content"],
+                        _epoch=self._epoch)
 
     def stream(self, stream_fn: StreamFn, message: str, settings: ReplySettings, **kwargs: Any) -> Generator[Any, None, None]:
         """Stream one turn through ``stream_fn`` (e.g. ``service.stream_chat``), yielding every
@@ -237,6 +277,8 @@ class Conversation:
         Raises:
             whatever ``stream_fn`` raises.
         """
+        if turn.continue_from is not None:
+            kwargs["continue_from"] = turn.continue_from
         stream = stream_fn(turn.history, turn.message, drafter=turn.settings.drafter, config=turn.config, **kwargs)
         try:
             for item in stream:

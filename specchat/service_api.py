@@ -153,9 +153,10 @@ class ChatServiceProtocol(Protocol):
 
     def stream_chat(
         self, history: list[Message], message: str, *, drafter: str, config: GenerationConfig,
-        cancel: CancelFlag | None = None, prefill_progress: bool = False,
+        cancel: CancelFlag | None = None, prefill_progress: bool = False, continue_from: str | None = None,
     ) -> Iterator[Event | Notice]:
-        """A chat turn's events (and Notices): plain-text history + message -> the reply.
+        """A chat turn's events (and Notices): plain-text history + message -> the reply
+        (``continue_from``: the start of that reply, which the events then continue).
 
         Raises:
             ValueError: as :meth:`encode_chat`, or a drafter kind this target does not have.

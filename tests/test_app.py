@@ -138,10 +138,11 @@ class FakeService:
     def warm_up(self, drafter: str = "none") -> None:
         self.warmed_up.append(drafter)
 
-    def stream_chat(self, history, message, *, drafter, config, cancel=None, prefill_progress=False):
+    def stream_chat(self, history, message, *, drafter, config, cancel=None, prefill_progress=False, continue_from=None):
         assert isinstance(config, GenerationConfig)
         self.calls.append(
-            {"history": [dict(m) for m in history], "message": message, "drafter": drafter, "config": config}
+            {"history": [dict(m) for m in history], "message": message, "drafter": drafter, "config": config,
+             "continue_from": continue_from}
         )
         self.cancels.append(cancel)
         if "notice" in message:
@@ -616,7 +617,7 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     assert list(show())[-1] == {_by_id(demo, "spec-loading"): getattr(fake, "banner", "")}  # loading: the banner only
     apply = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "apply_startup_pick")
     first = next(b.value for b in demo.blocks.values() if isinstance(b, gr.Dropdown) and b.label == "drafter")
-    last = apply(first, SimpleNamespace(session_hash="tab-0"))  # the menu still shows its first value
+    last = apply(first, None, SimpleNamespace(session_hash="tab-0"))  # the menu still shows its first value
     status = html.unescape(last[_by_id(demo, "spec-drafter-status")])
     assert "drafter 'hybrid' ready · picked by measurement: hybrid = lookup first, then sibling" in status
     menu = next(v for v in last.values() if isinstance(v, gr.Dropdown))  # the menu: its value and labels
@@ -625,18 +626,18 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     # a drafter asked for by name: no pick, no reason
     named = app.build_ui(fake, default_drafter="ngram")
     apply_named = next(fn.fn for fn in named.fns.values() if fn.fn is not None and fn.fn.__name__ == "apply_startup_pick")
-    last = apply_named("ngram", SimpleNamespace(session_hash="tab-0"))
+    last = apply_named("ngram", None, SimpleNamespace(session_hash="tab-0"))
     assert "picked by measurement" not in last[_by_id(named, "spec-drafter-status")]
     assert "hybrid" not in last.values()
     # a drafter the user picked on this page before the load ended stays picked: the start-up
     # pick writes neither the menu nor the status line (that pick's own status follows), whether
     # the menu's value when loading ends shows it or the pick was of the menu's first value
     status = _by_id(demo, "spec-drafter-status")
-    assert apply("none" if first != "none" else "ngram", SimpleNamespace(session_hash="tab-1")) == {status: gr.skip()}
+    assert apply("none" if first != "none" else "ngram", None, SimpleNamespace(session_hash="tab-1")) == {status: gr.skip()}
     note = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "note_pick")
     note(SimpleNamespace(session_hash="tab-2"))
-    assert apply(first, SimpleNamespace(session_hash="tab-2")) == {status: gr.skip()}
-    last = apply(first, SimpleNamespace(session_hash="tab-3"))  # another tab: the pick is shown
+    assert apply(first, None, SimpleNamespace(session_hash="tab-2")) == {status: gr.skip()}
+    last = apply(first, None, SimpleNamespace(session_hash="tab-3"))  # another tab: the pick is shown
     assert sum(v == "hybrid" or getattr(v, "value", None) == "hybrid" for v in last.values()) == 2
 
 

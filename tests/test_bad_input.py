@@ -502,7 +502,7 @@ def _assert_valid_message_still_works(client, fake):
         ("temperature", -1, "temperature (0 = greedy): -1 is out of range; allowed 0 to 2"),
         ("top_p", 0, "top-p: 0 is out of range; allowed 0.05 to 1"),
         ("top_p", 1.5, "top-p: 1.5 is out of range; allowed 0.05 to 1"),
-        ("max_new_tokens", 0, "max new tokens: 0 is out of range; allowed 16 to 2048"),
+        ("max_new_tokens", 0, "max new tokens: 0 is out of range; allowed 16 to 4096"),
         ("gamma", "12", f"{GAMMA}: '12' is out of range; allowed 1 to 16"),  # a string, not a number
         ("gamma", None, f"{GAMMA}: None is out of range; allowed 1 to 16"),
         ("gamma", True, f"{GAMMA}: True is out of range; allowed 1 to 16"),
@@ -536,7 +536,7 @@ def test_api_refuses_an_unknown_drafter(served):
         (2, "NaN", f"{GAMMA}: nan is out of range; allowed 1 to 16"),
         (3, "Infinity", "temperature (0 = greedy): inf is out of range; allowed 0 to 2"),
         (4, "-Infinity", "top-p: -inf is out of range; allowed 0.05 to 1"),
-        (5, "NaN", "max new tokens: nan is out of range; allowed 16 to 2048"),
+        (5, "NaN", "max new tokens: nan is out of range; allowed 16 to 4096"),
     ],
 )
 def test_nan_and_infinity_over_raw_http_are_refused(served, position, literal, message):

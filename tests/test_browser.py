@@ -60,7 +60,7 @@ class RecordingService(ChatService):
     def stream_chat(self, history, message, **kwargs):
         run = {"message": message, "start": time.monotonic(), "end": None, "tokens": 0, "shown": 0, "rounds": 0,
                "stop": None, "text": None, "kinds": {}, "drafter": kwargs.get("drafter"),
-               "history": [dict(m) for m in history]}
+               "history": [dict(m) for m in history], "continue_from": kwargs.get("continue_from")}
         self.runs.append(run)
         try:
             for item in super().stream_chat(history, message, **kwargs):

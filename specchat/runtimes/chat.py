@@ -31,9 +31,15 @@ def build_chat_prompt(
     *,
     context_length: int,
     max_new_tokens: int,
+    continue_from: str | None = None,
 ) -> ChatPrompt:
     """Apply the chat template to ``history + [user message]``, trimming the oldest turns. A
     tokenizer without a chat template gets the messages as plain text (:func:`plain_prompt_ids`).
+
+    ``continue_from``: the start of the assistant's reply to ``message`` (a reply cut at its token
+    limit): the prompt ends inside that reply, so the model writes on from its last token
+    (transformers' ``continue_final_message``; as plain text, the reply's text right after the
+    message).
 
     Whole messages are dropped oldest first (a leading system message is kept) until the
     prompt plus ``max_new_tokens`` fits ``context_length``. The current message is never cut:
@@ -48,7 +54,9 @@ def build_chat_prompt(
         raise ValueError("the message is empty: type something to send")
     system = [m for m in history[:1] if m.get("role") == "system"]
     turns = [m for m in history[len(system) :] if m.get("content")]
-    current = {"role": "user", "content": message}
+    current = [{"role": "user", "content": message}]
+    if continue_from is not None:
+        current.append({"role": "assistant", "content": continue_from})
     # The start indices the oldest-first drop rule visits (listing them needs no templating).
     starts, s = [0], 0
     while s < len(turns):
@@ -58,7 +66,7 @@ def build_chat_prompt(
 
     def ids_from(k: int) -> list[int]:  # the prompt keeping turns[starts[k]:]
         if k not in cache:
-            cache[k] = _template(tokenizer, [*system, *turns[starts[k] :], current])
+            cache[k] = _template(tokenizer, [*system, *turns[starts[k] :], *current], continuing=continue_from is not None)
         return cache[k]
 
     def fits(k: int) -> bool:
@@ -109,17 +117,25 @@ def has_chat_template(tokenizer: PreTrainedTokenizerBase) -> bool:
     return getattr(tokenizer, "chat_template", None) is not None
 
 
-def plain_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
+def plain_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, continuing: bool = False) -> list[int]:
     """The prompt for a model without a chat template: every message's text, oldest first, joined
     by a blank line, encoded with the tokenizer's own special tokens (e.g. BOS). One message alone
-    is exactly its text, as a plain-text prompt (``ChatService.encode_plain``) is."""
-    return [int(t) for t in tokenizer("\n\n".join(m["content"] for m in messages)).input_ids]
+    is exactly its text, as a plain-text prompt (``ChatService.encode_plain``) is. ``continuing``:
+    the last message is the start of the reply to the one before, which it follows directly (as
+    the model wrote it)."""
+    texts = [m["content"] for m in messages]
+    if continuing and len(texts) > 1:
+        texts = [*texts[:-2], texts[-2] + texts[-1]]
+    return [int(t) for t in tokenizer("\n\n".join(texts)).input_ids]
 
 
-def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message]) -> list[int]:
+def _template(tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, continuing: bool = False) -> list[int]:
     if not has_chat_template(tokenizer):
-        return plain_prompt_ids(tokenizer, messages)
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return plain_prompt_ids(tokenizer, messages, continuing=continuing)
+    if continuing:  # the prompt ends inside the last (assistant) message: no end of turn, no new header
+        out = tokenizer.apply_chat_template(messages, continue_final_message=True, tokenize=True)
+    else:
+        out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     if isinstance(out, dict) or hasattr(out, "input_ids"):
         out = out["input_ids"]
     return [int(t) for t in out]

@@ -8,17 +8,25 @@ and turns the :class:`~specchat.ui.session.view.View` it returns into ``{compone
 
 from __future__ import annotations
 
+import json
+import tempfile
 import threading
+from pathlib import Path
 
 import gradio as gr
 
 from specchat.service_api import ChatServiceProtocol
 from specchat.ui.html.render import status_html
+from specchat.ui.html.transcript import wire
 from specchat.ui.page.host import compile_note, loading_banner, wait_until_ready
 from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu
 from specchat.ui.session.chat import AUTO, ChatSession, ReplySettings, SessionStore
+from specchat.ui.session.export import export_json, export_markdown
+from specchat.ui.session.last_reply import Resend
+from specchat.ui.session.saved import parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
+NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
 RESTORED = ("transcript", "stats", "table")  # what a reopened page shows of the conversation its browser kept
 
 
@@ -72,6 +80,51 @@ class Handlers:
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
         return "", message, sent.ticket, gr.Timer(active=bool(session.views.panels_visible)), session.saved()
 
+    # -- the last reply: Regenerate, Edit, Continue; the export -------------------------------------
+    def regenerate(self, request: gr.Request = None):
+        """Regenerate: the last message sent again (then ``respond_on_page``, as a typed one)."""
+        session = self.session_of(request)
+        return self._resend(session, session.last.regenerate())
+
+    def continue_reply(self, request: gr.Request = None):
+        """Continue: the last reply written on from its end (then ``respond_on_page``)."""
+        session = self.session_of(request)
+        return self._resend(session, session.last.continue_())
+
+    def _resend(self, session: ChatSession, resend: Resend) -> dict:
+        page = self.page
+        for level, text in resend.view.toasts:
+            _toast(level, text)
+        if resend.message is None:  # refused (the toast says why): respond_on_page does nothing
+            return {page.pending: "", page.ticket: NOTHING_SENT}
+        return {page.transcript: wire(resend.view.transcript), page.pending: resend.message, page.ticket: resend.ticket,
+                page.panel_tick: gr.Timer(active=bool(session.views.panels_visible)), page.saved: session.saved()}
+
+    def edit_last(self, request: gr.Request = None):
+        """Edit: the last exchange taken back, its message into the box."""
+        session = self.session_of(request)
+        view = session.last.edit()
+        for level, text in view.toasts:
+            _toast(level, text)
+        if view.transcript is None:
+            return {self.page.textbox: gr.skip()}
+        return {self.page.transcript: wire(view.transcript), self.page.textbox: view.textbox, self.page.table: view.table,
+                self.page.saved: session.saved()}
+
+    def export_chat(self, request: gr.Request = None):
+        """Export: the conversation as a Markdown and a JSON file, offered for download."""
+        session = self.session_of(request)
+        if not session.views.exchanges:
+            gr.Info("There is nothing to export yet.")
+            return gr.File(visible=False)
+        data = export_json(session.views, session.conversation, target=self.service.target_name)
+        folder = Path(tempfile.mkdtemp(prefix="specchat-export-"))
+        stamp = data["exported_at"][:19].replace(":", "-")
+        md, js = folder / f"specchat-chat-{stamp}.md", folder / f"specchat-chat-{stamp}.json"
+        md.write_text(export_markdown(data), encoding="utf-8")
+        js.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+        return gr.File(value=[str(md), str(js)], visible=True)
+
     @staticmethod
     def reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt) -> ReplySettings:
         """The settings a reply or a race runs with, from the page's controls (in their input order)."""
@@ -98,6 +151,9 @@ class Handlers:
         """Sending, step 2: stream one reply (``ticket``: the message's id from step 1), only its
         transcript and stats line; the other parts wait in the session (ChatSession.defer) for the
         panel tick and for ``settle``."""
+        if ticket is not None and int(ticket) == NOTHING_SENT:  # a refused Regenerate or Continue
+            yield {self.page.stats: gr.skip()}
+            return
         session = self.session_of(request)
         for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
                                      system_prompt, ticket=None if ticket is None else int(ticket)):
@@ -242,7 +298,34 @@ class Handlers:
         if self.service.startup_error is None:  # else the last banner says what failed
             yield {self.page.load_banner: self.service.banner}
 
-    def apply_startup_pick(self, current, request: gr.Request = None):
+    # -- the settings kept in the browser ---------------------------------------------------------
+    def keep_settings(self, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, colours):
+        """A control changed: the page's settings, written into the browser (restored on a reload)."""
+        return settings_state(dict(drafter=drafter, gamma=gamma, temperature=temperature, top_p=top_p,
+                                   max_new_tokens=max_new_tokens, adaptive=adaptive, colours=colours))
+
+    def restore_settings(self, saved):
+        """A page (re)opened: the settings this browser kept, each that passes its check
+        (:func:`~specchat.ui.session.saved.parse_settings`); the drafter is restored once the models
+        are ready (:meth:`apply_startup_pick`)."""
+        kept = parse_settings(saved, self._menu_values())
+        page = self.page
+        out = {getattr(page, name): value for name, value in kept.items() if name != "drafter"}
+        return out or {page.gamma: gr.skip()}
+
+    def _menu_values(self) -> list[str]:
+        """The drafter menu's values: the kinds, and "auto" when the app picks by measurement."""
+        return [*self.kinds, *([AUTO] if self.auto else [])]
+
+    def prepare_kept_drafter(self, kind, active):
+        """After :meth:`apply_startup_pick`: the drafter restored from this browser's settings,
+        prepared as a pick from the menu is (nothing to do when it is the active one)."""
+        if kind == active:
+            yield {self.page.drafter_status: gr.skip()}
+            return
+        yield from self.prepare_drafter(kind, active)
+
+    def apply_startup_pick(self, current, saved=None, request: gr.Request = None):
         """Once the models are ready: show the start-up drafter (the one picked by measurement,
         and why), or, if it failed to load, switch this page to target-only and say why. A
         drafter the user picked on this page while the models loaded stays picked, with that
@@ -253,6 +336,13 @@ class Handlers:
         unchanged = {page.drafter_status: gr.skip()}  # Gradio needs one output at least
         if service.startup_error is not None:
             return unchanged
+        kept = parse_settings(saved, self._menu_values()).get("drafter")
+        here = getattr(request, "session_hash", None)
+        if kept is not None and kept != current and current in (drafter0, AUTO) and here not in self.picked_here:
+            # the drafter this browser used last is this page's pick; prepare_kept_drafter loads it
+            self.picked_here.add(here)
+            menu = gr.Dropdown(choices=drafter_menu(service, self.kinds, self.auto), value=kept)
+            return {page.drafter_status: status_html(f"drafter '{kept}' (your last choice): preparing…"), page.drafter: menu}
         if current not in (drafter0, AUTO) or (
                 current != AUTO and getattr(request, "session_hash", None) in self.picked_here):
             return unchanged

@@ -120,13 +120,13 @@ if ON_ZEROGPU:
 
 
 @gpu(duration=120)
-def _stream_on_zerogpu(history, message, drafter, config, generation):
+def _stream_on_zerogpu(history, message, drafter, config, generation, continue_from=None):
     """ZeroGPU runs this in a forked worker: plain data in (the settings as specchat.ui.page.zerogpu.to_plain
     gives them), plain data out; the module-level service generates, and stops when the slot says so."""
     from specchat.ui.page.zerogpu import worker_stream
 
     assert _SERVICE is not None and _ZEROGPU_SLOT is not None  # made before ZeroGPU forked this worker
-    yield from worker_stream(_SERVICE, _ZEROGPU_SLOT, history, message, drafter, config, generation)
+    yield from worker_stream(_SERVICE, _ZEROGPU_SLOT, history, message, drafter, config, generation, continue_from)
 
 
 def stream_fn(service: ChatServiceProtocol) -> Callable[..., Iterator[Any]] | None:
@@ -135,8 +135,8 @@ def stream_fn(service: ChatServiceProtocol) -> Callable[..., Iterator[Any]] | No
     if ON_ZEROGPU and slot is not None and service is _SERVICE:
         from specchat.ui.page.zerogpu import app_stream
 
-        return lambda history, message, drafter, config, cancel: app_stream(
-            _stream_on_zerogpu, slot, history, message, drafter, config, cancel)
+        return lambda history, message, drafter, config, cancel, continue_from=None: app_stream(
+            _stream_on_zerogpu, slot, history, message, drafter, config, cancel, continue_from)
     return None
 
 
@@ -194,7 +194,7 @@ class TraceOnlyService:
 
     def stream_chat(
         self, history: list[Message], message: str, *, drafter: str, config: GenerationConfig,
-        cancel: CancelFlag | None = None, prefill_progress: bool = False,
+        cancel: CancelFlag | None = None, prefill_progress: bool = False, continue_from: str | None = None,
     ) -> Iterator[Event | Notice]:
         raise _no_model()
 

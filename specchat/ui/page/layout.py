@@ -15,7 +15,6 @@ from typing import Any
 
 import gradio as gr
 
-from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
 from specchat.core.metrics import SpeculationMetrics
 from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes.paths import browser_secret
@@ -27,6 +26,7 @@ from specchat.ui.html.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
 from specchat.ui.html.transcript import TRANSCRIPT_JS, wire
 from specchat.ui.page.host import loading_html
 from specchat.ui.session.chat import AUTO, PLOT_INTERVAL_S, ChatSession
+from specchat.ui.session.saved import COLOUR_MODES, DEFAULT_MAX_NEW_TOKENS, SETTING_RANGES
 from specchat.ui.session.view import View
 from specchat.ui.session.views import CHART_SCOPES
 
@@ -115,6 +115,8 @@ def bounded(slider: gr.Slider, *, integer: bool = False) -> gr.Slider:
     return slider
 
 
+RANGES: dict[str, tuple[float, float]] = {k: v for k, v in SETTING_RANGES.items() if v is not None}  # the sliders'
+
 AUTO_CHOICE = "auto: picked by measurement"  # the drafter menu's entry for AUTO
 
 
@@ -171,6 +173,11 @@ class Page:
     ticket: gr.Number
     stop: gr.Button
     stats: gr.HTML
+    regenerate_btn: gr.Button
+    edit_btn: gr.Button
+    continue_btn: gr.Button
+    export_btn: gr.Button
+    export_file: gr.File
     active_drafter: gr.State
     drafter: gr.Dropdown
     drafter_status: gr.HTML
@@ -200,6 +207,7 @@ class Page:
     system_prompt: gr.Textbox
     unqueue: gr.Textbox
     saved: gr.BrowserState
+    settings_saved: gr.BrowserState
 
     def components(self, *names: str) -> list:
         """The components of ``names``, in order: a View field's (:data:`VIEW_OUTPUTS`), else the
@@ -317,13 +325,22 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
         ticket = gr.Number(None, visible=False, precision=0, label="ticket")
         stop = gr.Button("Stop", variant="stop", scale=1, min_width=70)
     stats = gr.HTML(stats_html(None), elem_id="spec-stats")
+    # what the person can do to the last reply (specchat.ui.session.last_reply), and the export
+    with gr.Row(equal_height=True, elem_id="spec-actions"):
+        regenerate_btn = gr.Button("↻ Regenerate", size="sm", min_width=60, elem_id="spec-regenerate")
+        edit_btn = gr.Button("✎ Edit last message", size="sm", min_width=60, elem_id="spec-edit")
+        continue_btn = gr.Button("→ Continue the reply", size="sm", min_width=60, elem_id="spec-continue")
+        export_btn = gr.Button("⤓ Export chat", size="sm", min_width=60, elem_id="spec-export")
+    export_file = gr.File(label="this chat, as Markdown and as JSON (with each reply's figures)", visible=False,
+                          file_count="multiple", interactive=False, elem_id="spec-export-file")
     return dict(load_banner=load_banner, transcript=transcript, textbox=textbox, send=send, pending=pending, ticket=ticket, stop=stop,
-                stats=stats)
+                stats=stats, regenerate_btn=regenerate_btn, edit_btn=edit_btn, continue_btn=continue_btn, export_btn=export_btn,
+                export_file=export_file)
 
 
 def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, auto: bool, picked: Pick | None) -> dict[str, Any]:
     """The settings column: colours / plain, the drafter menu and its status, the reply's settings, Clear."""
-    colours = gr.Radio(["colours", "plain"], value="colours", label="reply text",
+    colours = gr.Radio(list(COLOUR_MODES), value="colours", label="reply text",
                        info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
     # with --drafter auto, one more entry: the pick by measurement (what a message sent
     # before the pick is known runs with, once it is)
@@ -342,12 +359,14 @@ def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, 
         info="pick γ each round (up to the slider) from the measured acceptance and costs",
     ))
     gamma = bounded(gr.Slider(
-        1, MAX_NUM_SPECULATIVE_TOKENS, value=12, step=1,
+        *RANGES["gamma"], value=12, step=1,
         label="γ: draft tokens per round (the most, when adaptive)",
     ), integer=True)
-    temperature = bounded(gr.Slider(0.0, MAX_TEMPERATURE, value=0.0, step=0.05, label="temperature (0 = greedy)"))
-    top_p = bounded(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="top-p"))
-    max_new_tokens = bounded(gr.Slider(16, 2048, value=256, step=16, label="max new tokens"), integer=True)
+    temperature = bounded(gr.Slider(*RANGES["temperature"], value=0.0, step=0.05, label="temperature (0 = greedy)"))
+    top_p = bounded(gr.Slider(*RANGES["top_p"], value=1.0, step=0.05, label="top-p"))
+    max_new_tokens = bounded(gr.Slider(*RANGES["max_new_tokens"], value=DEFAULT_MAX_NEW_TOKENS, step=16,
+                                       label="max new tokens",
+                                       info="a reply cut at this length can be continued (Continue)"), integer=True)
     system_prompt = gr.Textbox(
         value="", label="system prompt", placeholder="optional, e.g. 'Answer in one short paragraph.'", lines=2,
         max_lines=6, elem_id="spec-system",
@@ -395,11 +414,14 @@ def _hidden() -> dict[str, Any]:
     unqueue = gr.Textbox(visible="hidden", elem_id="spec-unqueue", label="cancel a queued message")
     # the conversation, kept in this browser's localStorage (encrypted) so that a reload restores it
     saved = gr.BrowserState(None, storage_key="specchat-conversation", secret=browser_secret())
+    # the settings (drafter, γ, sampling, max new tokens, colours / plain), written on each change
+    settings_saved = gr.BrowserState(None, storage_key="specchat-settings", secret=browser_secret())
     # while a reply streams: draws the panels the reply's stream left in the session (ChatSession.defer)
     panel_tick = gr.Timer(PLOT_INTERVAL_S, active=False)
     api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
     panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
-    return dict(pick=pick, unqueue=unqueue, saved=saved, panel_tick=panel_tick, api_chat=api_chat, panels=panels)
+    return dict(pick=pick, unqueue=unqueue, saved=saved, settings_saved=settings_saved, panel_tick=panel_tick,
+                api_chat=api_chat, panels=panels)
 
 
 def _charts_and_ledger(service: ChatServiceProtocol) -> dict[str, Any]:

@@ -84,6 +84,7 @@ TICKED_OUTPUTS = _fields(lambda f: f in TICKED_FIELDS)  # what the panel tick dr
 LIVE = _fields(lambda f: f in PANEL_FIELDS)  # the live panels, drawn when they come on screen
 CLEARED = _fields(lambda f: f not in ("textbox", "race", "trace_file"))  # what Clear starts over
 SELECTED = ("inspector", "timeline", "trace_file", "ledger", "worth", "figures")  # what a click on a token or round changes
+KEPT_SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours")  # kept across a reload
 SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "system_prompt")  # a reply's
 
 
@@ -118,8 +119,15 @@ def events(trace_files: bool) -> list[Event]:
     # what its stream left aside
     send = [on(trigger, "take_message", ("textbox",), ("textbox", "pending", "ticket", "panel_tick", "saved"), **FREE, **QUIET,
                **PRIVATE, then=(respond,)) for trigger in ("send.click", "textbox.submit")]
+    # Regenerate and Continue send like a typed message (their handler gives the message and its ticket)
+    resend = [on(trigger, fn, None, ("transcript", "pending", "ticket", "panel_tick", "saved"), **FREE, **QUIET, **PRIVATE,
+                 then=(respond,)) for trigger, fn in (("regenerate_btn.click", "regenerate"),
+                                                       ("continue_btn.click", "continue_reply"))]
     return [
         *send,
+        *resend,
+        on("edit_btn.click", "edit_last", None, ("transcript", "textbox", "table", "saved"), **FREE, **QUIET, **PRIVATE),
+        on("export_btn.click", "export_chat", None, ("export_file",), **FREE, **QUIET, **PRIVATE),
         on("panel_tick.tick", "tick", None, TICKED_OUTPUTS, **QUIET, **FREE, **PRIVATE),
         on("api_chat.click", "respond", ("pending", *SETTINGS), EVERYTHING, api_name="chat", **reply),
         on("stop.click", "stop_generation", **FREE, **PRIVATE),
@@ -134,8 +142,15 @@ def events(trace_files: bool) -> list[Event]:
         # every open tab polls the loading (no model work); the menu's value is read when loading
         # ends, after any pick made meanwhile
         on("load", "show_loading", None, ("load_banner",), **QUIET, **PRIVATE, **FREE, then=(
-            on(None, "apply_startup_pick", ("drafter",), ("drafter_status", "drafter", "active_drafter"),
-               **QUIET, **PRIVATE, **FREE),)),
+            on(None, "apply_startup_pick", ("drafter", "settings_saved"), ("drafter_status", "drafter", "active_drafter"),
+               **QUIET, **PRIVATE, **FREE, then=(
+                   on(None, "prepare_kept_drafter", ("drafter", "active_drafter"),
+                      ("drafter_status", "drafter", "active_drafter"), **MODEL, **QUIET, **PRIVATE),)),)),
+        # the settings this browser kept, restored on open; each change the user makes writes them
+        # (.input: not the restore's own changes, nor the start-up pick's)
+        on("load", "restore_settings", ("settings_saved",), KEPT_SETTINGS[1:], **QUIET, **PRIVATE, **FREE),
+        *[on(f"{name}.input", "keep_settings", KEPT_SETTINGS, ("settings_saved",), **QUIET, **PRIVATE, **FREE)
+          for name in KEPT_SETTINGS],
         on("clear_btn.click", "clear", None, (*CLEARED, "saved"), **FREE, **PRIVATE),
         on("unqueue.change", "cancel_queued", ("unqueue",), None, **FREE, **QUIET, **PRIVATE),
         # a page opened or reloaded shows the conversation this browser kept (none with --trace files)

@@ -118,7 +118,7 @@ class _Flag:
 
 def worker_stream(
     service: ChatServiceProtocol, slot: CancelSlot, history: list[dict], message: str, drafter: str, config: dict,
-    generation: int,
+    generation: int, continue_from: str | None = None,
 ) -> Iterator[Any]:
     """In the worker: the chat turn's events and notices, as plain data. ``config`` is a
     :class:`~specchat.core.config.GenerationConfig` as :func:`to_plain` gave it; the engine stops
@@ -131,13 +131,13 @@ def worker_stream(
     torch.set_num_threads(1)
     settings = from_plain(config)
     for item in service.stream_chat(history, message, drafter=drafter, config=settings, cancel=slot.flag(generation),
-                                    prefill_progress=True):
+                                    prefill_progress=True, continue_from=continue_from):
         yield to_plain(item)
 
 
 def app_stream(
     gpu_fn: Callable[..., Iterator[Any]], slot: CancelSlot, history: list[dict], message: str, drafter: str,
-    config: Any, cancel: Any,
+    config: Any, cancel: Any, continue_from: str | None = None,
 ) -> Iterator[Any]:
     """In the app's process: run ``gpu_fn`` (the ``spaces.GPU``-decorated :func:`worker_stream`)
     with plain arguments and yield its events as events. When ``cancel`` (the page's Stop) is
@@ -147,7 +147,7 @@ def app_stream(
         slot.cancel(generation)
     types = _types()
     plain_history = [{"role": str(m["role"]), "content": str(m["content"])} for m in history]
-    stream = gpu_fn(plain_history, message, drafter, to_plain(config), generation)
+    stream = gpu_fn(plain_history, message, drafter, to_plain(config), generation, continue_from)
     finished = False
     try:
         for data in stream:

@@ -28,6 +28,7 @@ from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
 from specchat.core.events import PrefillEvent, RoundEvent
 from specchat.service_api import ChatServiceProtocol
+from specchat.ui.session.last_reply import LastReply
 from specchat.ui.session.prefetch import IDLE, Prefetched
 from specchat.ui.session.queue import MessageQueue, RunSlot, Ticket
 from specchat.ui.session.race import SessionRace
@@ -90,8 +91,9 @@ class ChatSession:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.service = service
-        self.stream: StreamFn = stream or (lambda history, message, drafter, config, cancel: service.stream_chat(
-            history, message, drafter=drafter, config=config, cancel=cancel, prefill_progress=True))
+        # (**more: continue_from, passed only for a Continue)
+        self.stream: StreamFn = stream or (lambda history, message, drafter, config, cancel, **more: service.stream_chat(
+            history, message, drafter=drafter, config=config, cancel=cancel, prefill_progress=True, **more))
         self.text_interval_s = text_interval_s
         self.stats_interval_s = stats_interval_s
         self.plot_interval_s = plot_interval_s
@@ -103,6 +105,7 @@ class ChatSession:
         self.queue = MessageQueue(self._lock, self.slot, self.views.add_exchange)
         self.race = SessionRace(service, stream=self.stream, slot=self.slot, views=self.views,
                                 resolve_drafter=self.resolve_drafter, clock=clock)
+        self.last = LastReply(self.conversation, self.views, self.queue, self._lock)  # Regenerate, Edit, Continue
         self._settled: tuple[Exchange, float] | None = None  # the last reply that ended, and when
         self._deferred = View()  # what a reply's stream left for the page's panel tick and its end (defer)
 
@@ -202,6 +205,7 @@ class ChatSession:
         with self._lock:
             self.slot.cancel(discard=True)
             self.queue.discard_all()
+            self.last.forget()
             self.conversation.clear()
             self.views.reset()  # the new conversation's replies are #1, #2, …
             self._settled = None
@@ -271,6 +275,7 @@ class ChatSession:
             return
         run = Run()
         taken = self.queue.take(ticket, message, run)
+        continues = self.last.continuation(ticket)  # a Continue's ticket: the exchange its reply continues
         if taken is not None and taken.state == "discarded":  # Clear emptied the transcript already
             yield View()
             return
@@ -279,14 +284,18 @@ class ChatSession:
             yield View(transcript=self.views.feed(*self._carry(exchange)))
             return
         try:
-            yield from self._respond(message, settings, run, taken.exchange if taken is not None else None)
+            yield from self._respond(message, settings, run, taken.exchange if taken is not None else None, continues)
         finally:
             run.cancel.set()  # also on GeneratorExit (tab closed): the engine stops between rounds
             self.slot.release(run)
 
-    def _respond(self, message: str, settings: ReplySettings, run: Run, exchange: Exchange | None) -> Iterator[View]:
-        """A reply in three phases: wait for the models, stream, finish."""
-        turn = self.conversation.begin(message, settings)  # ValueError for an out-of-range setting, before any change
+    def _respond(self, message: str, settings: ReplySettings, run: Run, exchange: Exchange | None,
+                 continues: Exchange | None = None) -> Iterator[View]:
+        """A reply in three phases: wait for the models, stream, finish. ``continues``: the
+        exchange whose reply this one writes on from (Continue)."""
+        # ValueError for an out-of-range setting (or nothing left to continue), before any change
+        turn = (self.conversation.begin(message, settings) if continues is None
+                else self.conversation.begin_continuation(settings))
         self.views.reply_count += 1
         reply = Reply(self.views.reply_count, message, settings, config=turn.config)
         self.views.follow(reply.number)
@@ -324,7 +333,9 @@ class ChatSession:
                 reply.phase = Phase.STOPPED
             # a failed reply, or one stopped before it wrote anything (in a long prefill), is shown
             # but not kept in what the model sees (the conversation's rule; Clear drops it too)
-            self.conversation.finish(turn)
+            exchange.kept = self.conversation.finish(turn)
+            if continues is not None and exchange.kept:  # the continued reply lives on in this one
+                continues.kept = False
             if not run.discard:
                 self._settled = (exchange, self.clock())
         yield from self._finish_reply(run, exchange)
@@ -358,7 +369,8 @@ class ChatSession:
         last_text = float("-inf")  # the first round is drawn at once: the first tokens are not held back
 
         def start() -> Iterator[Any]:
-            return self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel)
+            more = {} if turn.continue_from is None else {"continue_from": turn.continue_from}
+            return self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel, **more)
 
         stream = Prefetched(start, run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next)
         try:

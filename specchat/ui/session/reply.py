@@ -213,6 +213,9 @@ class Reply:
         }
 
 
+CONTINUES_HTML = '<div class="spec-continues">↪ Continue: the reply above, written on from where it stopped</div>'
+
+
 @dataclass
 class Exchange:
     """One user message and what came of it: a reply, or a note (not sent). ``id`` is its
@@ -224,12 +227,15 @@ class Exchange:
     id: int = 0
     queued: bool = False  # sent, waiting for the reply before it (shown with a cancel button)
     restored: Restored | None = None  # a reply of this conversation before the page was reloaded (text only)
+    kept: bool = False  # its turn is in what the model sees (Conversation.finish kept it)
+    continues: bool = False  # its reply continues the reply before it (Continue); the message is that reply's
 
     def item(self) -> dict[str, Any]:
         """The exchange as an item of the page's transcript: its id, the user's message (HTML,
         with the note, or while it waits "queued" and its cancel button), and the reply's
         :meth:`Reply.parts` (None: no reply)."""
-        user = render_user(self.message) + (exchange_note_html(self.note) if self.note else "")
+        user = CONTINUES_HTML if self.continues else render_user(self.message)
+        user += exchange_note_html(self.note) if self.note else ""
         if self.queued:
             user += queued_note_html(self.id)
         reply = self.reply.parts() if self.reply is not None else None

