@@ -105,3 +105,26 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
     _wait_for(lambda: d.execute_script(SLIDER_VALUE, "max new tokens") == "24", 20, "max new tokens restored")
     _wait_for(lambda: d.execute_script(DRAFTER) == "none", 30, "the drafter restored")
     drive_app.screenshot(d, "test-output/browser/last-reply.png", width=1280)
+
+
+def test_a_reload_mid_reply_keeps_what_streamed_and_continue_writes_it_on(served, browser):  # noqa: F811 (the fixtures)
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 600)
+    drive_app.pick_drafter(d, "ngram", 0)
+    message, before = "Write a very long story about a lighthouse keeper.", len(service.runs)
+    drive_app.send(d, message)
+    _wait_for(lambda: len(service.runs) > before and service.runs[-1]["tokens"] >= 5, 60, "tokens to stream")
+    time.sleep(7)  # the browser's copy is rewritten every 5 s while the reply streams
+    d.refresh()
+    _ready(d)
+    _wait_for(lambda: d.execute_script(USER_TEXTS), 20, "the chat restored")
+    restored = d.execute_script(BUBBLE_TOKENS)[-1]
+    assert restored and "reloaded while this reply was being written" in d.execute_script(USER_TEXTS)[-1]
+    _wait_for(lambda: service.runs[-1]["end"] is not None, 30, "the server to stop the old reply")
+    assert service.runs[-1]["text"].startswith(restored)  # what the engine wrote, up to the last copy
+    count = len(service.runs)
+    _click(d, "spec-continue")
+    _wait_for(lambda: len(service.runs) > count, 60, "the continuation to start")
+    assert service.runs[-1]["continue_from"] == restored and service.runs[-1]["message"] == message
+    drive_app.button(d, "Stop").click()

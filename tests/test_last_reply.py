@@ -207,3 +207,21 @@ def test_continue_on_the_real_model_writes_what_one_longer_greedy_reply_writes(s
     list(cut.stream_turn(turn, smollm2.stream_chat))
     assert len(first) > 10 and cut.messages[-1]["content"].startswith(first)
     assert cut.messages[-1]["content"] == whole.messages[-1]["content"]
+
+
+def test_a_reload_mid_reply_keeps_what_streamed_and_continue_writes_it_on():
+    service = FakeService(delay_s=0.01)
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    stream = session.respond("Tell a story.", settings())
+    while not session.views.exchanges or not session.views.exchanges[-1].reply.renderer.text:
+        next(stream)
+    partial = session.views.exchanges[-1].reply.renderer.text
+    saved = session.saved()  # what the browser holds when the page reloads now
+    stream.close()
+    assert 0 < len(partial) < len(REPLY_TEXT) and REPLY_TEXT.startswith(partial)
+    fresh = ChatSession(FakeService())
+    assert restore_state(fresh.views, fresh.conversation, saved)
+    (kept,) = fresh.views.exchanges
+    assert kept.kept and kept.restored.text == partial and "reloaded" in kept.note
+    assert fresh.history == [{"role": "user", "content": "Tell a story."}, {"role": "assistant", "content": partial}]
+    assert fresh.last.continue_().message == "Tell a story."

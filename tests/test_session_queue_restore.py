@@ -16,6 +16,7 @@ from specchat.core.events import DoneEvent, PrefillEvent, StopReason
 from specchat.ui.html.transcript import feed_messages
 from specchat.ui.session.chat import SAVED_VERSION, ChatSession, Phase, parse_saved
 from specchat.ui.session.reply import ReplySettings
+from specchat.ui.session.saved import RELOADED_NOTE
 
 
 def _streaming():
@@ -256,20 +257,23 @@ def test_a_message_sent_during_a_long_round_is_shown_before_the_round_ends():
     assert s.views.exchanges[0].reply.phase is Phase.DONE
 
 
-def test_a_reload_keeps_a_message_not_answered_yet_as_typed():
+def test_a_reload_keeps_what_streamed_and_a_message_not_answered_yet_as_typed():
     fake, s, streaming = _streaming()
     s.note_sent("second")
     saved = s.saved()  # what the page writes when "second" is sent
-    assert saved["exchanges"] == [
-        {"message": "first", "note": "not answered: the page was reloaded while its reply was being written"},
-        {"message": "second", "note": "not answered: the page was reloaded while it waited"}]
-    assert saved["history"] == []  # nothing answered: nothing for the model
+    partial = s.views.exchanges[0].reply.renderer.text
+    assert partial and (REPLY_TEXT * 50).startswith(partial)  # two updates in: some of the reply
+    first, second = saved["exchanges"]
+    assert (first["message"], first["text"], first["kept"], first["note"]) == ("first", partial, True, RELOADED_NOTE)
+    assert second == {"message": "second", "note": "not answered: the page was reloaded while it waited"}
+    # what streamed is in what the model sees after the reload (Continue writes it on)
+    assert saved["history"] == [{"role": "user", "content": "first"}, {"role": "assistant", "content": partial}]
     s.close()
     list(streaming)
     after = ChatSession(FakeService())
     shown = feed_messages(after.restore(saved).transcript)
-    assert [m["role"] for m in shown] == ["user", "user"] and "not answered" in shown[1]["content"]
-    assert after.history == []
+    assert [m["role"] for m in shown] == ["user", "assistant", "user"] and "not answered" in shown[2]["content"]
+    assert after.history == saved["history"]
 
 
 def test_a_long_prefill_of_a_kept_conversation_announces_the_tokens_its_bar_counts():

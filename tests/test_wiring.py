@@ -59,8 +59,9 @@ def _outputs(demo, name: str) -> list:
 
 def test_each_event_updates_what_the_policy_says(demo):
     plots = ["plot-alpha", "plot-position", "plot-speed", "plot-theory"]
-    # a reply's stream on the page: the transcript and the stats line only
-    assert _outputs(demo, "respond_on_page") == ["spec-chat", "spec-stats"]
+    # a reply's stream on the page: the transcript and the stats line (and, every few seconds, the
+    # browser's copy of the chat: a reload keeps what streamed)
+    assert _outputs(demo, "respond_on_page") == ["spec-chat", "spec-stats", "BrowserState"]
     # the panel tick: the ticked fields; the reply's end: everything the stream left aside
     assert _outputs(demo, "tick") == ["spec-table", *plots, "spec-timeline", "spec-ledger", "plot-worth"]
     aside = ["spec-input", "spec-table", *plots, "spec-inspector", "spec-timeline", "spec-race", "spec-download",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -26,6 +27,7 @@ from specchat.ui.session.last_reply import Resend
 from specchat.ui.session.saved import parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
+SAVE_INTERVAL_S = 5.0  # while a reply streams, the browser's copy of the chat is rewritten this often
 NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
 RESTORED = ("transcript", "stats", "table")  # what a reopened page shows of the conversation its browser kept
 
@@ -155,10 +157,13 @@ class Handlers:
             yield {self.page.stats: gr.skip()}
             return
         session = self.session_of(request)
+        saved_at = time.monotonic()
         for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
                                      system_prompt, ticket=None if ticket is None else int(ticket)):
             out = self.updates(session.defer(view))
             if any(c in out for c in self.streamed):  # else nothing to send now
+                if time.monotonic() - saved_at >= SAVE_INTERVAL_S:  # a reload keeps what streamed
+                    out[self.page.saved], saved_at = session.saved(), time.monotonic()
                 yield out
 
     def tick(self, request: gr.Request = None):

@@ -114,7 +114,8 @@ def events(trace_files: bool) -> list[Event]:
     """The page's listeners, in the order they are attached (``trace_files``: ``app.py --trace``)."""
     reply = dict(**QUIET, **MODEL, trigger_mode="multiple")  # a message sent while another streams queues; "once" would drop it
     settle = on(None, "settle", None, (*ASIDE, "panel_tick", "saved"), **QUIET, **FREE, **PRIVATE)
-    respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), STREAMED, **PRIVATE, **reply, then=(settle,))
+    respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), (*STREAMED, "saved"), **PRIVATE, **reply,
+                 then=(settle,))
     # sending: the box emptied at once (no concurrency limit), then the reply on the model queue, then
     # what its stream left aside
     send = [on(trigger, "take_message", ("textbox",), ("textbox", "pending", "ticket", "panel_tick", "saved"), **FREE, **QUIET,

@@ -20,6 +20,7 @@ from specchat.ui.html.render import reply_summary
 from specchat.ui.session.reply import Exchange, Restored
 from specchat.ui.session.views import SessionViews
 
+RELOADED_NOTE = "the page was reloaded while this reply was being written: Continue writes it on, Regenerate starts it again"
 SAVED_VERSION = 1  # the layout of ChatSession.saved; another one is not restored
 SAVED_LIMIT_CHARS = 4_000_000  # a saved conversation larger than this is not restored (localStorage holds ~5 MB)
 
@@ -67,14 +68,25 @@ def parse_saved(saved: Any) -> dict | None:
 
 def saved_state(views: SessionViews, conversation: Conversation) -> dict:
     """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
-    when a message is sent, after each reply and on Clear), for :func:`restore_state` after a
-    reload: what the model sees (``history``), the system prompt, and each exchange as the chat
-    shows it, text only; a message not answered yet (queued, or its reply streaming) is kept
-    as typed with a note saying it was not answered. ``{}`` when there is nothing to keep (an
+    when a message is sent, every few seconds while a reply streams, after each reply and on
+    Clear), for :func:`restore_state` after a reload: what the model sees (``history``), the
+    system prompt, and each exchange as the chat shows it, text only. A reply still streaming is
+    kept with what it wrote so far, in the history too (Continue writes it on after the reload);
+    a message not answered yet (queued, or its reply has no text yet) is kept as typed with a
+    note saying it was not answered. ``{}`` when there is nothing to keep (an
     empty chat: the browser writes no null, so a None would leave the last copy in place)."""
     items: list[dict[str, Any]] = []
+    history = [dict(m) for m in conversation.messages]
     for e in views.exchanges:
-        if e.queued or (e.reply is not None and e.reply.running):  # kept as typed, marked unanswered
+        streaming = e.reply is not None and e.reply.running
+        if streaming and e.reply is not None and e.reply.renderer.text and not e.continues:
+            # a reload now keeps what streamed, as a reply cut short that Continue writes on
+            r = e.reply
+            items.append({"message": e.message, "label": r.label, "text": r.renderer.text, "summary": "",
+                          "status": "cut short: the page was reloaded while this reply was being written",
+                          "note": RELOADED_NOTE, "kept": True, "continues": False})
+            history += [{"role": "user", "content": e.message}, {"role": "assistant", "content": r.renderer.text}]
+        elif e.queued or streaming:  # kept as typed, marked unanswered
             when = "while it waited" if e.queued else "while its reply was being written"
             items.append({"message": e.message, "note": f"not answered: the page was reloaded {when}"})
         elif e.reply is not None:
@@ -89,7 +101,7 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
             items.append({"message": e.message, "note": e.note or ""})
     if not items:
         return {}
-    return {"version": SAVED_VERSION, "history": [dict(m) for m in conversation.messages], "exchanges": items,
+    return {"version": SAVED_VERSION, "history": history, "exchanges": items,
             "system_prompt": conversation.system_prompt}
 
 
