@@ -66,14 +66,14 @@ def test_each_event_updates_what_the_policy_says(demo):
     assert _outputs(demo, "tick") == ["spec-table", *plots, "spec-timeline", "spec-ledger", "plot-worth"]
     aside = ["spec-input", "spec-table", *plots, "spec-inspector", "spec-timeline", "spec-race", "spec-download",
              "spec-ledger", "plot-worth"]
-    assert _outputs(demo, "settle") == [*aside, "Timer", "BrowserState"]
+    assert _outputs(demo, "settle") == [*aside, "Timer", "BrowserState", "spec-chats", "BrowserState"]
     # /chat and an opened trace: every output, textbox first (the API's order)
     everything = ["spec-input", "spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector", "spec-timeline",
                   "spec-race", "spec-download", "spec-ledger", "plot-worth"]
     assert _outputs(demo, "respond") == _outputs(demo, "open_trace") == everything
     assert _outputs(demo, "set_panels") == [*plots, "spec-timeline", "spec-ledger", "plot-worth", "Timer"]
     assert _outputs(demo, "clear") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector",
-                                       "spec-timeline", "spec-ledger", "plot-worth", "BrowserState"]
+                                       "spec-timeline", "spec-ledger", "plot-worth", "BrowserState", "spec-undo"]
     assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", "spec-system"]
 
 

@@ -22,9 +22,10 @@ from specchat.ui.html.transcript import wire
 from specchat.ui.page.host import compile_note, loading_banner, wait_until_ready
 from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu
 from specchat.ui.session.chat import AUTO, ChatSession, ReplySettings, SessionStore
+from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.export import export_json, export_markdown
 from specchat.ui.session.last_reply import Resend
-from specchat.ui.session.saved import parse_settings, settings_state
+from specchat.ui.session.saved import parse_saved, parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
 SAVE_INTERVAL_S = 5.0  # while a reply streams, the browser's copy of the chat is rewritten this often
@@ -178,8 +179,10 @@ class Handlers:
         message waits (with a live panel on screen)."""
         session = self.session_of(request)
         out = self._panels_only(session.take_deferred())
+        saved = session.saved()
+        session.shelf.note_active(saved)  # a new chat's title: its first message
         return {**out, self.page.panel_tick: gr.Timer(active=session.busy and bool(session.views.panels_visible)),
-                self.page.saved: session.saved()}  # the conversation, kept in the browser for a reload
+                self.page.saved: saved, **self._chat_list(session)}  # the conversation, kept in the browser for a reload
 
     def stop_generation(self, request: gr.Request = None):
         """Stop: the reply ends after its current round; messages waiting behind it are cancelled."""
@@ -189,7 +192,62 @@ class Handlers:
 
     def clear(self, request: gr.Request = None):
         session = self.session_of(request)
-        return {**self.updates(session.clear()), self.page.saved: session.saved()}  # {}: the browser's copy emptied
+        return {**self.updates(session.clear()), self.page.saved: session.saved(),  # {}: the browser's copy emptied
+                self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None)}
+
+    # -- several chats --------------------------------------------------------------------------
+    def restore_chats(self, chats, saved, request: gr.Request = None):
+        """A page (re)opened: the list of chats this browser kept (the active one's title from its copy)."""
+        session = self.session_of(request)
+        session.shelf = ChatShelf.parse(chats)
+        try:
+            valid = parse_saved(saved) is not None
+        except ValueError:
+            valid = False
+        session.shelf.note_active(saved if valid else {})
+        return self._chat_list(session)
+
+    def _chat_list(self, session: ChatSession) -> dict:
+        shelf = session.shelf
+        return {self.page.chat_list: gr.Radio(choices=shelf.choices(), value=shelf.active),
+                self.page.chats_saved: shelf.state()}
+
+    def _chat_switched(self, session: ChatSession, view: View | None) -> dict:
+        """After New, a switch, Delete or Undo: the chat shown, its copy, the list; a refusal says why."""
+        if view is None:
+            if session.busy:
+                gr.Info("Wait for the reply to end (or Stop it) before changing chats.")
+            return {self.page.chat_list: gr.Radio(value=session.shelf.active)}
+        return {**self.updates(view), self.page.saved: session.saved(), **self._chat_list(session),
+                self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None),
+                self.page.system_prompt: session.conversation.system_prompt}
+
+    def new_chat(self, request: gr.Request = None):
+        session = self.session_of(request)
+        return self._chat_switched(session, session.new_chat())
+
+    def switch_chat(self, chat_id, request: gr.Request = None):
+        session = self.session_of(request)
+        return self._chat_switched(session, session.switch_chat(str(chat_id or "")))
+
+    def delete_chat(self, request: gr.Request = None):
+        session = self.session_of(request)
+        view = session.delete_chat()
+        if view is not None:
+            gr.Info("Chat deleted: Undo brings it back.")
+        return self._chat_switched(session, view)
+
+    def undo(self, request: gr.Request = None):
+        session = self.session_of(request)
+        return self._chat_switched(session, session.undo())
+
+    def rename_chat(self, title, request: gr.Request = None):
+        session = self.session_of(request)
+        if not session.shelf.rename(str(title or "")):
+            gr.Warning("A chat's name is at most 200 characters.")
+            return {self.page.rename_box: gr.skip()}
+        session.shelf.note_active(session.saved())
+        return {**self._chat_list(session), self.page.rename_box: ""}
 
     def cancel_queued(self, ref, request: gr.Request = None):
         """A queued message's cancel button (its exchange id, from the click hook)."""

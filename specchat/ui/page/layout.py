@@ -208,6 +208,12 @@ class Page:
     unqueue: gr.Textbox
     saved: gr.BrowserState
     settings_saved: gr.BrowserState
+    chats_saved: gr.BrowserState
+    chat_list: gr.Radio
+    new_chat_btn: gr.Button
+    delete_chat_btn: gr.Button
+    undo_btn: gr.Button
+    rename_box: gr.Textbox
 
     def components(self, *names: str) -> list:
         """The components of ``names``, in order: a View field's (:data:`VIEW_OUTPUTS`), else the
@@ -339,7 +345,16 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
 
 
 def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, auto: bool, picked: Pick | None) -> dict[str, Any]:
-    """The settings column: colours / plain, the drafter menu and its status, the reply's settings, Clear."""
+    """The settings column: the chats, colours / plain, the drafter menu and its status, the reply's settings, Clear."""
+    # several chats (specchat.ui.session.chats): the list is filled when the page loads
+    with gr.Accordion("Chats", open=True, elem_id="spec-chats-box"):
+        chat_list = gr.Radio(choices=[], value=None, show_label=False, container=False, elem_id="spec-chats")
+        with gr.Row(equal_height=True):
+            new_chat_btn = gr.Button("+ New chat", size="sm", min_width=60, elem_id="spec-new-chat")
+            delete_chat_btn = gr.Button("Delete chat", size="sm", min_width=60, elem_id="spec-delete-chat")
+            undo_btn = gr.Button("Undo", size="sm", min_width=60, visible=False, elem_id="spec-undo")
+        rename_box = gr.Textbox(show_label=False, container=False, max_lines=1, elem_id="spec-rename",
+                                placeholder="rename this chat (Enter)")
     colours = gr.Radio(list(COLOUR_MODES), value="colours", label="reply text",
                        info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
     # with --drafter auto, one more entry: the pick by measurement (what a message sent
@@ -373,7 +388,8 @@ def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, 
         info="given to the model before the conversation, through its chat template; applies from the next reply",
     )
     clear_btn = gr.Button("Clear chat", variant="secondary", size="sm")
-    return dict(colours=colours, drafter=drafter, drafter_status=drafter_status, adaptive=adaptive, gamma=gamma,
+    return dict(chat_list=chat_list, new_chat_btn=new_chat_btn, delete_chat_btn=delete_chat_btn, undo_btn=undo_btn,
+                rename_box=rename_box, colours=colours, drafter=drafter, drafter_status=drafter_status, adaptive=adaptive, gamma=gamma,
                 temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, system_prompt=system_prompt,
                 clear_btn=clear_btn)
 
@@ -416,11 +432,14 @@ def _hidden() -> dict[str, Any]:
     saved = gr.BrowserState(None, storage_key="specchat-conversation", secret=browser_secret())
     # the settings (drafter, γ, sampling, max new tokens, colours / plain), written on each change
     settings_saved = gr.BrowserState(None, storage_key="specchat-settings", secret=browser_secret())
+    # the other chats of this browser, with their titles (specchat.ui.session.chats)
+    chats_saved = gr.BrowserState(None, storage_key="specchat-chats", secret=browser_secret())
     # while a reply streams: draws the panels the reply's stream left in the session (ChatSession.defer)
     panel_tick = gr.Timer(PLOT_INTERVAL_S, active=False)
     api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
     panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
-    return dict(pick=pick, unqueue=unqueue, saved=saved, settings_saved=settings_saved, panel_tick=panel_tick,
+    return dict(pick=pick, unqueue=unqueue, saved=saved, settings_saved=settings_saved, chats_saved=chats_saved,
+                panel_tick=panel_tick,
                 api_chat=api_chat, panels=panels)
 
 

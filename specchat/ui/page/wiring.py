@@ -83,6 +83,7 @@ ASIDE = _fields(lambda f: f not in STREAMED_FIELDS)  # what that stream leaves t
 TICKED_OUTPUTS = _fields(lambda f: f in TICKED_FIELDS)  # what the panel tick draws
 LIVE = _fields(lambda f: f in PANEL_FIELDS)  # the live panels, drawn when they come on screen
 CLEARED = _fields(lambda f: f not in ("textbox", "race", "trace_file"))  # what Clear starts over
+CHAT_SWITCHED = (*CLEARED, "saved", "chats_saved", "chat_list", "undo_btn", "system_prompt")  # another chat shown
 SELECTED = ("inspector", "timeline", "trace_file", "ledger", "worth", "figures")  # what a click on a token or round changes
 KEPT_SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours")  # kept across a reload
 SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "system_prompt")  # a reply's
@@ -113,7 +114,7 @@ def on(trigger: str | None, fn: str | None, inputs: tuple[str, ...] | None = Non
 def events(trace_files: bool) -> list[Event]:
     """The page's listeners, in the order they are attached (``trace_files``: ``app.py --trace``)."""
     reply = dict(**QUIET, **MODEL, trigger_mode="multiple")  # a message sent while another streams queues; "once" would drop it
-    settle = on(None, "settle", None, (*ASIDE, "panel_tick", "saved"), **QUIET, **FREE, **PRIVATE)
+    settle = on(None, "settle", None, (*ASIDE, "panel_tick", "saved", "chat_list", "chats_saved"), **QUIET, **FREE, **PRIVATE)
     respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), (*STREAMED, "saved"), **PRIVATE, **reply,
                  then=(settle,))
     # sending: the box emptied at once (no concurrency limit), then the reply on the model queue, then
@@ -152,7 +153,14 @@ def events(trace_files: bool) -> list[Event]:
         on("load", "restore_settings", ("settings_saved",), KEPT_SETTINGS[1:], **QUIET, **PRIVATE, **FREE),
         *[on(f"{name}.input", "keep_settings", KEPT_SETTINGS, ("settings_saved",), **QUIET, **PRIVATE, **FREE)
           for name in KEPT_SETTINGS],
-        on("clear_btn.click", "clear", None, (*CLEARED, "saved"), **FREE, **PRIVATE),
+        on("clear_btn.click", "clear", None, (*CLEARED, "saved", "undo_btn"), **FREE, **PRIVATE),
+        # several chats: the list restored on open; New, a switch, Delete, Undo show another chat
+        on("load", "restore_chats", ("chats_saved", "saved"), ("chat_list", "chats_saved"), **QUIET, **PRIVATE, **FREE),
+        *[on(trigger, fn, inputs, CHAT_SWITCHED, **QUIET, **PRIVATE, **FREE) for trigger, fn, inputs in (
+            ("new_chat_btn.click", "new_chat", None), ("chat_list.input", "switch_chat", ("chat_list",)),
+            ("delete_chat_btn.click", "delete_chat", None), ("undo_btn.click", "undo", None))],
+        on("rename_box.submit", "rename_chat", ("rename_box",), ("chat_list", "chats_saved", "rename_box"), **QUIET,
+           **PRIVATE, **FREE),
         on("unqueue.change", "cancel_queued", ("unqueue",), None, **FREE, **QUIET, **PRIVATE),
         # a page opened or reloaded shows the conversation this browser kept (none with --trace files)
         *([] if trace_files else [on("load", "restore", ("saved",), (*RESTORED, "system_prompt"), **QUIET, **PRIVATE,

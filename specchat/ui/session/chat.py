@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,12 +27,14 @@ from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
 from specchat.core.events import PrefillEvent, RoundEvent
 from specchat.service_api import ChatServiceProtocol
+from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.last_reply import LastReply
 from specchat.ui.session.prefetch import IDLE, Prefetched
 from specchat.ui.session.queue import MessageQueue, RunSlot, Ticket
 from specchat.ui.session.race import SessionRace
 from specchat.ui.session.reply import Exchange, Phase, Reply, Run, is_blank_message
 from specchat.ui.session.saved import SAVED_VERSION, parse_saved, restore_state, saved_state
+from specchat.ui.session.store import SessionStore
 from specchat.ui.session.view import STREAMED_FIELDS, View
 from specchat.ui.session.views import CHART_SCOPES, SessionViews
 
@@ -106,6 +107,7 @@ class ChatSession:
         self.race = SessionRace(service, stream=self.stream, slot=self.slot, views=self.views,
                                 resolve_drafter=self.resolve_drafter, clock=clock)
         self.last = LastReply(self.conversation, self.views, self.queue, self._lock)  # Regenerate, Edit, Continue
+        self.shelf = ChatShelf()  # the other chats of this browser (the page's list)
         self._settled: tuple[Exchange, float] | None = None  # the last reply that ended, and when
         self._deferred = View()  # what a reply's stream left for the page's panel tick and its end (defer)
 
@@ -201,7 +203,8 @@ class ChatSession:
 
     def clear(self) -> View:
         """Empty the conversation: a streaming reply stops and is dropped, waiting messages are
-        dropped, the charts and the table start over."""
+        dropped, the charts and the table start over. Undo (:meth:`undo`) brings it back."""
+        self.shelf.cleared(self.saved())
         with self._lock:
             self.slot.cancel(discard=True)
             self.queue.discard_all()
@@ -229,6 +232,43 @@ class ChatSession:
         with self._lock:
             restored = restore_state(self.views, self.conversation, saved)
         return self.views.view() if restored else None
+
+    # -- several chats (specchat.ui.session.chats) ------------------------------------------------
+    def new_chat(self) -> View | None:
+        """New chat: this one stays in the list, an empty one is active. None while busy."""
+        if self.busy:
+            return None
+        self.shelf.new(self.saved())
+        return self._load({})
+
+    def switch_chat(self, chat_id: str) -> View | None:
+        """Make another chat of the list active. None while busy, or for no such chat."""
+        if self.busy:
+            return None
+        copy = self.shelf.switch(chat_id, self.saved())
+        return None if copy is None else self._load(copy)
+
+    def delete_chat(self) -> View | None:
+        """Delete the active chat (Undo brings it back); the last one used before it is active. None while busy."""
+        if self.busy:
+            return None
+        return self._load(self.shelf.delete(self.saved()))
+
+    def undo(self) -> View | None:
+        """Undo the last Delete or Clear. None while busy or with nothing to undo."""
+        if self.busy:
+            return None
+        copy = self.shelf.take_undo(self.saved())
+        return None if copy is None else self._load(copy)
+
+    def _load(self, copy: dict) -> View:
+        """Show the chat ``copy`` (:func:`saved_state`'s form; {} for an empty chat) as after a reload."""
+        with self._lock:
+            self.conversation.clear()
+            self.views.reset()
+            self._settled = None
+            restore_state(self.views, self.conversation, copy)
+        return self.views.view()
 
     # -- a recorded reply ---------------------------------------------------------------------
     def open_trace(self, path: str) -> View:
@@ -423,50 +463,6 @@ class ChatSession:
             return
         yield View(transcript=self.views.feed(*self._carry(exchange)), stats=self.views.stats())
         yield self.views.view(transcript=self.views.feed(*self._carry(exchange)), panels=self.views.panels_visible)
-
-
-class SessionStore:
-    """The :class:`ChatSession` of each browser session, by Gradio's session hash.
-
-    Args:
-        factory: makes a new session.
-        capacity: the most sessions kept; the least recently used idle one is closed beyond it
-            (a client that never sends the tab's unload event cannot grow memory for ever).
-    """
-
-    def __init__(self, factory: Callable[[], ChatSession], *, capacity: int = 256):
-        self.factory = factory
-        self.capacity = capacity
-        self._sessions: OrderedDict[str, ChatSession] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str | None) -> ChatSession:
-        """The session for ``key`` (created on first use). None (no browser session, e.g. a
-        direct call) gets a fresh session that is not kept."""
-        if key is None:
-            return self.factory()
-        with self._lock:
-            session = self._sessions.get(key)
-            if session is None:
-                session = self._sessions[key] = self.factory()
-                idle = [k for k, s in self._sessions.items() if k != key and not s.busy]
-                for old in idle[: max(len(self._sessions) - self.capacity, 0)]:
-                    self._sessions.pop(old).close()
-            self._sessions.move_to_end(key)
-            return session
-
-    def drop(self, key: str | None) -> None:
-        """The tab closed: stop its reply and forget its conversation."""
-        with self._lock:
-            session = self._sessions.pop(key, None) if key is not None else None
-        if session is not None:
-            session.close()
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._sessions
 
 
 __all__ = [

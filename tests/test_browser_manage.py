@@ -1,5 +1,5 @@
-"""End to end, as a user: Regenerate, Continue, Edit and Export on the page, and the settings
-and the chat's marks kept across a reload. The real app on SmolLM2 (tests/test_browser.py's
+"""End to end, as a user: Regenerate, Continue, Edit and Export on the page, the settings and the
+chat's marks kept across a reload, several chats (New, switch, Rename, Delete, Undo). The real app on SmolLM2 (tests/test_browser.py's
 server), greedy; each reply checked against what the service ran (its message, the history and
 the reply it continued)."""
 
@@ -128,3 +128,53 @@ def test_a_reload_mid_reply_keeps_what_streamed_and_continue_writes_it_on(served
     _wait_for(lambda: len(service.runs) > count, 60, "the continuation to start")
     assert service.runs[-1]["continue_from"] == restored and service.runs[-1]["message"] == message
     drive_app.button(d, "Stop").click()
+
+
+CHATS = "return [...document.querySelectorAll('#spec-chats label')].map(l => [l.innerText.trim(), l.querySelector('input').checked]);"
+
+
+def _chat_titles(d) -> list[str]:
+    return [t for t, _ in d.execute_script(CHATS)]
+
+
+def test_several_chats_switch_rename_delete_and_undo_and_survive_a_reload(served, browser):  # noqa: F811 (the fixtures)
+    url, service = served
+    d = browser(url)
+    _set_slider(d, "max new tokens", 16)
+    before = len(service.runs)
+    drive_app.send(d, "Name a colour.")
+    _wait_for(lambda: _ended(service, "Name a colour.", before), 120, "the first chat's reply")
+    drive_app.wait_done(d, 30)
+    _wait_for(lambda: "Name a colour." in _chat_titles(d), 10, "the chat titled by its first message")
+    _click(d, "spec-new-chat")
+    _wait_for(lambda: d.execute_script(USER_TEXTS) == [], 10, "an empty chat")
+    before = len(service.runs)
+    drive_app.send(d, "Name a fruit.")
+    fruit = _wait_for(lambda: _ended(service, "Name a fruit.", before), 120, "the second chat's reply")
+    drive_app.wait_done(d, 30)
+    assert fruit["history"] == []  # a new chat: the model sees nothing of the first
+    box = d.find_element("css selector", "#spec-rename input, #spec-rename textarea")
+    box.send_keys("Fruit talk\n")
+    _wait_for(lambda: "Fruit talk" in _chat_titles(d), 10, "the rename")
+    # switch back: the first chat, and the model sees its history
+    next(e for e in d.find_elements("css selector", "#spec-chats label") if "Name a colour." in e.text).click()
+    _wait_for(lambda: d.execute_script(USER_TEXTS) == ["Name a colour."], 10, "the first chat shown")
+    before = len(service.runs)
+    drive_app.send(d, "Another?")
+    another = _wait_for(lambda: _ended(service, "Another?", before), 120, "the reply in the first chat")
+    drive_app.wait_done(d, 30)
+    assert [m["content"] for m in another["history"]][0] == "Name a colour."
+    # a reload keeps both chats and the active one
+    time.sleep(2)
+    d.refresh()
+    _ready(d)
+    _wait_for(lambda: sorted(_chat_titles(d)) == ["Fruit talk", "Name a colour."], 20, "the list restored")
+    _wait_for(lambda: d.execute_script(USER_TEXTS) == ["Name a colour.", "Another?"], 20, "the active chat restored")
+    # Delete, then Undo
+    _click(d, "spec-delete-chat")
+    _wait_for(lambda: _chat_titles(d) == ["Fruit talk"], 10, "the chat deleted")
+    assert d.execute_script(USER_TEXTS) == ["Name a fruit."]
+    _click(d, "spec-undo")
+    _wait_for(lambda: sorted(_chat_titles(d)) == ["Fruit talk", "Name a colour."], 10, "the chat back")
+    assert d.execute_script(USER_TEXTS) == ["Name a colour.", "Another?"]
+    drive_app.screenshot(d, "test-output/browser/chats.png", width=1280)

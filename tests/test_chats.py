@@ -1,0 +1,106 @@
+"""Several chats in one browser (specchat.ui.session.chats and ChatSession's New / switch /
+Delete / Undo): hand-written conversations and the fake service's scripted reply."""
+
+from __future__ import annotations
+
+from test_app import REPLY_TEXT, FakeService
+from test_session import settings
+
+from specchat.ui.session.chat import ChatSession
+from specchat.ui.session.chats import MAX_CHATS, NEW_TITLE, ChatShelf, title_of
+
+
+def _session() -> ChatSession:
+    return ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+
+
+def _say(session: ChatSession, message: str) -> None:
+    list(session.respond(message, settings()))
+
+
+def _messages(session: ChatSession) -> list[str]:
+    return [e.message for e in session.views.exchanges]
+
+
+def test_titles_are_the_first_message_on_one_line():
+    assert title_of(None) == title_of({}) == NEW_TITLE
+    assert title_of({"exchanges": [{"message": "  How do\nlighthouses   work? "}]}) == "How do lighthouses work?"
+    long = "x" * 60
+    assert title_of({"exchanges": [{"message": long}]}) == "x" * 47 + "…"
+
+
+def test_new_switch_and_back_keep_each_conversation_and_what_the_model_sees():
+    s = _session()
+    _say(s, "about cats")
+    first = s.shelf.active
+    s.new_chat()
+    assert _messages(s) == [] and s.history == [] and s.shelf.active != first
+    _say(s, "about dogs")
+    second = s.shelf.active
+    assert s.switch_chat(first) is not None
+    assert _messages(s) == ["about cats"]
+    assert s.history == [{"role": "user", "content": "about cats"}, {"role": "assistant", "content": REPLY_TEXT}]
+    _say(s, "more cats")
+    s.switch_chat(second)
+    assert _messages(s) == ["about dogs"] and [m["content"] for m in s.history] == ["about dogs", REPLY_TEXT]
+    assert {title for title, _ in s.shelf.choices()} == {"about cats", "about dogs"}
+    assert s.switch_chat(second) is None and s.switch_chat("no such chat") is None
+
+
+def test_a_new_chat_on_an_empty_one_does_not_pile_up_empty_chats():
+    s = _session()
+    s.new_chat()
+    s.new_chat()
+    assert len(s.shelf.chats) == 1
+
+
+def test_delete_then_undo_brings_the_chat_back_and_clear_can_be_undone():
+    s = _session()
+    _say(s, "keep me")
+    kept = s.shelf.active
+    s.new_chat()
+    _say(s, "delete me")
+    gone = s.shelf.active
+    s.delete_chat()
+    assert s.shelf.active == kept and _messages(s) == ["keep me"] and s.shelf.get(gone) is None
+    s.undo()
+    assert s.shelf.active == gone and _messages(s) == ["delete me"] and s.shelf.undo is None
+    assert s.undo() is None  # nothing left to undo
+    s.clear()
+    assert _messages(s) == [] and s.history == []
+    s.undo()
+    assert _messages(s) == ["delete me"] and [m["content"] for m in s.history] == ["delete me", REPLY_TEXT]
+
+
+def test_the_list_survives_the_browser_and_a_tampered_one_starts_fresh():
+    s = _session()
+    _say(s, "one")
+    s.new_chat()
+    _say(s, "two")
+    s.shelf.rename("  my   second chat ")
+    state, saved = s.shelf.state(), s.saved()
+    again = _session()
+    again.restore(saved)
+    again.shelf = ChatShelf.parse(state)
+    assert again.shelf.active == s.shelf.active and _messages(again) == ["two"]
+    assert [t for t, _ in again.shelf.choices()] == ["my second chat", "one"]
+    first_id = next(i for t, i in again.shelf.choices() if t == "one")
+    again.switch_chat(first_id)
+    assert _messages(again) == ["one"]
+    for bad in (None, "x", {"version": 2}, {"version": 1, "chats": [{"id": 3}]}):
+        shelf = ChatShelf.parse(bad)
+        assert len(shelf.chats) == 1 and shelf.current.title == NEW_TITLE
+    broken = {**state, "chats": [{**c, "saved": {"version": 1, "history": "no"}} for c in state["chats"]]}
+    assert all(c.saved in (None, {}) for c in ChatShelf.parse(broken).chats)  # a bad copy is not restored
+
+
+def test_changing_chats_is_refused_while_a_reply_streams_and_the_list_is_capped():
+    s = ChatSession(FakeService(delay_s=0.05), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    stream = s.respond("slow", settings())
+    next(stream)
+    assert s.new_chat() is None and s.delete_chat() is None and s.undo() is None
+    stream.close()
+    shelf = ChatShelf()
+    for i in range(MAX_CHATS + 5):
+        shelf.new({"version": 1, "exchanges": [{"message": f"m{i}"}]})
+    assert len(shelf.chats) == MAX_CHATS
