@@ -7,7 +7,6 @@ drafter never reloads the target. Generation is serialised by a lock (one at a t
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,6 +74,8 @@ class ChatService:
         threads: int | None = None,
     ):
         self.compile = compile  # compile the target's passes (start() does it after Ready)
+        self._options = dict(dtype=dtype, device=device, drafter_model=drafter_model, compile=compile, runtime=runtime,
+                             threads=threads)  # for retarget
         self.registry = registry or load_registry()
         self.target_entry: ModelEntry = self.registry.resolve(target or self.registry.default_target)
         self.target_name = self.target_entry.name
@@ -101,6 +102,20 @@ class ChatService:
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
         self._started = False
+
+    def retarget(self, target: str) -> None:
+        """Another target (a models.yaml name, a model directory, a .gguf file), same options, in
+        this same object (the page's model menu; every session holds it): the entry is resolved
+        and checked first, then the loaded models are let go under the generation lock; :meth:`start`
+        loads the new one. ``drafter_model`` is not carried over.
+
+        Raises:
+            RegistryError, ValueError: not a model, or a runtime it cannot run on (nothing changes).
+        """
+        fresh = ChatService(target=target, registry=self.registry, **{**self._options, "drafter_model": None})  # type: ignore[arg-type]
+        with self._lock, self._load_lock:
+            vars(self).update({k: v for k, v in vars(fresh).items() if k not in ("_lock", "_load_lock")})
+        __import__("gc").collect()  # the old models' weights (nothing refers to them any more)
 
     @property
     def loading(self) -> bool:
@@ -139,16 +154,9 @@ class ChatService:
                 BOARD.stage("Ready")
                 if self.compile:  # the chat answers eagerly meanwhile; later replies use the graphs
                     self.ready.set()
-                    def say(text: str) -> None:  # the page shows Ready; the terminal tells the compile
-                        BOARD.stage(text)
-                        print(text, file=sys.stderr, flush=True)
+                    from specchat.runtimes.compiled import compile_after_ready
 
-                    try:
-                        compiled = self.compile_target(lambda text: say(f"{text}, in the background"))
-                        say(f"The target is compiled ({sum(compiled.compile_s.values()):.0f} s): replies from now on use it")
-                    except Exception as exc:
-                        say(f"Compiling the target failed ({exc}); it keeps running eagerly")
-                        logger.error("compiling the target failed; it runs eagerly", exc_info=exc)
+                    compile_after_ready(self.compile_target)
             except BaseException as exc:  # reported to the user by the app
                 self.startup_error = exc
                 BOARD.stage(f"Loading failed: {exc}")
@@ -191,24 +199,16 @@ class ChatService:
             self.engine = SpeculativeEngine(runtime, self.tokenizer, eos_token_ids=eos_token_ids(model, self.tokenizer))
 
     def compile_target(self, progress: Callable[[str], None] | None = None) -> CompiledTarget:
-        """Compile the target's decode and verify passes (:mod:`specchat.runtimes.compiled`; one graph,
-        a few minutes on 2 CPU cores, reported through ``progress``), then hand them to the engine:
-        generations that start afterwards use them, target-only ones too. Safe while another runs
-        eagerly (the graphs have a cache of their own). Returns the compiled target."""
-        runtime = self._engine().target
-        if self.runtime != "transformers":
-            raise SpecchatError(f"--compile compiles transformers' passes; the target runs on {self.runtime}")
-        from specchat.runtimes.transformers import TransformersRuntime
+        """Compile the target's decode and verify passes (:func:`specchat.runtimes.compiled.compile_runtime`;
+        a few minutes on 2 CPU cores, reported through ``progress``): generations that start
+        afterwards use them. Returns the compiled target.
 
-        assert isinstance(runtime, TransformersRuntime)  # what load() builds for "transformers"
-        if runtime.compiled is not None:
-            return runtime.compiled
-        from specchat.runtimes.compiled import DEFAULT_MAX_CACHE_LEN, CompiledTarget
+        Raises:
+            SpecchatError: the target does not run on transformers.
+        """
+        from specchat.runtimes.compiled import compile_runtime
 
-        compiled = CompiledTarget(runtime.model, max_cache_len=min(runtime.context_length, DEFAULT_MAX_CACHE_LEN))
-        compiled.warm_up(progress)
-        runtime.compiled = compiled  # read once per generation, at its start
-        return compiled
+        return compile_runtime(self._engine().target, self.runtime, progress)
 
     @property
     def compiled(self) -> CompiledTarget | None:

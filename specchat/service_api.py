@@ -167,3 +167,18 @@ class ChatServiceProtocol(Protocol):
     def forget_prefix(self) -> None:
         """Drop every kept conversation cache: the next prompt is prefilled whole."""
         ...
+
+    def start(self, drafter: str) -> threading.Thread:
+        """Load the target and ``drafter`` ("auto": picked by measurement) in a background thread;
+        :attr:`loading` until done, then :attr:`ready` (or :attr:`startup_error`)."""
+        ...
+
+    def retarget(self, target: str) -> None:
+        """Another target (a models.yaml name, a model directory, a .gguf file), the same options;
+        :meth:`start` loads it (the page's model menu).
+
+        Raises:
+            RegistryError, ValueError: not a model, or a runtime it cannot run on (nothing changes).
+            SpecchatError: a service that loads no model (the trace-only page).
+        """
+        ...

@@ -290,7 +290,7 @@ def test_drafter_choices_come_from_the_one_table():
     from specchat.drafters import kinds as drafter_kinds
 
     assert tuple(app.DRAFTER_CHOICES) == tuple(DRAFTER_KINDS) == drafter_kinds.KIND_NAMES
-    dropdown = next(b for b in app.build_ui(FakeService()).blocks.values() if isinstance(b, gr.Dropdown))
+    dropdown = next(b for b in app.build_ui(FakeService()).blocks.values() if isinstance(b, gr.Dropdown) and b.label == "drafter")
     assert dropdown.info == drafter_kinds.dropdown_hint() and "sibling-int4 = 4-bit smaller model" in dropdown.info
 
 

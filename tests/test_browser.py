@@ -592,7 +592,7 @@ def test_the_last_drafter_picked_while_a_reply_streams_is_the_one_used(served, b
     drive_app.wait_done(d, 180)
     status = "return document.querySelector('#spec-drafter-status').innerText"
     _wait_for(lambda: "'none' ready" in d.execute_script(status), 120, "the last pick to be prepared")
-    chosen = d.execute_script("return document.querySelector('input[role=combobox], input[role=listbox]').value")
+    chosen = d.execute_script("return document.querySelector('#spec-drafter input').value")
     assert chosen == "none"
     drive_app.send(d, "Say hi.")
     drive_app.wait_done(d, 120)
@@ -873,7 +873,7 @@ def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(
 
     rect = json.loads(_wait_for(lambda: d.execute_script(toast), 10, "a toast"))
     menu = d.execute_script("return JSON.parse(JSON.stringify("
-                            "document.querySelector('input[role=combobox], input[role=listbox]').getBoundingClientRect()));")
+                            "document.querySelector('#spec-drafter input').getBoundingClientRect()));")
     overlap = not (rect["right"] <= menu["left"] or menu["right"] <= rect["left"]
                    or rect["bottom"] <= menu["top"] or menu["bottom"] <= rect["top"])
     assert not overlap, (rect, menu)

@@ -11,6 +11,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from selenium.webdriver.common.keys import Keys
 from test_browser import (  # noqa: F401 (fixtures)
     BUBBLE_TOKENS,
     USER_TEXTS,
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.browser]
 
 SLIDER_VALUE = """const lab = [...document.querySelectorAll('label, span')].find(e => e.textContent.trim().startsWith(arguments[0]));
 return lab.closest('.block').querySelector('input[type=number]').value;"""
-DRAFTER = "return document.querySelector('input[role=combobox], input[role=listbox]').value"
+DRAFTER = "return document.querySelector('#spec-drafter input').value"
 FILES = "return [...document.querySelectorAll('#spec-export-file a')].map(a => a.href);"
 
 
@@ -178,3 +179,51 @@ def test_several_chats_switch_rename_delete_and_undo_and_survive_a_reload(served
     _wait_for(lambda: sorted(_chat_titles(d)) == ["Fruit talk", "Name a colour."], 10, "the chat back")
     assert d.execute_script(USER_TEXTS) == ["Name a colour.", "Another?"]
     drive_app.screenshot(d, "test-output/browser/chats.png", width=1280)
+
+
+MODEL_INPUT = "#spec-model input"
+
+
+def _pick_model(d, text: str) -> None:
+    """Type ``text`` into the model menu; pick the option that reads exactly so (else the typed text)."""
+    box = d.find_element("css selector", MODEL_INPUT)
+    box.click()
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(text)
+    time.sleep(0.5)
+    option = next((o for o in d.find_elements("css selector", "[role=option]") if o.text.strip().split()[-1] == text), None)
+    if option is not None:
+        option.click()
+    else:
+        box.send_keys(Keys.ENTER)
+    time.sleep(0.5)
+    _click(d, "spec-load-model")
+
+
+def test_the_model_menu_loads_another_target_and_refuses_a_path_that_is_not_a_model(served, browser, tmp_path):  # noqa: F811
+    """Last in this module: it changes the served target (and puts it back)."""
+    url, service = served
+    original = service.target_name
+    target_dir = str(service.target_path)
+    d = browser(url)
+    _pick_model(d, str(tmp_path / "nothing.gguf"))
+    _wait_for(lambda: "Cannot load" in d.page_source, 20, "the refusal")
+    assert service.target_name == original and not service.loading
+    try:
+        _pick_model(d, "smollm2-135m-instruct")
+        _wait_for(lambda: service.target_name == "smollm2-135m-instruct", 20, "the switch to start")
+        _wait_for(lambda: "ready" in d.find_element("css selector", "#spec-drafter-status").text
+                  and not service.loading, 300, "the new target loaded and its drafter picked")
+        assert service.startup_error is None and service.picked is not None
+        assert "smollm2-135m-instruct" in d.find_element("css selector", ".spec-subtitle").text
+        assert d.execute_script(DRAFTER) == service.picked.drafter
+        _set_slider(d, "max new tokens", 16)
+        before = len(service.runs)
+        drive_app.send(d, "Say hi.")
+        run = _wait_for(lambda: _ended(service, "Say hi.", before), 120, "a reply from the new target")
+        assert run["tokens"] > 0 and run["drafter"] == service.picked.drafter
+    finally:
+        service.retarget(target_dir)
+        service.start("ngram").join()
+        assert service.startup_error is None
+    assert original  # the served fixture's target is back (a directory: named after it)

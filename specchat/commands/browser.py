@@ -86,8 +86,8 @@ def button(d, label: str):
 
 
 def pick_drafter(d, kind: str, timeout: float) -> None:
-    # the drafter menu: the dropdown's input (the first .wrap input is the colours / plain radio)
-    boxes = d.find_elements(By.CSS_SELECTOR, "input[role=combobox], input[role=listbox]")
+    # the drafter menu's input (#spec-drafter: the model menu is a dropdown too)
+    boxes = d.find_elements(By.CSS_SELECTOR, "#spec-drafter input")
     boxes[0].click()
     time.sleep(0.5)
     # the selected option reads "✓\nsibling": match on the last line

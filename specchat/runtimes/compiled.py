@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, StaticCache
@@ -176,3 +177,46 @@ class CompiledTarget:
                 self.forward([token] * bucket, logits_to_keep=1)
             self.reset()
         return time.perf_counter() - t0
+
+
+def compile_runtime(runtime: Any, runtime_name: str, progress: Callable[[str], None] | None = None) -> CompiledTarget:
+    """Compile a loaded target's decode and verify passes (one graph, a few minutes on 2 CPU
+    cores, reported through ``progress``), then hand them to its runtime: generations that start
+    afterwards use them, target-only ones too. Safe while another generation runs eagerly (the
+    graphs have a cache of their own). Returns the compiled target (the one made before, if any).
+
+    Raises:
+        SpecchatError: ``runtime_name`` is not "transformers" (only transformers' passes compile).
+    """
+    from specchat.errors import SpecchatError
+
+    if runtime_name != "transformers":
+        raise SpecchatError(f"--compile compiles transformers' passes; the target runs on {runtime_name}")
+    # a TransformersRuntime (what ChatService.load builds for "transformers"; not imported: it imports this module)
+    if runtime.compiled is not None:
+        return runtime.compiled
+    compiled = CompiledTarget(runtime.model, max_cache_len=min(runtime.context_length, DEFAULT_MAX_CACHE_LEN))
+    compiled.warm_up(progress)
+    runtime.compiled = compiled  # read once per generation, at its start
+    return compiled
+
+
+def compile_after_ready(compile_target: Callable[[Callable[[str], None]], CompiledTarget]) -> None:
+    """``--compile`` once the app is Ready: run ``compile_target`` (:meth:`ChatService.compile_target`)
+    and say each stage on the progress board (the page) and stderr (the terminal); a failure is
+    said and logged, and the target keeps running eagerly."""
+    import logging
+    import sys
+
+    from specchat.progress import BOARD
+
+    def say(text: str) -> None:
+        BOARD.stage(text)
+        print(text, file=sys.stderr, flush=True)
+
+    try:
+        compiled = compile_target(lambda text: say(f"{text}, in the background"))
+        say(f"The target is compiled ({sum(compiled.compile_s.values()):.0f} s): replies from now on use it")
+    except Exception as exc:
+        say(f"Compiling the target failed ({exc}); it keeps running eagerly")
+        logging.getLogger(__name__).error("compiling the target failed; it runs eagerly", exc_info=exc)

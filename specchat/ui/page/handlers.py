@@ -19,8 +19,8 @@ import gradio as gr
 from specchat.service_api import ChatServiceProtocol
 from specchat.ui.html.render import status_html
 from specchat.ui.html.transcript import wire
-from specchat.ui.page.host import compile_note, loading_banner, wait_until_ready
-from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu
+from specchat.ui.page.host import compile_note, loading_banner, loading_html, wait_until_ready
+from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu, model_choices, subtitle_md
 from specchat.ui.session.chat import AUTO, ChatSession, ReplySettings, SessionStore
 from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.export import export_json, export_markdown
@@ -421,6 +421,43 @@ class Handlers:
         menu = gr.Dropdown(choices=drafter_menu(service, self.kinds, self.auto), **({"value": first} if picked else {}))
         return {page.drafter_status: status_html(f"drafter '{first}' ready{why}"), page.drafter: menu,
                 **({page.active_drafter: first} if picked else {})}
+
+    # -- the model ------------------------------------------------------------------------------
+    def switch_model(self, target, request: gr.Request = None):
+        """Load another target (the model menu), on the model queue (no reply runs meanwhile):
+        the loading shown as at start, then the drafter picked by measurement for it. Every
+        open page's chat goes on with it (the conversation is text; the new model reads it)."""
+        page, service = self.page, self.service
+        target = str(target or "").strip()
+        if not target or target == service.target_name:
+            gr.Info(f"{service.target_name} is the model loaded." if target else "Pick or type a model first.")
+            yield {page.model_menu: gr.skip()}
+            return
+        from specchat.errors import SpecchatError
+        from specchat.runtimes.registry import RegistryError
+
+        try:
+            service.retarget(target)
+        except (RegistryError, ValueError, SpecchatError) as exc:
+            gr.Warning(f"Cannot load {target}: {exc}")
+            yield {page.model_menu: service.target_name}
+            return
+        service.start(AUTO)
+        self.kinds, self.auto = list(service.drafter_kinds()), True
+        waiting = status_html("drafter: picked by measurement on this machine once the target is loaded…")
+        for banner in wait_until_ready(service):
+            yield {page.load_banner: banner, page.drafter_status: waiting, page.subtitle: subtitle_md(service.target_name)}
+        if service.startup_error is not None:
+            gr.Warning(f"Loading {target} failed: {service.startup_error}")
+            yield {page.load_banner: loading_html(service) or "", page.model_menu: service.target_name}
+            return
+        picked = service.picked
+        kind = picked.drafter if picked is not None else "none"
+        why = f" · picked by measurement: {picked.why}" if picked is not None else ""
+        yield {page.load_banner: service.banner, page.subtitle: subtitle_md(service.target_name),
+               page.model_menu: gr.Dropdown(choices=model_choices(service.target_name), value=service.target_name),
+               page.drafter: gr.Dropdown(choices=drafter_menu(service, self.kinds, True), value=kind),
+               page.active_drafter: kind, page.drafter_status: status_html(f"drafter '{kind}' ready{why}{compile_note(service, kind)}")}
 
     # -- a page opened or closed ----------------------------------------------------------------
     def open_startup_traces(self, request: gr.Request = None):

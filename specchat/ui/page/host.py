@@ -201,6 +201,12 @@ class TraceOnlyService:
     def forget_prefix(self) -> None:
         return None  # nothing is kept
 
+    def start(self, drafter: str) -> threading.Thread:
+        raise _no_model()
+
+    def retarget(self, target: str) -> None:
+        raise _no_model()
+
 
 def _no_model() -> SpecchatError:
     return SpecchatError(

@@ -208,6 +208,9 @@ class Page:
     unqueue: gr.Textbox
     saved: gr.BrowserState
     settings_saved: gr.BrowserState
+    subtitle: gr.Markdown
+    model_menu: gr.Dropdown
+    load_model_btn: gr.Button
     chats_saved: gr.BrowserState
     chat_list: gr.Radio
     new_chat_btn: gr.Button
@@ -277,6 +280,27 @@ def drafter_menu(service: ChatServiceProtocol, kinds: list[str], auto: bool) -> 
     return ([(AUTO_CHOICE, AUTO)] if auto else []) + [(label(k), k) for k in kinds]
 
 
+def subtitle_md(target_name: str) -> str:
+    """The page's title and the line under it, naming the target."""
+    return (f"## specchat · speculative decoding, token by token\n"
+            f"A cheap drafter proposes γ tokens, the target model "
+            f"(`{target_name}`) checks them all in one pass: the colors show which tokens "
+            f"it accepted, resampled, or added as a bonus (grey: a round with no draft). "
+            f"The output is exactly the target's.")
+
+
+def model_choices(current: str) -> list[str]:
+    """The model menu: the models.yaml names (the shipped file and the user's), and ``current``
+    when it is a path (a model directory or a .gguf file)."""
+    from specchat.runtimes.registry import RegistryError, load_registry
+
+    try:
+        names = list(load_registry().models)
+    except RegistryError:
+        names = []
+    return names if current in names else [current, *names]
+
+
 def build_page(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, auto: bool, picked: Pick | None) -> Page:
     """Lay out the page's components (call inside ``gr.Blocks``) and return those events use.
 
@@ -286,17 +310,10 @@ def build_page(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str,
         auto: the drafter is picked by measurement while the models load; ``picked`` is the
             service's pick so far (``(kind, why)``), or None.
     """
-    gr.Markdown(
-        f"## specchat · speculative decoding, token by token\n"
-        f"A cheap drafter proposes γ tokens, the target model "
-        f"(`{service.target_name}`) checks them all in one pass: the colors show which tokens "
-        f"it accepted, resampled, or added as a bonus (grey: a round with no draft). "
-        f"The output is exactly the target's.",
-        elem_classes="spec-subtitle",
-    )
+    subtitle = gr.Markdown(subtitle_md(service.target_name), elem_classes="spec-subtitle")
     with gr.Accordion("How to read this page", open=False, elem_id="spec-explain"):
         gr.Markdown(EXPLAIN_MD)
-    parts: dict[str, Any] = {"active_drafter": gr.State(drafter0)}
+    parts: dict[str, Any] = {"active_drafter": gr.State(drafter0), "subtitle": subtitle}
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=320):
             parts |= _chat(service)
@@ -355,13 +372,19 @@ def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, 
             undo_btn = gr.Button("Undo", size="sm", min_width=60, visible=False, elem_id="spec-undo")
         rename_box = gr.Textbox(show_label=False, container=False, max_lines=1, elem_id="spec-rename",
                                 placeholder="rename this chat (Enter)")
+    # the model: a models.yaml name, or a path typed in (a Hugging Face-format directory, a .gguf file)
+    with gr.Row(equal_height=True, elem_id="spec-model-row"):
+        model_menu = gr.Dropdown(choices=model_choices(service.target_name), value=service.target_name, label="model",
+                                 allow_custom_value=True, scale=4, elem_id="spec-model",
+                                 info="a models.yaml name, or type the path of a model directory or a .gguf file")
+        load_model_btn = gr.Button("Load", size="sm", scale=1, min_width=50, elem_id="spec-load-model")
     colours = gr.Radio(list(COLOUR_MODES), value="colours", label="reply text",
                        info="the token kinds as tints over the text, or the text alone", elem_id="spec-colours")
     # with --drafter auto, one more entry: the pick by measurement (what a message sent
     # before the pick is known runs with, once it is)
     drafter = gr.Dropdown(
         choices=drafter_menu(service, kinds, auto), value=drafter0,
-        label="drafter", info=drafter_kinds.dropdown_hint(),
+        label="drafter", info=drafter_kinds.dropdown_hint(), elem_id="spec-drafter",
     )
     drafter_status = gr.HTML(
         status_html("drafter: picked by measurement on this machine once the target is loaded…"
@@ -388,7 +411,8 @@ def _controls(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str, 
         info="given to the model before the conversation, through its chat template; applies from the next reply",
     )
     clear_btn = gr.Button("Clear chat", variant="secondary", size="sm")
-    return dict(chat_list=chat_list, new_chat_btn=new_chat_btn, delete_chat_btn=delete_chat_btn, undo_btn=undo_btn,
+    return dict(model_menu=model_menu, load_model_btn=load_model_btn, chat_list=chat_list, new_chat_btn=new_chat_btn,
+                delete_chat_btn=delete_chat_btn, undo_btn=undo_btn,
                 rename_box=rename_box, colours=colours, drafter=drafter, drafter_status=drafter_status, adaptive=adaptive, gamma=gamma,
                 temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, system_prompt=system_prompt,
                 clear_btn=clear_btn)

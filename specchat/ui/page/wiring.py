@@ -140,6 +140,9 @@ def events(trace_files: bool) -> list[Event]:
            trigger_mode="always_last"),  # picks made while one waits: the last one wins ("once" dropped them)
         # a second listener, outside the model queue: it runs at once, even while a reply streams
         on("drafter.select", "note_pick", **FREE, **QUIET, **PRIVATE),
+        on("load_model_btn.click", "switch_model", ("model_menu",),
+           ("load_banner", "subtitle", "model_menu", "drafter", "active_drafter", "drafter_status"), **MODEL, **QUIET,
+           **PRIVATE),
         on("scope.input", "set_scope", ("scope",), ("figures",), **FREE, **QUIET, api_name="charts"),
         # every open tab polls the loading (no model work); the menu's value is read when loading
         # ends, after any pick made meanwhile
