@@ -67,7 +67,8 @@ def play_script(
     (message sent to first token, milliseconds; None for a reply without tokens),
     ``prefill_tokens`` (prompt tokens this turn actually prefilled), ``num_prompt_tokens``,
     ``prefill_ms``, ``stop_reason``, ``drafter``, ``seed``, ``notices``, ``stats``
-    (:meth:`SpeculationMetrics.summary`) and ``ledger``.
+    (:meth:`SpeculationMetrics.summary`), ``ledger`` and ``wall_ms`` (message sent to the reply's
+    end, prefill included, milliseconds).
 
     Raises:
         ValueError: an out-of-range setting; whatever ``service.stream_chat`` raises (SpecchatError, ValueError).
@@ -103,5 +104,6 @@ def play_script(
             "ttft_ms": ttft_ms, "prefill_tokens": done.num_prefilled, "num_prompt_tokens": done.num_prompt_tokens,
             "prefill_ms": done.prefill_ms, "stop_reason": done.stop_reason.value, "drafter": drafter,
             "seed": begun.config.seed, "notices": notices, "stats": metrics.summary(), "ledger": ledger.summary(),
+            "wall_ms": (time.perf_counter() - start) * 1000,  # message sent to the reply's end (prefill included)
         }
         yield Turn(record, metrics, done, notices)

@@ -34,11 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specchat.commands.common import fail
-from specchat.conversation import Conversation, ReplySettings
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_NUM_SPECULATIVE_TOKENS
 from specchat.drafters.kinds import KIND_NAMES
 from specchat.options import PROG, add_models_argument, add_runtime_argument, ranged
 from specchat.runtimes.select import cpu_name
+from specchat.ui.session.saved import DEFAULT_MAX_NEW_TOKENS
 
 CHAT_SCRIPT = Path(__file__).with_name("bench_page_chat.json")
 
@@ -95,7 +95,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--messages", type=ranged(int, 1, 200, "1..200"), default=20,
                    help="messages in the conversation (default 20; the shipped script has 20, more repeat it)")
     p.add_argument("--max-new-tokens", type=ranged(int, 16, MAX_NEW_TOKENS_LIMIT, f"16..{MAX_NEW_TOKENS_LIMIT}"),
-                   default=256, help="per reply (default 256, the page's default)")
+                   default=256, help="per reply (default 256; the bench sets the page's slider to it)")
     p.add_argument("--gamma", type=ranged(int, 1, MAX_NUM_SPECULATIVE_TOKENS, f"1..{MAX_NUM_SPECULATIVE_TOKENS}"),
                    default=12, help="the most γ adaptive γ may choose (default 12, the page's default)")
     p.add_argument("--window", type=ranged(int, 600, 8000, "600..8000"), default=1000, metavar="HEIGHT",
@@ -122,12 +122,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    from specchat.service import ChatService
-
     results: list[dict] = []
     meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "cpu_count": os.cpu_count(),
             "processor": cpu_name(), "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
-            "window": [1440, args.window], "date": time.strftime("%Y-%m-%d %H:%M")}
+            "window": [1440, args.window], "date": time.strftime("%Y-%m-%d %H:%M"), "runtime": args.runtime,
+            "target": args.target or "the models.yaml default",
+            "engine": "chat --script in a process of its own, right before the page's run"}
 
     def save(done: bool) -> None:
         """Writes what is measured so far (a run cut short keeps its replies)."""
@@ -136,26 +136,25 @@ def run(args: argparse.Namespace) -> int:
             {"meta": meta | {"complete": done}, "summary": summary, "runs": results}, indent=1))
 
     for drafter in args.drafters:
-        say(f"bench-page: drafter {drafter}: {len(messages)} messages, {args.max_new_tokens} new tokens each")
-        # the engine's side starts as the app does (load, the drafter, the warm-up): the same cached
-        # prefix before the first reply, so that both compute the same numbers
-        service = ChatService(target=args.target, runtime=args.runtime, threads=args.threads)
-        service.start(drafter).join()
-        if service.startup_error is not None:
-            return fail(str(service.startup_error), 1, command="bench-page")
-        meta |= {"runtime": service.runtime, "target": service.target_name}
+        say(f"bench-page: drafter {drafter}: {len(messages)} messages, {args.max_new_tokens} new tokens each; "
+            "the engine alone first (chat --script)")
+        try:
+            engine = script_replies(messages, drafter, args, out)
+        except RuntimeError as exc:
+            return fail(str(exc), 1, command="bench-page")
         results.append({"drafter": drafter, "replies": []})
-        conversation(service, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
+        conversation(engine, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
     save(True)
     print(format_report(results, summarize(results)))
     print(f"\nwrote {out / 'page-bench.json'}")
     return 0
 
 
-def conversation(service, drafter: str, messages: list[str], args, out: Path, say, rows: list[dict],
+def conversation(engine: list[dict], drafter: str, messages: list[str], args, out: Path, say, rows: list[dict],
                  saved: Callable[[], None]) -> None:
-    """One conversation in a fresh app on ``drafter``: each message in the page, then the same
-    reply through ``service``'s engine; a row per reply appended to ``rows``, then ``saved()``."""
+    """One conversation in a fresh app on ``drafter``: each message in the page, beside the same
+    reply of the engine alone (``engine``: :func:`script_replies`); a row per reply appended to
+    ``rows``, then ``saved()``."""
     from specchat.commands import browser
 
     log = open(out / f"page-bench-app-{drafter}.log", "w")  # noqa: SIM115 (closed below)
@@ -170,26 +169,21 @@ def conversation(service, drafter: str, messages: list[str], args, out: Path, sa
         d = browser.driver(1440, args.window, performance_log=True)
         d.get(f"http://127.0.0.1:{args.port}")
         browser.wait_ready(d, args.timeout)
-        if args.max_new_tokens != 256:
+        if args.max_new_tokens != DEFAULT_MAX_NEW_TOKENS:
             browser.set_number(d, "max new tokens", args.max_new_tokens)
         if args.gamma != 12:
             browser.set_number(d, "γ: draft tokens", args.gamma)
         d.execute_script(OBSERVE_JS)
         d.get_log("performance")  # drop what loading the page logged
-        # the engine's side of the chat: greedy, the page's settings (the page's seed rule does not
-        # matter at temperature 0)
-        conversation = Conversation(seed=0, trace=True)  # traced, as the page's replies are
-        settings = ReplySettings(drafter, args.gamma, True, 0.0, 1.0, args.max_new_tokens)
-        for number, message in enumerate(messages, 1):
-            _wait_idle([os.getpid(), app.pid])  # the engine's threads at rest before the page's turn
+        for number, (message, alone) in enumerate(zip(messages, engine), 1):
+            _wait_idle([app.pid])  # the app at rest before each message
             row = page_reply(d, app.pid, message, number, args.timeout)
-            _wait_idle(_descendants(d.service.process.pid) + [app.pid])  # the page's last drawing is not the engine's cost
-            engine = engine_reply(service, conversation, message, settings)
             # each side goes on from its own reply (llama.cpp's sums can round differently in
             # batches of other sizes, so a near-tie may rarely go the other way: same_text says when)
-            row["same_text"] = engine.pop("text") == row.pop("text")
-            row.update(engine)
-            row["page_over_engine"] = row["page_tokens_per_s"] / engine["engine_tokens_per_s"]
+            alone = dict(alone)
+            row["same_text"] = alone.pop("text") == row.pop("text")
+            row.update(alone)
+            row["page_over_engine"] = row["page_tokens_per_s"] / alone["engine_tokens_per_s"]
             rows.append(row)
             saved()
             say(f"  reply {number:>2}: {row['tokens']:>3} tokens, page {row['page_tokens_per_s']:.2f} tok/s, engine "
@@ -252,26 +246,42 @@ def page_reply(d, app_pid: int, message: str, number: int, timeout: float) -> di
     }
 
 
-def engine_reply(service, conversation: Conversation, message: str, settings: ReplySettings) -> dict:
-    """The same reply through the engine alone, a turn of ``conversation``: its rate and CPU time."""
-    import threading
+def script_replies(messages: list[str], drafter: str, args, out: Path) -> list[dict]:
+    """The conversation played by the engine alone: ``python -m specchat chat --script --json``
+    in a process of its own, greedy, the page's settings (adaptive γ up to ``args.gamma``, the
+    same max new tokens, runtime, threads and models). One dict per reply: its text, tokens,
+    seconds from the message to the reply's end, tokens/s over that time and over decoding, the
+    first token's and the prefill's seconds.
 
-    from specchat.core.events import DoneEvent, TokenEvent
-
-    cpu0, start = time.process_time(), time.perf_counter()
-    done = first = None
-    for item in conversation.stream(service.stream_chat, message, settings, cancel=threading.Event()):
-        if isinstance(item, DoneEvent):
-            done = item
-        elif first is None and isinstance(item, TokenEvent):
-            first = time.perf_counter() - start
-    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu0
-    tokens = len(done.kinds) if done is not None else 0
-    return {"engine_tokens": tokens, "engine_s": round(seconds, 3), "engine_tokens_per_s": tokens / seconds,
-            "engine_decode_tokens_per_s": tokens / done.decode_ms * 1000 if done is not None and done.decode_ms else None,
-            "engine_prefill_s": round(done.prefill_ms / 1000, 3) if done is not None else None,
-            "engine_first_s": round(first, 3) if first is not None else None,
-            "engine_cpu_s": round(cpu, 3), "text": done.text if done is not None else ""}
+    Raises:
+        RuntimeError: the script failed (its stderr is in ``out/page-bench-script-DRAFTER.log``).
+    """
+    script = out / f"page-bench-script-{drafter}.json"
+    script.write_text(json.dumps(messages))
+    cmd = [sys.executable, "-m", "specchat", "chat", "--script", str(script), "--json", "--drafter", drafter,
+           "--runtime", args.runtime, "--max-new-tokens", str(args.max_new_tokens), "-k", str(args.gamma)]
+    cmd += ["--target", args.target] if args.target else []
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    cmd += ["--models", args.models] if getattr(args, "models", None) else []
+    log = out / f"page-bench-script-{drafter}.log"
+    with open(log, "w") as err:
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=args.timeout * len(messages))
+    if done.returncode != 0:
+        raise RuntimeError(f"chat --script failed (status {done.returncode}); see {log}")
+    rows = []
+    for line in done.stdout.splitlines():
+        r = json.loads(line)
+        tokens, seconds = len(r["token_ids"]), r["wall_ms"] / 1000
+        decode_ms = r["stats"]["decode_ms"]
+        rows.append({"text": r["text"], "engine_tokens": tokens, "engine_s": round(seconds, 3),
+                     "engine_tokens_per_s": tokens / seconds,
+                     "engine_decode_tokens_per_s": tokens / decode_ms * 1000 if decode_ms else None,
+                     "engine_prefill_s": round(r["prefill_ms"] / 1000, 3),
+                     "engine_first_s": round(r["ttft_ms"] / 1000, 3) if r["ttft_ms"] is not None else None,
+                     "engine_cpu_s": None})
+    if len(rows) != len(messages):
+        raise RuntimeError(f"chat --script gave {len(rows)} replies for {len(messages)} messages; see {log}")
+    return rows
 
 
 def summarize(results: list[dict]) -> dict:
@@ -314,7 +324,7 @@ def format_report(results: list[dict], summary: dict) -> str:
                 f"{r['page_tokens_per_s']:.2f}", f"{r['engine_tokens_per_s']:.2f}", f"{r['page_over_engine']:.2f}×",
                 _decode(r), str(r["updates"]), str(r["update_bytes_median"]), f"{r['browser_cpu_pct']:.0f}%",
                 f"{b.get('ScriptDuration', 0):.2f}/{b.get('LayoutDuration', 0):.2f}/{b.get('RecalcStyleDuration', 0):.2f}",
-                f"{r['app_cpu_s']:.1f}", f"{r['engine_cpu_s']:.1f}", str(r["dom_nodes"]),
+                f"{r['app_cpu_s']:.1f}", _num(r.get("engine_cpu_s")), str(r["dom_nodes"]),
             ))
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
