@@ -377,7 +377,7 @@ class _Page(HTMLParser):
 MARKDOWN_TAGS = {"p", "em", "strong", "code", "pre", "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6", "blockquote",
                  "hr", "br", "a", "s", "table", "thead", "tbody", "tr", "th", "td", "button"}
 APP_CLASS = re.compile(
-    r"spec-(text|text spec-reply|notice|status|error|label|summary|note|md|code|code-bar|code-lang|copy|line"
+    r"spec-(text|text spec-reply|notice|status|error|label|summary|note|md|md spec-user-md|code|code-bar|code-lang|copy|line"
     r"|rejected-run|dots)|tok tok-(accepted|resampled|bonus|target)( tok-ws)?( tref-\d+-\d+)?|tok-(rejected|unjudged)"
     r"|language-[\w+#.-]+|[a-z]{1,3}[0-9]?"  # the last: Pygments' token classes (k, nf, s1, …)
 )
@@ -410,11 +410,13 @@ def _markdown_text(source: str) -> str:
 
 
 @pytest.mark.parametrize("text", [*HOSTILE, "".join(HOSTILE)])
-def test_user_message_html_is_shown_verbatim(text):
+def test_user_message_html_stays_text(text):
+    """A user's message is Markdown, by the replies' renderer (issue 45: a pasted code block showed
+    its fences): HTML in it stays text, and what it shows is exactly markdown-it's rendering."""
     page = _Page(render_user(text))
-    _assert_only_app_markup(page)
-    assert page.elements == [("div", {"class": "spec-text"})]
-    assert page.text == text
+    _assert_only_app_markup(page, markdown=True)
+    assert page.elements[0] == ("div", {"class": "spec-md spec-user-md"})
+    assert re.sub(r"\n+", "\n", page.text) == _markdown_text(text)
 
 
 def _token(i: int, text: str) -> TokenEvent:

@@ -373,9 +373,11 @@ def test_html_in_the_prompt_and_in_the_reply_stays_inert_text(served, browser):
     assert chat.find_elements(By.TAG_NAME, "script") == [] and chat.find_elements(By.TAG_NAME, "img") == []
     assert chat.find_elements(By.TAG_NAME, "b") == []  # the model's <b> is text (Markdown bold is <strong>)
     user = chat.find_elements(By.CSS_SELECTOR, "[data-testid=user]")[-1]
-    assert user.find_elements(By.TAG_NAME, "strong") == []  # the user's message is shown as typed, not as Markdown
-    # shown as the literal text: the user's message whole, the reply exactly as generated
-    assert d.execute_script(USER_TEXTS)[-1].strip() == message.strip()
+    # the user's message is Markdown (issue 45): **bold** is <strong>, its HTML the literal text
+    assert [e.text for e in user.find_elements(By.TAG_NAME, "strong")] == ["bold"]
+    # shown as the literal text: the user's message as markdown-it shows it, the reply exactly as generated
+    assert " ".join(d.execute_script(USER_TEXTS)[-1].split()) == _markdown_shown(message)
+    assert '<img src=x onerror="window.__pwned=1">' in d.execute_script(USER_TEXTS)[-1]
     _assert_shows(d, run["text"])
     # nothing covers the page: the textbox is still the element at its own center
     assert d.execute_script(

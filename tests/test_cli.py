@@ -147,8 +147,15 @@ def test_the_terminal_colours_tokens_as_the_pages_legend():
     from specchat.ui.html.render import KIND_COLORS
 
     assert set(TOKEN_STYLES) == set(KIND_COLORS)
-    for kind in ("accepted", "resampled", "bonus"):
+    for kind in ("accepted", "resampled"):
         assert TOKEN_STYLES[kind] == KIND_COLORS[kind], kind
+    # bonus: the page's purple, lighter (the page's read poorly on a black terminal; its contrast
+    # there is tests/test_render_ux.py's), the same hue
+    import colorsys
+
+    hue = [colorsys.rgb_to_hls(*(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))) for c in
+           (TOKEN_STYLES["bonus"], KIND_COLORS["bonus"])]
+    assert abs(hue[0][0] - hue[1][0]) < 0.02 and hue[0][1] > hue[1][1]
     assert TOKEN_STYLES["target"] == ""  # plain, as on the page
 
 

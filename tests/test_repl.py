@@ -26,7 +26,7 @@ import time
 import pytest
 
 from specchat.commands import cli, ctrl_c
-from specchat.commands.repl import HELP, ReplState, reply, run_command, run_repl
+from specchat.commands.repl import HELP, ReplState, keys_not_echoed, reply, run_command, run_repl
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, StopReason
 
@@ -219,17 +219,47 @@ def test_in_a_terminal_tokens_are_coloured_and_ctrl_c_stops_only_the_reply(smoll
             "--max-new-tokens", "400"]
     with in_a_terminal(args, tmp_path) as (process, primary):
         shown = _read_until(primary, r"\n> ", 120)
-        # the page's legend colours (green, orange, purple), as rich gives them on a 256-colour terminal
-        assert "\x1b[38;5;35maccepted" in shown and "\x1b[38;5;166mresampled" in shown and "\x1b[38;5;62mbonus" in shown
+        # the page's legend colours (green, orange, purple), as rich gives them on a 256-colour terminal;
+        # the bonus purple lighter than the page's (#9775fa → 105, #8787ff: its 62, #5f5fd7, read poorly on black)
+        assert "\x1b[38;5;35maccepted" in shown and "\x1b[38;5;166mresampled" in shown and "\x1b[38;5;105mbonus" in shown
         os.write(primary, b"Write a very long story about a lighthouse keeper.\r")
         _read_until(primary, r"lighthouse keeper\.\r?\n.{20,}", 60)  # tokens streaming
         os.write(primary, b"\x03")  # Ctrl-C, through the terminal's line discipline
         shown = _read_until(primary, r"\(stopped\)[\s\S]*stop=cancelled[\s\S]*> ", 60)
+        # the terminal does not echo "^C" into the reply's text, and the note starts a line of its own
+        assert "^C" not in shown and re.search(r"\n(\x1b\[[0-9;]*m)*\(stopped\)", shown), shown[-400:]
         os.write(primary, b"/drafter none\rSay yes.\r")
         shown = _read_until(primary, r"\[none\] [\s\S]*> ", 60)
         assert process.poll() is None
         os.write(primary, b"\x04")  # Ctrl-D
         assert process.wait(timeout=30) == 0
+
+
+def test_while_a_reply_is_written_the_terminal_echoes_no_key():
+    """The terminal drew Ctrl-C as "^C" where the cursor was, inside the reply's text (and would
+    any key typed meanwhile): while a reply is written the terminal echoes nothing, and echoes
+    again after it, even when the reply ends in an exception."""
+    primary, secondary = pty.openpty()
+    try:
+        with os.fdopen(os.dup(secondary), "r") as stream:
+            def echoed(keys: bytes) -> bytes:
+                os.write(primary, keys)
+                out = b""
+                while select.select([primary], [], [], 0.3)[0]:
+                    out += os.read(primary, 1024)
+                return out
+
+            assert echoed(b"a") == b"a"  # a terminal echoes what is typed
+            with keys_not_echoed(stream):
+                assert echoed(b"typed during the reply") == b""
+            assert echoed(b"b") == b"b"
+            with pytest.raises(KeyboardInterrupt), keys_not_echoed(stream):  # a second Ctrl-C ends the program
+                raise KeyboardInterrupt
+            assert termios.tcgetattr(secondary)[3] & termios.ECHO
+        with keys_not_echoed(io.StringIO()):  # not a terminal: nothing to do
+            pass
+    finally:
+        os.close(primary), os.close(secondary)
 
 
 def test_the_help_names_every_command():

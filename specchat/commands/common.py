@@ -20,12 +20,15 @@ from specchat.options import PROG
 if TYPE_CHECKING:
     from specchat.service import ChatService
 
-TOKEN_STYLES = {"accepted": "#2f9e44", "resampled": "#e8590c", "bonus": "#7048e8", "target": ""}
+TOKEN_STYLES = {"accepted": "#2f9e44", "resampled": "#e8590c", "bonus": "#9775fa", "target": ""}
 """The colour (a rich style) of each token kind in a terminal: the page's legend colours
 (``specchat.ui.html.render.KIND_COLORS``: green accepted, orange resampled, purple bonus; repeated here
-so that the command line does not import the page's renderer, a test checks they agree); a target
-token is plain, as on the page. ``generate`` and ``chat`` both draw with it. A terminal without
-true colour shows the nearest colour it has."""
+so that the command line does not import the page's renderer, a test checks they agree), except the
+bonus purple, a lighter shade of the page's #7048e8: on a black terminal that one (and the
+256-colour blue it becomes, #5f5fd7) reads at a contrast of 3.8-4.1, #9775fa (256 colours:
+#8787ff) at 6.2-6.9, the green's level, and still 3.0-3.4 on white, the other two's. A target token is
+plain, as on the page. ``generate`` and ``chat`` both draw with it. A terminal without true colour
+shows the nearest colour it has."""
 
 
 def fail(message: str, code: int = 2, *, command: str | None = None) -> int:

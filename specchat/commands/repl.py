@@ -12,7 +12,8 @@ Ctrl-C ends the program); Ctrl-D or ``/quit`` leaves. Commands: :data:`HELP`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC
@@ -119,6 +120,35 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
     return f"unknown command /{name}; /help lists them"
 
 
+@contextmanager
+def keys_not_echoed(stream=None) -> Iterator[None]:
+    """While inside, a terminal on ``stream`` (stdin) does not echo what is typed: a reply is being
+    written on it, and the "^C" the terminal draws for Ctrl-C (or any key pressed meanwhile)
+    landed inside the reply's text. The keys still work (Ctrl-C stops the reply; typed text waits
+    for the next prompt). Nothing happens when ``stream`` is not a terminal."""
+    try:
+        import termios
+    except ImportError:  # Windows
+        yield
+        return
+    stream = stream or sys.stdin
+    try:
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd) if stream.isatty() else None
+    except (OSError, ValueError, AttributeError, termios.error):  # no real stdin (a test's, a closed one)
+        saved = None
+    if saved is None:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO  # lflag
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
 def reply(service, state: ReplState, message: str, console, err_console) -> DoneEvent | None:
     """Stream one reply to ``console`` (rich), its notices and summary to ``err_console``; the
     conversation keeps the turn (by its rule: a reply stopped before its first token is not kept)."""
@@ -129,7 +159,7 @@ def reply(service, state: ReplState, message: str, console, err_console) -> Done
 
     metrics = SpeculationMetrics()
     reading = False
-    with StopOnCtrlC() as stop:
+    with StopOnCtrlC() as stop, keys_not_echoed():
         for event in state.conversation.stream(service.stream_chat, message, state.settings(), cancel=stop.cancel,
                                                prefill_progress=True):
             if isinstance(event, Notice):
@@ -147,7 +177,7 @@ def reply(service, state: ReplState, message: str, console, err_console) -> Done
     done = metrics.done
     if not isinstance(done, DoneEvent):
         return None
-    console.print(Text(done.final_text), soft_wrap=True)
+    console.print(Text(done.final_text), soft_wrap=True)  # and the reply's line ends: notes start their own
     if done.stop_reason is StopReason.CANCELLED:
         what = "stopped" + (" while reading your message" if not done.token_ids and reading else "")
         err_console.print(Text(f"({what})", style="yellow"))

@@ -19,6 +19,8 @@ from specchat.ui.charts.bench import DRAFTER_COLORS, bench_figure
 from specchat.ui.charts.style import (
     ACCEPTED,
     FIGURE_HEIGHT,
+    FIGURE_MARGIN,
+    FIGURE_MARGIN_LEGEND,
     GAMMA_COLOR,
     MAX_POINTS,
     axis,
@@ -257,6 +259,39 @@ def all_figures(
 
 
 # ---- the whole conversation ------------------------------------------------------------------
+BAR_LABEL_PX = 11  # the value over each bar and the reply under it: no smaller (10 px, shrunk, was unreadable)
+LABEL_CHAR_PX = 6.5  # the width of a character at BAR_LABEL_PX (digits, "×", lower case), for the fit below
+PLOT_WIDTH_PX = 440  # a conversation chart's plot area, about (half the page's width less the axes)
+
+
+def _fit_bar_labels(data: list[dict], num_replies: int) -> float:
+    """Lay out the labels over the bars of ``data`` (the bar traces of one chart, one bar per reply
+    each) at BAR_LABEL_PX, never shrunk: as written if every label fits within its bar's share
+    of the width, else without the unit, else each turned to run up its bar in one line. A
+    trace's ``customdata`` holds its labels as written (the hover shows them), ``_unit`` their
+    unit. Returns the room the labels need above the tallest bar, px."""
+    share = PLOT_WIDTH_PX / max(num_replies, 1) * 0.7 / len(data)  # a reply's slot, less the gap, per bar
+
+    def two_lines(label: str) -> str:  # "not measured" stands on a flat bar in two short lines
+        return label if label[:1].isdigit() else label.replace(" ", "<br>")
+
+    def widest(labels: list[list[str]]) -> float:
+        return max(len(line) for row in labels for t in row for line in t.split("<br>")) * LABEL_CHAR_PX
+
+    units = [trace.pop("_unit") for trace in data]
+    bare = [[t.removesuffix(unit) for t in trace["customdata"]] for trace, unit in zip(data, units)]
+    written = [[two_lines(t) for t in trace["customdata"]] for trace in data]
+    short = [[two_lines(t) for t in row] for row in bare]
+    turned = widest(short) > share
+    labels = bare if turned else written if widest(written) <= share else short
+    for trace, row in zip(data, labels):
+        trace["text"], trace["textangle"] = row, -90 if turned else 0
+    if not turned:
+        return BAR_LABEL_PX + 6
+    return max([len(t) * LABEL_CHAR_PX for trace in data for t, v in zip(trace["text"], trace["y"]) if v]
+               + [BAR_LABEL_PX]) + 6
+
+
 def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> tuple[go.Figure, ...]:
     """Four per-reply bar charts for the conversation so far: α, tokens per round, the measured
     and predicted speedup, and decode speed with the target-only speed timed in each reply.
@@ -276,19 +311,24 @@ def conversation_figures(replies: list[tuple[int, str, SpeculationMetrics]]) -> 
 
     def bars(values, name, color=colors, fmt=".2f", suffix="", missing="measure", legend=True):
         # a bar with no value would draw nothing, its text included: a flat bar says why instead
-        why = ["no<br>drafts" if missing == "drafts" and not d
-               else "held<br>back" if missing in ("held", "drafts") and h else "not<br>measured"
+        why = ["no drafts" if missing == "drafts" and not d
+               else "held back" if missing in ("held", "drafts") and h else "not measured"
                for d, h in zip(drafted, held)]
         return dict(
             type="bar", x=x, y=[0.0 if v is None else rounded(v, 3) for v in values], name=name,
-            marker=dict(color=color), opacity=0.9, showlegend=legend,
-            text=[w if v is None else f"{v:{fmt}}{suffix}" for v, w in zip(values, why)], textposition="outside",
-            textfont=dict(size=10), cliponaxis=False, hovertemplate=f"%{{x}}: %{{text}}<extra>{name}</extra>",
+            marker=dict(color=color), opacity=0.9, showlegend=legend, textposition="outside",
+            # never shrunk to the bar's width (plotly's default made them 2-5 px with a dozen replies)
+            textfont=dict(size=BAR_LABEL_PX), constraintext="none", cliponaxis=False,
+            customdata=[w if v is None else f"{v:{fmt}}{suffix}" for v, w in zip(values, why)], _unit=suffix,
+            hovertemplate=f"%{{x}}: %{{customdata}}<extra>{name}</extra>",
         )
 
     def fig(data, title, ytitle, top, legend=False):
+        room = _fit_bar_labels(data, len(replies))  # the tallest bar leaves this much above it, px
+        plot_px = FIGURE_HEIGHT - FIGURE_MARGIN["t"] - (FIGURE_MARGIN_LEGEND if legend else FIGURE_MARGIN["b"])
         return figure(data, title, show_legend=legend, barmode="group", bargap=0.3,
-                       xaxis=axis(None, type="category"), yaxis=axis(ytitle, range=[0, top * 1.2]))
+                       xaxis=axis(None, type="category", tickfont=dict(size=BAR_LABEL_PX)),
+                       yaxis=axis(ytitle, range=[0, top * max(1.2, 1 / (1 - min(room / plot_px, 0.5)))]))
 
     alphas = [m.acceptance_rate for _, _, m in replies]
     per_round = [m.mean_tokens_per_round for _, _, m in replies]

@@ -19,7 +19,10 @@ import plotly.graph_objects as go
 
 from specchat.ui.html.render import KIND_COLORS
 
-FIGURE_HEIGHT = 300  # px
+FIGURE_HEIGHT = 340  # px (300 left the theory chart's plot too short under its captions)
+FIGURE_MARGIN = dict(l=48, r=14, t=40, b=38)  # px
+FIGURE_MARGIN_LEGEND = 92  # px: the bottom margin with the legend under the plot
+LEGEND_GAP_PX = 52  # px from the plot's foot to the legend: the x axis's tick labels and title (~50 px)
 MAX_POINTS = 300  # longest series sent to the browser; longer ones are bucketed
 
 ACCEPTED = KIND_COLORS["accepted"]
@@ -60,16 +63,21 @@ def figure(data: list[dict], title: str, *, show_legend: bool = False, **layout)
     base = dict(
         template=TEMPLATE,
         height=FIGURE_HEIGHT,
-        margin=dict(l=48, r=14, t=40, b=92 if show_legend else 38),
+        margin=dict(FIGURE_MARGIN, b=FIGURE_MARGIN_LEGEND if show_legend else FIGURE_MARGIN["b"]),
         title=dict(text=title, x=0.01, xanchor="left", y=0.97, yanchor="top", font=dict(size=13)),
         showlegend=show_legend,
         # below the plot: above it, a legend that wraps on a narrow page ran into the title
-        legend=dict(orientation="h", x=0, xanchor="left", y=-0.24, yanchor="top", font=dict(size=10)),
+        legend=dict(orientation="h", x=0, xanchor="left", yanchor="top", font=dict(size=10)),
         hovermode="closest",
         # keep the mode bar to "download as PNG": the zoom/pan buttons cover titles and legends
         modebar=dict(remove=_MODEBAR_REMOVE, bgcolor="rgba(255,255,255,0.6)"),
     )
+    legend = {**base["legend"], **layout.pop("legend", {})}
     base.update(layout)
+    if "y" not in legend:  # the legend's top a fixed distance under the plot, clear of the x axis's title
+        plot_px = max(base["height"] - base["margin"]["t"] - base["margin"]["b"], 1)  # (y is a fraction of it)
+        legend["y"] = -LEGEND_GAP_PX / plot_px
+    base["legend"] = legend
     return go.Figure(data=data, layout=base)
 
 

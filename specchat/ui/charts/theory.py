@@ -15,7 +15,17 @@ import plotly.graph_objects as go
 
 from specchat.core import evidence, theory
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.charts.style import RESAMPLED, TEXT, axis, empty_figure, figure, hline, note
+from specchat.ui.charts.style import (
+    FIGURE_MARGIN,
+    FIGURE_MARGIN_LEGEND,
+    RESAMPLED,
+    TEXT,
+    axis,
+    empty_figure,
+    figure,
+    hline,
+    note,
+)
 from specchat.ui.html.render import BASELINE_COLOR, KIND_COLORS, MEASURED_COLOR, PREDICTED_COLOR
 
 THEORY_MAX_GAMMA = evidence.SHOWN_MAX_GAMMA  # the ledger's best γ is sought in the same range
@@ -92,22 +102,22 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
     notes = [note("S = 1 (target only)", MAIN_RIGHT, 1, BASELINE_COLOR, yref="y", xanchor="right",
                    yanchor="bottom" if above else "top")]
     contradicted = shown.shown and shown.interval[0] > 1.0  # the reply measured a speedup nonetheless
+    captions: list[tuple[str, str]] = []  # (text, colour): lines under the title, above the plot
     if not supported:
-        notes.append(note(f"{metrics.num_verified} judged draft(s), {metrics.num_target_only_rounds} target step(s): "
-                          "too few for a best γ or a verdict", MAIN_RIGHT / 2, 0.95, TEXT, size=10))
+        captions.append((f"{metrics.num_verified} judged draft(s), {metrics.num_target_only_rounds} target step(s): "
+                         "too few for a best γ or a verdict", TEXT))
     elif curve[best - 1] < 1 and not contradicted:
         # the star still marks the best γ ≥ 1: the one adaptive γ probes while drafting is paused
         why = "α ≤ c" if alpha <= cost else "at the measured costs"
-        notes.append(note(f"{why}: no γ gives a speedup", MAIN_RIGHT / 2, 0.95, RESAMPLED, size=11))
-        notes.append(note("adaptive γ pauses drafting (γ = 0) and probes<br>this best γ now and then, to keep measuring α",
-                          MAIN_RIGHT / 2, 0.85, TEXT, size=9))
+        captions.append((f"{why}: no γ gives a speedup", RESAMPLED))
+        captions.append(("adaptive γ pauses drafting (γ = 0) and probes this best γ now and then, to keep measuring α",
+                         TEXT))
     elif gamma and abs(gamma - best) >= 2:
-        notes.append(note(
-            "adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
-            MAIN_RIGHT / 2, 0.02, TEXT, size=9, yanchor="bottom",
-        ))
+        captions.append(("adaptive γ weighs recent rounds and each position's acceptance; this curve averages the reply",
+                         TEXT))
+    notes += _caption_notes(captions)
     top = max(curve + textbook + [1.0, measured or 0.0])
-    headroom = 1.5 if curve[best - 1] < 1 else 1.15  # room for the notes above the curves
+    headroom = 1.15  # the S = 1 label and the star clear the top
     cost_data, cost_axes, cost_shapes = _verify_cost_panel(metrics)
     if cost_shapes:
         notes.append(note("textbook: 1 step for any k", 1.0, 1, BASELINE_COLOR, xref="x2 domain", yref="y2",
@@ -117,7 +127,25 @@ def theory_figure(metrics: SpeculationMetrics, num_speculative_tokens: int | Non
         xaxis=axis("γ (draft tokens per round)", dtick=1 if max_gamma <= 12 else 2, domain=[0, MAIN_RIGHT]),
         yaxis=axis("speedup ×", range=[0, top * headroom]),
         shapes=[hline(1, BASELINE_COLOR, xref="x domain"), *cost_shapes], annotations=notes, **cost_axes,
+        # room for two caption lines, there or not (a figure's height never changes while a reply
+        # streams), and for the legend's third row
+        margin=dict(FIGURE_MARGIN, t=FIGURE_MARGIN["t"] + CAPTION_LINE_PX * MAX_CAPTIONS,
+                    b=FIGURE_MARGIN_LEGEND + LEGEND_ROW_PX),
+        legend=dict(entrywidth=1 / 3, entrywidthmode="fraction"),  # three a row: seven entries in three rows
     )
+
+
+CAPTION_LINE_PX = 15  # one caption line (10-11 px text)
+MAX_CAPTIONS = 2
+LEGEND_ROW_PX = 20  # one row of the legend (10 px text, 15 px symbols)
+
+
+def _caption_notes(captions: list[tuple[str, str]]) -> list[dict]:
+    """The theory chart's captions as lines between its title and its plot (the top margin grows
+    by a line each): inside the plot they ran over the curves, the y axis's top label or, at its
+    foot, the x axis."""
+    return [{**note(text, 0, 1, color, xanchor="left", yanchor="bottom", size=11 if color == RESAMPLED else 10),
+             "yshift": 2 + CAPTION_LINE_PX * (len(captions) - 1 - i)} for i, (text, color) in enumerate(captions)]
 
 
 def _verify_cost_panel(metrics: SpeculationMetrics) -> tuple[list[dict], dict, list[dict]]:

@@ -1,10 +1,10 @@
 """Token events → HTML for the chat, the legend and the stats line. No gradio import.
 
-Nothing a model or a user wrote reaches the page unescaped: user messages go through
-:func:`escape_text` and are shown verbatim (``white-space: pre-wrap``); a reply is rendered as
-Markdown with raw HTML off and each text run escaped again when its token's span is woven in
-(:mod:`specchat.ui.html.markdown`). The page's transcript is a ``gr.HTML``, which Gradio does not
-sanitise at all, so this escaping is the only guard.
+Nothing a model or a user wrote reaches the page unescaped: a user message and a reply are both
+rendered as Markdown with raw HTML off (:mod:`specchat.ui.html.markdown`: HTML in them stays text),
+and each text run of a reply is escaped again when its token's span is woven in. The page's
+transcript is a ``gr.HTML``, which Gradio does not sanitise at all, so this escaping is the only
+guard.
 
 Colors are defined once here (:data:`KIND_COLORS`) and reused by :mod:`specchat.ui.charts.figures`.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 from array import array
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
@@ -36,11 +37,16 @@ KIND_TINTS: dict[str, str] = {
     "bonus": "rgba(112, 72, 232, 0.22)",
     "target": "transparent",
 }
+TARGET_ONLY_LOOK = "plain text, no tint"
+"""How a token of a round that drafted nothing (kind ``target``) is shown, in the words the page's
+header, its "How to read this page" and the legend all use: the transcript draws it with no
+background, outline or colour of its own (:func:`_css`), the terminal with no style
+(``specchat.commands.common.TOKEN_STYLES``); only the charts and the stats line's count use grey."""
 KIND_LABELS: dict[str, tuple[str, str]] = {  # kind: (chip text, explanation)
     "accepted": ("accepted", "draft token the target kept"),
     "resampled": ("resampled", "drawn from the residual after a rejection"),
     "bonus": ("bonus", "extra target token after all drafts were accepted"),
-    "target": ("target only", "plain text: a round that drafted nothing (the target alone)"),
+    "target": ("target only", f"{TARGET_ONLY_LOOK}: a round that drafted nothing (the target alone)"),
 }
 # Series that are not token kinds: measured numbers, predictions, target-only decoding.
 MEASURED_COLOR = "#343a40"
@@ -127,9 +133,13 @@ def rejected_run_html(trace, position: int) -> str:
     return f'<span class="spec-rejected-run">{"".join(parts)}</span>' if parts else ""
 
 
+@lru_cache(maxsize=256)
 def render_user(text: str) -> str:
-    """A user message, escaped and shown verbatim."""
-    return f'<div class="spec-text">{escape_text(text)}</div>'
+    """A user message as Markdown, by the replies' renderer (:func:`render_blocks` with no tokens):
+    raw HTML off, so HTML in the message stays text; fenced code highlighted, with its copy button.
+    Cached: the exchange in progress is sent again with every streamed update."""
+    body = "".join(block_html(b) for b in render_blocks(text, [-1] * len(text), [], {}, {}))
+    return f'<div class="spec-md spec-user-md">{body}</div>'
 
 
 @dataclass
@@ -266,12 +276,12 @@ def table_html(rows: list[dict]) -> str:
     """The conversation table: one row per reply (see ``session.Reply.row``)."""
     if not rows:
         return '<div class="spec-table-empty">The table fills in as you chat: one row per reply.</div>'
-    head = ("#", "drafter", "γ", "sampling", "tokens", "α", "tokens/round", "speedup", "predicted", "state")
+    head = ("#", "drafter", "γ", "sampling", "tokens", "α", "tokens/round", "tok/s", "speedup", "predicted", "state")
     cells = []
     for r in rows:
         values = (
             str(r["reply"]), r["drafter"], r["gamma"], r["sampling"], str(r["tokens"]),
-            _fmt(r["alpha"], ".2f"), _fmt(r["tokens_per_round"], ".2f"),
+            _fmt(r["alpha"], ".2f"), _fmt(r["tokens_per_round"], ".2f"), _fmt(r["tokens_per_s"], ".1f"),
             _fmt(r["speedup"], ".2f", "×"), _fmt(r["speedup_predicted"], ".2f", "×"),
             r["state"],
         )
@@ -281,8 +291,8 @@ def table_html(rows: list[dict]) -> str:
     star = " * the drafter asked for could not be used." if any(r["drafter"].endswith(" *") for r in rows) else ""
     return (
         f'<table class="spec-table"><thead><tr>{header}</tr></thead><tbody>{"".join(cells)}</tbody></table>'
-        f'<div class="spec-table-note">speedup: measured {SPEEDUP_BASIS}; predicted: from the '
-        f"reply's measured α and costs.{star}</div>"
+        f'<div class="spec-table-note">tok/s: committed tokens per second of decoding (prefill excluded); '
+        f"speedup: measured {SPEEDUP_BASIS}; predicted: from the reply's measured α and costs.{star}</div>"
     )
 
 
@@ -338,14 +348,14 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
 
 def _css() -> str:
     """Token kinds as a light layer over the text: a background tint (no underline), a hairline
-    between tokens; tokens of the target alone stay plain text; blank tokens are tinted only when
-    resampled or bonus (the rare kinds: there a blank matters, elsewhere it would tint indentation)."""
+    between tokens; tokens of the target alone stay plain text (:data:`TARGET_ONLY_LOOK`, in the
+    legend too); blank tokens are tinted only when resampled or bonus (the rare kinds: there a blank
+    matters, elsewhere it would tint indentation). No kind sets a text colour: code keeps Pygments'."""
     rules = []
     for kind, color in KIND_COLORS.items():
         tint = KIND_TINTS[kind]
         if kind == "target":
             rules.append(".tok-target { background: none; }")
-            rules.append(f".spec-legend .tok-target {{ box-shadow: inset 0 0 0 1px {color}; }}")
         else:
             rules.append(f".tok-{kind} {{ background: {tint}; box-shadow: inset -1px 0 0 rgba(255, 255, 255, 0.7); }}")
         rules.append(f".c-{kind} {{ color: {color}; font-weight: 600; }}")

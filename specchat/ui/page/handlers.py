@@ -20,7 +20,7 @@ from specchat.service_api import ChatServiceProtocol
 from specchat.ui.html.render import status_html
 from specchat.ui.html.transcript import wire
 from specchat.ui.page.host import compile_note, loading_banner, loading_html, wait_until_ready
-from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu, model_choices, subtitle_md
+from specchat.ui.page.layout import VIEW_OUTPUTS, Page, drafter_menu, header_md, model_choices
 from specchat.ui.session.chat import AUTO, ChatSession, ReplySettings, SessionStore
 from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.export import export_json, export_markdown
@@ -446,7 +446,7 @@ class Handlers:
         self.kinds, self.auto = list(service.drafter_kinds()), True
         waiting = status_html("drafter: picked by measurement on this machine once the target is loaded…")
         for banner in wait_until_ready(service):
-            yield {page.load_banner: banner, page.drafter_status: waiting, page.subtitle: subtitle_md(service.target_name)}
+            yield {page.load_banner: banner, page.drafter_status: waiting, page.subtitle: header_md(service.target_name)}
         if service.startup_error is not None:
             gr.Warning(f"Loading {target} failed: {service.startup_error}")
             yield {page.load_banner: loading_html(service) or "", page.model_menu: service.target_name}
@@ -454,7 +454,7 @@ class Handlers:
         picked = service.picked
         kind = picked.drafter if picked is not None else "none"
         why = f" · picked by measurement: {picked.why}" if picked is not None else ""
-        yield {page.load_banner: service.banner, page.subtitle: subtitle_md(service.target_name),
+        yield {page.load_banner: service.banner, page.subtitle: header_md(service.target_name),
                page.model_menu: gr.Dropdown(choices=model_choices(service.target_name), value=service.target_name),
                page.drafter: gr.Dropdown(choices=drafter_menu(service, self.kinds, True), value=kind),
                page.active_drafter: kind, page.drafter_status: status_html(f"drafter '{kind}' ready{why}{compile_note(service, kind)}")}

@@ -20,7 +20,7 @@ from specchat.drafters import kinds as drafter_kinds
 from specchat.runtimes.paths import browser_secret
 from specchat.service_api import ChatServiceProtocol, Pick
 from specchat.ui.charts import figures as charts
-from specchat.ui.html.render import legend_html, stats_html, status_html, table_html
+from specchat.ui.html.render import TARGET_ONLY_LOOK, legend_html, stats_html, status_html, table_html
 from specchat.ui.html.static_files import static_text
 from specchat.ui.html.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
 from specchat.ui.html.transcript import TRANSCRIPT_JS, wire
@@ -30,13 +30,13 @@ from specchat.ui.session.saved import COLOUR_MODES, DEFAULT_MAX_NEW_TOKENS, SETT
 from specchat.ui.session.view import View
 from specchat.ui.session.views import CHART_SCOPES
 
-EXPLAIN_MD = """
+EXPLAIN_MD = f"""
 Each round the **drafter** proposes γ tokens; the **target** model scores all of them in **one**
 forward pass and keeps the longest prefix it agrees with (token *x* is kept with probability
 min(1, p(x)/q(x))). At the first rejection it draws a replacement from the residual
 norm(max(0, p − q)) (**resampled**); if all γ were accepted it adds one **bonus** token of its
-own. A round that drafted nothing commits one **target** token (grey underline), a plain
-target step. So every round commits 1 … γ+1 tokens and the output has exactly the target's
+own. A round that drafted nothing commits one **target** token ({TARGET_ONLY_LOOK}): one step of
+the target alone. So every round commits 1 … γ+1 tokens and the output has exactly the target's
 distribution (at temperature 0: exactly the target's greedy text).
 
 | symbol | meaning |
@@ -50,7 +50,7 @@ distribution (at temperature 0: exactly the target's greedy text).
 | β | at one position: Σₓ min(p(x), q(x)), the chance its draft is accepted |
 
 **Speedups are measured like for like.** Now and then a round drafts nothing: a plain
-target-only decode step (grey underline, *target only*), timed during the reply under the same
+target-only decode step (its token {TARGET_ONLY_LOOK}, *target only*), timed during the reply under the same
 load as everything else. The speedup is committed tokens × t₁ / decode time, so it says how
 much faster this reply was than the target alone *right now*, whatever else the machine does.
 
@@ -280,12 +280,12 @@ def drafter_menu(service: ChatServiceProtocol, kinds: list[str], auto: bool) -> 
     return ([(AUTO_CHOICE, AUTO)] if auto else []) + [(label(k), k) for k in kinds]
 
 
-def subtitle_md(target_name: str) -> str:
-    """The page's title and the line under it, naming the target."""
+def header_md(target_name: str) -> str:
+    """The page's header: its title and what the colours mean (in the legend's words)."""
     return (f"## specchat · speculative decoding, token by token\n"
             f"A cheap drafter proposes γ tokens, the target model "
             f"(`{target_name}`) checks them all in one pass: the colors show which tokens "
-            f"it accepted, resampled, or added as a bonus (grey: a round with no draft). "
+            f"it accepted, resampled, or added as a bonus ({TARGET_ONLY_LOOK}: a round with no draft). "
             f"The output is exactly the target's.")
 
 
@@ -310,7 +310,7 @@ def build_page(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str,
         auto: the drafter is picked by measurement while the models load; ``picked`` is the
             service's pick so far (``(kind, why)``), or None.
     """
-    subtitle = gr.Markdown(subtitle_md(service.target_name), elem_classes="spec-subtitle")
+    subtitle = gr.Markdown(header_md(service.target_name), elem_classes="spec-subtitle")
     with gr.Accordion("How to read this page", open=False, elem_id="spec-explain"):
         gr.Markdown(EXPLAIN_MD)
     parts: dict[str, Any] = {"active_drafter": gr.State(drafter0), "subtitle": subtitle}

@@ -207,6 +207,7 @@ class Reply:
             "tokens": m.num_committed,
             "alpha": m.acceptance_rate,
             "tokens_per_round": m.mean_tokens_per_round,
+            "tokens_per_s": m.tokens_per_s,  # as the stats line's speed: committed tokens / decode seconds
             "speedup": m.measured_speedup if evidence.measured_speedup(m).shown else None,
             "speedup_predicted": evidence.predicted_speedup(m),
             "state": self.phase.value,
