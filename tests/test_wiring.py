@@ -96,7 +96,7 @@ def test_every_handler_is_wired_and_every_event_has_its_handler(demo):
 
 
 def test_the_static_files_are_what_the_page_gets():
-    assert layout.CLICK_JS == "\n<script>\n" + static_text("click.js") + "</script>\n"
+    assert layout.CLICK_JS == "".join("\n<script>\n" + static_text(n) + "</script>\n" for n in ("theme.js", "click.js", "keys.js"))
     assert transcript.TRANSCRIPT_JS == "\n" + static_text("transcript.js")
     assert transcript.SET_PLAIN_JS.startswith("(mode) => {") and transcript.SET_PLAIN_JS.endswith("}")
     for name in ("page.css", "inspector.css", "ledger.css", "transcript.css"):
@@ -104,6 +104,6 @@ def test_the_static_files_are_what_the_page_gets():
     # the struck-through rejected drafts keep the resampled kind's colour
     assert f".tok-rejected {{ text-decoration: line-through; color: {render.KIND_COLORS['resampled']};" in render.CSS
     # no file is left unused
-    used = {"click.js", "transcript.js", "set_plain.js", "set_rejected.js", "page.css", "inspector.css", "ledger.css",
-            "transcript.css"}
+    used = {"click.js", "theme.js", "keys.js", "transcript.js", "set_plain.js", "set_rejected.js", "page.css", "inspector.css",
+            "ledger.css", "transcript.css"}
     assert {p.name for p in STATIC.iterdir()} == used

@@ -140,8 +140,11 @@ def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
 # time stamp makes a second click on the same token a change too. (Classes, not data- attributes:
 # the Chatbot's sanitizer keeps only the former.) A queued message's cancel button writes its
 # exchange id into #spec-unqueue, and the live panels on screen go into #spec-panels. The script
-# is static/click.js; the page gets it in its <head> (``launch(head=CLICK_JS)``).
-CLICK_JS = "\n<script>\n" + static_text("click.js") + "</script>\n"
+# is static/click.js; the page gets it in its <head> (``launch(head=CLICK_JS)``), after the light /
+# dark switch (static/theme.js, first: it applies a kept choice before the page is drawn) and
+# before the keyboard's keys (static/keys.js: Esc stops, ↑ recalls the last message).
+HEAD_SCRIPTS = ("theme.js", "click.js", "keys.js")
+CLICK_JS = "".join("\n<script>\n" + static_text(name) + "</script>\n" for name in HEAD_SCRIPTS)
 
 RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with the target alone, then with the "
              "drafter, back to back with the same settings and seed, and replays both at their measured speeds.")

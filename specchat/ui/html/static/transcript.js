@@ -1,6 +1,7 @@
 const root = element.querySelector('.spec-transcript');
 const shown = new Map();  // exchange id -> {el, user, bot, label, notices, md, status, summary, parts}
 let lastSeq = -1;
+let fresh = false;  // apply() made a new exchange (a message sent, or the chat restored)
 
 function slot(parent, cls) { const d = document.createElement('div'); d.className = cls; parent.appendChild(d); return d; }
 
@@ -21,6 +22,8 @@ function create(id) {
   for (const [k, v] of shown) if (k > id && (after === null || k < after[0])) after = [k, v];
   root.insertBefore(el, after ? after[1].el : null);
   shown.set(id, s);
+  sizes.observe(el);
+  fresh = true;
   return s;
 }
 
@@ -79,12 +82,64 @@ const unwire = (b) => (b && typeof b === 'object') ? {head: b.head, lines: liste
 function apply(value) {
   if (!value || typeof value !== 'object' || value.seq === lastSeq) return;
   lastSeq = value.seq;
-  const stick = root.scrollHeight - root.scrollTop - root.clientHeight < 60;
+  fresh = false;
   if (value.reset) { root.replaceChildren(); shown.clear(); }
   for (const item of listed(value.items)) upsert(item);
   root.classList.toggle('spec-empty', shown.size === 0);
-  if (stick) root.scrollTop = root.scrollHeight;
+  if (fresh) toBottom(); else stick();  // a new message always brings the view down
 }
+
+// -- following the newest text ---------------------------------------------------------------
+// The transcript scrolls by itself (.spec-transcript, not the page). It follows the bottom until
+// the person scrolls up. Whether to follow is never measured after a change: a change of size
+// can move scrollTop without anyone scrolling (an exchange laid out at its placeholder size by
+// `content-visibility: auto` for a frame clamps scrollTop, then grows back; scroll anchoring;
+// a resize). Instead every size change (each exchange and the box itself, seen by a
+// ResizeObserver before the frame is painted) puts a following view back at the bottom, and only
+// the person's own scrolling (wheel, keys, dragging the scrollbar, touch) stops following.
+// Reaching the bottom again, the "jump to the latest" button or a Send starts it again.
+const NEAR = 24;  // px from the bottom that count as "at the bottom"
+let follow = true, held = false, lastTop = 0;
+const gap = () => root.scrollHeight - root.scrollTop - root.clientHeight;
+const jump = document.createElement('button');
+jump.type = 'button'; jump.className = 'spec-jump'; jump.hidden = true;
+jump.textContent = '↓ jump to the latest'; jump.title = 'scroll to the newest text and follow it again';
+root.after(jump);
+const showJump = () => { jump.hidden = follow || gap() <= NEAR; };
+function stick() {
+  if (follow && !held) { root.scrollTop = root.scrollHeight; lastTop = root.scrollTop; }
+  showJump();
+}
+function toBottom() { follow = true; held = false; stick(); }
+const stopFollowing = () => { if (root.scrollTop > 0) follow = false; showJump(); };  // before the scroll itself
+const sizes = new ResizeObserver(stick);
+sizes.observe(root);
+// (a wheel over a pasted message that scrolls inside its bubble leaves the transcript where it is)
+const scrollsInside = (el) => { for (; el && el !== root; el = el.parentElement) if (el.scrollTop > 0) return true; return false; };
+root.addEventListener('wheel', (ev) => { if (ev.deltaY < 0 && !scrollsInside(ev.target)) stopFollowing(); }, {passive: true});
+root.addEventListener('keydown', (ev) => { if (['ArrowUp', 'PageUp', 'Home'].includes(ev.key)) stopFollowing(); });
+// a drag of the scrollbar (or a selection, a finger): while held, an upward scroll is the person's
+root.addEventListener('pointerdown', () => { held = true; });
+root.addEventListener('touchstart', () => { held = true; }, {passive: true});
+for (const t of ['pointerup', 'pointercancel', 'touchend', 'touchcancel', 'blur']) {
+  window.addEventListener(t, () => { if (held) { held = false; stick(); } }, true);
+}
+root.addEventListener('scroll', () => {
+  const top = root.scrollTop, g = gap();
+  if (g <= 2 || (g <= NEAR && top >= lastTop)) follow = true;  // back at the bottom: follow again
+  else if (held && top < lastTop) follow = false;
+  lastTop = top;
+  showJump();
+}, {passive: true});
+jump.addEventListener('click', toBottom);
+// a Send (the button, or Enter in the message box) brings the view down at once
+document.addEventListener('click', (ev) => {
+  const b = ev.target.closest('button');
+  if (b && b.textContent.trim() === 'Send' && b.closest('.row')?.querySelector('#spec-input')) toBottom();
+}, true);
+document.addEventListener('keydown', (ev) => {
+  if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target.closest?.('#spec-input')) toBottom();
+}, true);
 
 async function copyText(text) {
   try { await navigator.clipboard.writeText(text); return true; } catch (e) {

@@ -1,0 +1,35 @@
+// The keyboard. Enter sends and Shift+Enter starts a new line (Gradio's textbox does both); Esc
+// stops the streaming reply (what the Stop button does, and only while a reply streams or a
+// message waits); ↑ in the empty message box puts the last message sent back into it, the caret
+// at its end. lastSent and putBack are kept apart for an edit-and-resend to reuse.
+(function keys() {
+  const box = () => document.querySelector('#spec-input textarea');
+  // the text of the last message in the transcript (its bubble holds it verbatim, escaped)
+  function lastSent() {
+    const sent = document.querySelectorAll('#spec-chat .spec-user .spec-text');
+    return sent.length ? sent[sent.length - 1].textContent : null;
+  }
+  function putBack(text) {
+    const b = box();
+    if (!b || text === null) return false;
+    b.value = text;
+    b.dispatchEvent(new Event('input', {bubbles: true}));  // Gradio's textbox reads its value from this
+    b.focus();
+    b.setSelectionRange(text.length, text.length);
+    return true;
+  }
+  const busy = () => document.querySelector('#spec-chat .spec-running, #spec-chat .spec-unqueue');
+  const stopButton = () => [...document.querySelectorAll('button')].find(
+    (b) => b.textContent.trim() === 'Stop' && b.closest('.row')?.querySelector('#spec-input'));
+  document.addEventListener('keydown', (ev) => {
+    if (ev.defaultPrevented || ev.isComposing || ev.altKey || ev.ctrlKey || ev.metaKey) return;
+    if (ev.key === 'Escape') {
+      // a menu or dialog takes its own Esc
+      if (!busy() || ev.target.closest?.('[role=listbox], [role=combobox], [role=dialog]')) return;
+      const stop = stopButton();
+      if (stop) { ev.preventDefault(); stop.click(); }
+    } else if (ev.key === 'ArrowUp' && !ev.shiftKey && ev.target === box() && ev.target.value === '') {
+      if (putBack(lastSent())) ev.preventDefault();
+    }
+  });
+})();
