@@ -199,6 +199,8 @@ def test_panels_and_switches_do_not_move_the_view(served, browser):
 
 REPLY_STATUS = """const b = document.querySelectorAll('#spec-chat [data-testid=bot]');
 return b.length ? b[b.length - 1].querySelector('.spec-status-slot').innerText : '';"""
+# the messages as typed (each bubble's data-text: the bubble itself shows them as Markdown)
+SENT_TEXTS = "return [...document.querySelectorAll('#spec-chat [data-testid=user]')].map(e => e.dataset.text);"
 BOX_STATE = "const b = document.querySelector('#spec-input textarea'); return [b.value, b.selectionStart, b.selectionEnd];"
 
 
@@ -216,7 +218,7 @@ def test_enter_sends_shift_enter_breaks_esc_stops_and_up_recalls(served, browser
     box.send_keys(Keys.ENTER)  # Enter sends
     message = "\n".join(lines)
     _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 8, 90, "tokens to stream")
-    assert d.execute_script(USER_TEXTS) == [message]
+    assert d.execute_script(SENT_TEXTS) == [message]
     ActionChains(d).send_keys(Keys.ESCAPE).perform()  # Esc, wherever the focus is: Stop
     run = _wait_for(lambda: len(service.runs) > before and (r := service.runs[-1])["end"] is not None and r, 30, "Esc to stop it")
     assert run["message"] == message and run["stop"] is StopReason.CANCELLED and run["tokens"] < 1024
@@ -233,7 +235,7 @@ def test_enter_sends_shift_enter_breaks_esc_stops_and_up_recalls(served, browser
     time.sleep(1)
     assert len(service.runs) == before + 1
     box.send_keys(Keys.END, Keys.ENTER)  # the recalled text reached Gradio's value: Enter sends it as it is
-    _wait_for(lambda: d.execute_script(USER_TEXTS) == [message, message], 30, "the recalled message to be sent")
+    _wait_for(lambda: d.execute_script(SENT_TEXTS) == [message, message], 30, "the recalled message to be sent")
     _wait_for(lambda: d.execute_script(STREAMING) == 2, 90, "its reply to stream")
     box.send_keys(Keys.ESCAPE)  # Esc in the message box stops it too
     run = _wait_for(lambda: len(service.runs) > before + 1 and (r := service.runs[-1])["end"] is not None and r, 30,

@@ -242,7 +242,8 @@ class Exchange:
         reply = self.reply.parts() if self.reply is not None else None
         if reply is None and self.restored is not None:
             reply = self.restored.parts()
-        return {"id": self.id, "user": user, "reply": reply}
+        # "message": the text as typed (↑ in an empty box puts it back); none for a Continue
+        return {"id": self.id, "user": user, "message": None if self.continues else self.message, "reply": reply}
 
 
 @dataclass(frozen=True)

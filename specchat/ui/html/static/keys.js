@@ -4,10 +4,11 @@
 // at its end. lastSent and putBack are kept apart for an edit-and-resend to reuse.
 (function keys() {
   const box = () => document.querySelector('#spec-input textarea');
-  // the text of the last message in the transcript (its bubble holds it verbatim, escaped)
+  // the text of the last message in the transcript, as typed (its bubble carries it in data-text;
+  // a Continue's bubble has none)
   function lastSent() {
-    const sent = document.querySelectorAll('#spec-chat .spec-user .spec-text');
-    return sent.length ? sent[sent.length - 1].textContent : null;
+    const sent = [...document.querySelectorAll('#spec-chat [data-testid=user][data-text]')];
+    return sent.length ? sent[sent.length - 1].dataset.text : null;
   }
   function putBack(text) {
     const b = box();

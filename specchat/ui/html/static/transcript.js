@@ -61,6 +61,7 @@ function upsert(item) {
   if (item.removed) { if (s) { s.el.remove(); shown.delete(item.id); } return; }
   if (!s) s = create(item.id);
   if (s.userHtml !== item.user) { s.user.innerHTML = item.user; s.userHtml = item.user; }
+  if (typeof item.message === 'string') s.user.dataset.text = item.message; else delete s.user.dataset.text;
   const r = item.reply;
   s.bot.hidden = !r;
   if (!r) return;
