@@ -104,3 +104,23 @@ def test_changing_chats_is_refused_while_a_reply_streams_and_the_list_is_capped(
     for i in range(MAX_CHATS + 5):
         shelf.new({"version": 1, "exchanges": [{"message": f"m{i}"}]})
     assert len(shelf.chats) == MAX_CHATS
+
+
+def test_the_chat_dropped_beyond_the_limit_is_the_least_recently_active_not_the_one_just_used():
+    """40 chats, the oldest switched to and used, then New: that chat stays, the next oldest goes."""
+    shelf, clock = ChatShelf(), iter(range(1, 1000))
+    import specchat.ui.session.chats as chats_module
+
+    real = chats_module.time.time
+    chats_module.time.time = lambda: float(next(clock))
+    try:
+        for i in range(MAX_CHATS):
+            shelf.new({"version": 1, "exchanges": [{"message": f"m{i}"}]})
+        oldest = min(shelf.chats, key=lambda c: c.updated)
+        used = f"{oldest.title} again"
+        shelf.switch(oldest.id, {})
+        shelf.new({"version": 1, "exchanges": [{"message": used}]})
+    finally:
+        chats_module.time.time = real
+    titles = [c.title for c in shelf.chats]
+    assert len(titles) == MAX_CHATS and used in titles and shelf.get(shelf.active) is not None

@@ -8,6 +8,7 @@ and turns the :class:`~specchat.ui.session.view.View` it returns into ``{compone
 
 from __future__ import annotations
 
+import html
 import json
 import tempfile
 import threading
@@ -439,7 +440,7 @@ class Handlers:
         try:
             service.retarget(target)
         except (RegistryError, ValueError, SpecchatError) as exc:
-            gr.Warning(f"Cannot load {target}: {exc}")
+            gr.Warning(html.escape(f"Cannot load {target}: {exc}"))  # a toast is HTML: a path or "<hub id>" shows as typed
             yield {page.model_menu: service.target_name}
             return
         service.start(AUTO)
@@ -448,7 +449,7 @@ class Handlers:
         for banner in wait_until_ready(service):
             yield {page.load_banner: banner, page.drafter_status: waiting, page.subtitle: header_md(service.target_name)}
         if service.startup_error is not None:
-            gr.Warning(f"Loading {target} failed: {service.startup_error}")
+            gr.Warning(html.escape(f"Loading {target} failed: {service.startup_error}"))
             yield {page.load_banner: loading_html(service) or "", page.model_menu: service.target_name}
             return
         picked = service.picked

@@ -65,7 +65,8 @@ class ChatShelf:
     def _new(self) -> Chat:
         chat = Chat(f"c{int(time.time() * 1000):x}{next(self._ids)}", updated=time.time())
         self.chats.insert(0, chat)
-        del self.chats[MAX_CHATS:]
+        while len(self.chats) > MAX_CHATS:  # the least recently active goes (not the last in the list: a switch reorders nothing)
+            self.chats.remove(min(self.chats[1:], key=lambda c: c.updated))
         return chat
 
     def get(self, chat_id: str) -> Chat | None:
