@@ -105,14 +105,16 @@ class ChatService:
 
     def retarget(self, target: str) -> None:
         """Another target (a models.yaml name, a model directory, a .gguf file), same options, in
-        this same object (the page's model menu; every session holds it): the entry is resolved
-        and checked first, then the loaded models are let go under the generation lock; :meth:`start`
-        loads the new one. ``drafter_model`` is not carried over.
+        this same object (the page's model menu; every session holds it): the new target is loaded
+        first, then takes the old one's place under the generation lock; :meth:`start` then picks
+        its drafter and warms up. ``drafter_model`` is not carried over.
 
         Raises:
-            RegistryError, ValueError: not a model, or a runtime it cannot run on (nothing changes).
+            RegistryError, ValueError, ModelSourceError, OSError: not a model, or a runtime it cannot
+                run on, or its files cannot be loaded (nothing changes).
         """
         fresh = ChatService(target=target, registry=self.registry, **{**self._options, "drafter_model": None})  # type: ignore[arg-type]
+        fresh.load()  # before the old models go: a file that is not a model changes nothing
         with self._lock, self._load_lock:
             vars(self).update({k: v for k, v in vars(fresh).items() if k not in ("_lock", "_load_lock")})
         __import__("gc").collect()  # the old models' weights (nothing refers to them any more)

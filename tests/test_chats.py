@@ -124,3 +124,32 @@ def test_the_chat_dropped_beyond_the_limit_is_the_least_recently_active_not_the_
         chats_module.time.time = real
     titles = [c.title for c in shelf.chats]
     assert len(titles) == MAX_CHATS and used in titles and shelf.get(shelf.active) is not None
+
+
+def test_an_undo_is_withdrawn_by_the_next_message_and_never_overwrites_a_conversation():
+    s = _session()
+    _say(s, "cleared one")
+    s.clear()
+    s.note_sent("new one")  # the page notes a message as it is sent
+    assert s.shelf.undo is None and s.undo() is None  # nothing to undo any more
+    # and even an Undo kept past new messages sets the cleared chat beside them, not over them
+    t = _session()
+    _say(t, "first")
+    t.shelf.cleared(t.saved())
+    t.clear()
+    _say(t, "second")
+    t.undo()
+    assert _messages(t) == ["first"]
+    other = next(i for title, i in t.shelf.choices() if title == "second")
+    t.switch_chat(other)
+    assert _messages(t) == ["second"]
+
+
+def test_deleting_an_empty_chat_keeps_the_undo_of_a_real_one():
+    s = _session()
+    _say(s, "precious")
+    s.delete_chat()  # an empty chat is active now
+    s.new_chat()
+    s.delete_chat()  # deleting the empty one
+    s.undo()
+    assert _messages(s) == ["precious"]

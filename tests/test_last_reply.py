@@ -225,3 +225,55 @@ def test_a_reload_mid_reply_keeps_what_streamed_and_continue_writes_it_on():
     assert kept.kept and kept.restored.text == partial and "reloaded" in kept.note
     assert fresh.history == [{"role": "user", "content": "Tell a story."}, {"role": "assistant", "content": partial}]
     assert fresh.last.continue_().message == "Tell a story."
+
+
+def test_a_reload_while_a_continue_streams_keeps_one_reply_for_the_model():
+    service = FakeService(delay_s=0.01)
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "Tell a story.")
+    resend = session.last.continue_()
+    stream = session.respond(resend.message, settings(), resend.ticket)
+    while not session.views.exchanges[-1].reply or not session.views.exchanges[-1].reply.renderer.text:
+        next(stream)
+    partial = session.views.exchanges[-1].reply.renderer.text
+    saved = session.saved()
+    stream.close()
+    assert saved["history"] == [{"role": "user", "content": "Tell a story."},
+                                {"role": "assistant", "content": REPLY_TEXT + partial}]
+    assert [(e["kept"], e["continues"]) for e in saved["exchanges"]] == [(False, False), (True, True)]
+    fresh = ChatSession(FakeService())
+    assert restore_state(fresh.views, fresh.conversation, saved)
+    assert fresh.last.continue_().message == "Tell a story."
+
+
+def test_a_message_stop_cancelled_does_not_block_the_last_reply_actions():
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "hello")
+    session.note_sent("never sent")
+    session.stop()  # cancels the waiting message: a note-only bubble is last now
+    list(session.respond("never sent", settings()))
+    assert session.views.exchanges[-1].reply is None
+    resend = session.last.regenerate()
+    assert resend.message == "hello"  # the reply above it, not the cancelled message
+
+
+def test_the_markdown_export_closes_a_code_block_a_cut_reply_left_open():
+    from specchat.ui.session.export import export_markdown
+
+    data = {"target": "t", "exported_at": "now", "system_prompt": "", "exchanges": [
+        {"message": "code?", "continues": False, "note": "", "reply": {"label": "#1", "text": "```python\nx = 1"}},
+        {"message": "next", "continues": False, "note": "", "reply": None}]}
+    md = export_markdown(data)
+    assert "```python\nx = 1\n```\n" in md and md.rindex("## You") > md.index("x = 1\n```")
+
+
+def test_a_file_that_is_not_a_model_leaves_the_loaded_one(smollm2, tmp_path):
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a gguf at all" * 100)
+    before = smollm2.target_name
+    with pytest.raises(Exception, match="GGUF|magic"):
+        smollm2.retarget(str(garbage))
+    assert smollm2.target_name == before and smollm2.engine is not None
+    conversation = Conversation(seed=0)
+    list(conversation.stream(smollm2.stream_chat, "Say hi.", ReplySettings("none", 4, False, 0.0, 1.0, 4)))
+    assert conversation.messages[-1]["content"]  # it still answers

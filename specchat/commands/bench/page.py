@@ -187,7 +187,7 @@ def conversation(engine: list[dict], drafter: str, messages: list[str], args, ou
             rows.append(row)
             saved()
             say(f"  reply {number:>2}: {row['tokens']:>3} tokens, page {row['page_tokens_per_s']:.2f} tok/s, engine "
-                f"{engine['engine_tokens_per_s']:.2f} tok/s ({row['page_over_engine']:.2f}×), browser "
+                f"{alone['engine_tokens_per_s']:.2f} tok/s ({row['page_over_engine']:.2f}×), browser "
                 f"{row['browser_cpu_pct']:.0f}% of a core, {row['updates']} updates of median "
                 f"{row['update_bytes_median']} B")
     finally:

@@ -12,7 +12,6 @@ import html
 import json
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import gradio as gr
@@ -29,7 +28,6 @@ from specchat.ui.session.last_reply import Resend
 from specchat.ui.session.saved import parse_saved, parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
-SAVE_INTERVAL_S = 5.0  # while a reply streams, the browser's copy of the chat is rewritten this often
 NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
 RESTORED = ("transcript", "stats", "table")  # what a reopened page shows of the conversation its browser kept
 
@@ -82,7 +80,12 @@ class Handlers:
             gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
                     "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
-        return "", message, sent.ticket, gr.Timer(active=bool(session.views.panels_visible)), session.saved()
+        saved = session.saved()
+        session.shelf.note_active(saved)  # a new chat is named after its first message at once
+        return {self.page.textbox: "", self.page.pending: message, self.page.ticket: sent.ticket,
+                self.page.panel_tick: gr.Timer(active=bool(session.views.panels_visible)), self.page.saved: saved,
+                self.page.save_tick: gr.Timer(active=True),
+                self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None), **self._chat_list(session)}
 
     # -- the last reply: Regenerate, Edit, Continue; the export -------------------------------------
     def regenerate(self, request: gr.Request = None):
@@ -97,16 +100,23 @@ class Handlers:
 
     def _resend(self, session: ChatSession, resend: Resend) -> dict:
         page = self.page
+        if resend.message is not None:
+            session.shelf.expire_undo()
         for level, text in resend.view.toasts:
             _toast(level, text)
         if resend.message is None:  # refused (the toast says why): respond_on_page does nothing
             return {page.pending: "", page.ticket: NOTHING_SENT}
         return {page.transcript: wire(resend.view.transcript), page.pending: resend.message, page.ticket: resend.ticket,
-                page.panel_tick: gr.Timer(active=bool(session.views.panels_visible)), page.saved: session.saved()}
+                page.panel_tick: gr.Timer(active=bool(session.views.panels_visible)), page.saved: session.saved(),
+                page.save_tick: gr.Timer(active=True)}
 
-    def edit_last(self, request: gr.Request = None):
-        """Edit: the last exchange taken back, its message into the box."""
+    def edit_last(self, typed="", request: gr.Request = None):
+        """Edit: the last exchange taken back, its message into the box (refused while the box
+        holds text: nothing typed is lost)."""
         session = self.session_of(request)
+        if str(typed or "").strip():
+            gr.Info("The message box has text in it: send it or empty it first, then Edit puts the last message there.")
+            return {self.page.textbox: gr.skip()}
         view = session.last.edit()
         for level, text in view.toasts:
             _toast(level, text)
@@ -159,14 +169,21 @@ class Handlers:
             yield {self.page.stats: gr.skip()}
             return
         session = self.session_of(request)
-        saved_at = time.monotonic()
         for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
                                      system_prompt, ticket=None if ticket is None else int(ticket)):
             out = self.updates(session.defer(view))
             if any(c in out for c in self.streamed):  # else nothing to send now
-                if time.monotonic() - saved_at >= SAVE_INTERVAL_S:  # a reload keeps what streamed
-                    out[self.page.saved], saved_at = session.saved(), time.monotonic()
                 yield out
+
+    def save_now(self, request: gr.Request = None):
+        """The save tick (every SAVE_INTERVAL_S while a reply streams or a message waits): the
+        browser's copy of the chat, so that a reload keeps what streamed. An event of its own: as
+        an output of the reply's stream, the copy slowed the page by a quarter (bench-page,
+        docs/BENCHMARKS.md)."""
+        session = self.session_of(request)
+        if not session.busy:
+            return {self.page.save_tick: gr.Timer(active=False)}
+        return {self.page.saved: session.saved(), self.page.save_tick: gr.skip()}
 
     def tick(self, request: gr.Request = None):
         """The panel tick (every PLOT_INTERVAL_S while a reply streams and a live panel is on
@@ -183,6 +200,7 @@ class Handlers:
         saved = session.saved()
         session.shelf.note_active(saved)  # a new chat's title: its first message
         return {**out, self.page.panel_tick: gr.Timer(active=session.busy and bool(session.views.panels_visible)),
+                self.page.save_tick: gr.Timer(active=session.busy),
                 self.page.saved: saved, **self._chat_list(session)}  # the conversation, kept in the browser for a reload
 
     def stop_generation(self, request: gr.Request = None):
@@ -437,11 +455,25 @@ class Handlers:
         from specchat.errors import SpecchatError
         from specchat.runtimes.registry import RegistryError
 
-        try:
-            service.retarget(target)
-        except (RegistryError, ValueError, SpecchatError) as exc:
-            gr.Warning(html.escape(f"Cannot load {target}: {exc}"))  # a toast is HTML: a path or "<hub id>" shows as typed
-            yield {page.model_menu: service.target_name}
+        errors: list[BaseException] = []
+
+        def retarget() -> None:  # loads the new target before letting the old one go (ChatService.retarget)
+            try:
+                service.retarget(target)
+            except Exception as exc:  # shown below
+                errors.append(exc)
+
+        worker = threading.Thread(target=retarget, name="specchat-retarget", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            yield {page.load_banner: loading_banner(f"Loading {target}")}
+        if errors:
+            known = isinstance(errors[0], (RegistryError, ValueError, SpecchatError, OSError))
+            gr.Warning(html.escape(f"Cannot load {target}: {errors[0]}"  # a toast is HTML: a path or "<hub id>" as typed
+                                   + ("" if known else f" ({type(errors[0]).__name__})")
+                                   + f". {service.target_name} stays loaded."))
+            yield {page.model_menu: service.target_name, page.load_banner: service.banner}
             return
         service.start(AUTO)
         self.kinds, self.auto = list(service.drafter_kinds()), True

@@ -26,7 +26,7 @@ from specchat.ui.html.transcript import TEMPLATE as TRANSCRIPT_TEMPLATE
 from specchat.ui.html.transcript import TRANSCRIPT_JS, wire
 from specchat.ui.page.host import loading_html
 from specchat.ui.session.chat import AUTO, PLOT_INTERVAL_S, ChatSession
-from specchat.ui.session.saved import COLOUR_MODES, DEFAULT_MAX_NEW_TOKENS, SETTING_RANGES
+from specchat.ui.session.saved import COLOUR_MODES, DEFAULT_MAX_NEW_TOKENS, SAVE_INTERVAL_S, SETTING_RANGES
 from specchat.ui.session.view import View
 from specchat.ui.session.views import CHART_SCOPES
 
@@ -206,6 +206,7 @@ class Page:
     plot_worth: gr.Plot
     table: gr.HTML
     panel_tick: gr.Timer
+    save_tick: gr.Timer
     api_chat: gr.Button
     system_prompt: gr.Textbox
     unqueue: gr.Textbox
@@ -463,10 +464,12 @@ def _hidden() -> dict[str, Any]:
     chats_saved = gr.BrowserState(None, storage_key="specchat-chats", secret=browser_secret())
     # while a reply streams: draws the panels the reply's stream left in the session (ChatSession.defer)
     panel_tick = gr.Timer(PLOT_INTERVAL_S, active=False)
+    # while a reply streams or a message waits: writes the chat into the browser (Handlers.save_now)
+    save_tick = gr.Timer(SAVE_INTERVAL_S, active=False)
     api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
     panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
     return dict(pick=pick, unqueue=unqueue, saved=saved, settings_saved=settings_saved, chats_saved=chats_saved,
-                panel_tick=panel_tick,
+                panel_tick=panel_tick, save_tick=save_tick,
                 api_chat=api_chat, panels=panels)
 
 

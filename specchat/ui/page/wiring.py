@@ -114,23 +114,27 @@ def on(trigger: str | None, fn: str | None, inputs: tuple[str, ...] | None = Non
 def events(trace_files: bool) -> list[Event]:
     """The page's listeners, in the order they are attached (``trace_files``: ``app.py --trace``)."""
     reply = dict(**QUIET, **MODEL, trigger_mode="multiple")  # a message sent while another streams queues; "once" would drop it
-    settle = on(None, "settle", None, (*ASIDE, "panel_tick", "saved", "chat_list", "chats_saved"), **QUIET, **FREE, **PRIVATE)
-    respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), (*STREAMED, "saved"), **PRIVATE, **reply,
-                 then=(settle,))
+    settle = on(None, "settle", None, (*ASIDE, "panel_tick", "save_tick", "saved", "chat_list", "chats_saved"), **QUIET, **FREE,
+                **PRIVATE)
+    respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), STREAMED, **PRIVATE, **reply, then=(settle,))
     # sending: the box emptied at once (no concurrency limit), then the reply on the model queue, then
     # what its stream left aside
-    send = [on(trigger, "take_message", ("textbox",), ("textbox", "pending", "ticket", "panel_tick", "saved"), **FREE, **QUIET,
+    send = [on(trigger, "take_message", ("textbox",), ("textbox", "pending", "ticket", "panel_tick", "saved", "save_tick",
+                                                       "undo_btn", "chat_list", "chats_saved"), **FREE, **QUIET,
                **PRIVATE, then=(respond,)) for trigger in ("send.click", "textbox.submit")]
     # Regenerate and Continue send like a typed message (their handler gives the message and its ticket)
-    resend = [on(trigger, fn, None, ("transcript", "pending", "ticket", "panel_tick", "saved"), **FREE, **QUIET, **PRIVATE,
+    resend = [on(trigger, fn, None, ("transcript", "pending", "ticket", "panel_tick", "saved", "save_tick"), **FREE, **QUIET,
+                 **PRIVATE,
                  then=(respond,)) for trigger, fn in (("regenerate_btn.click", "regenerate"),
                                                        ("continue_btn.click", "continue_reply"))]
     return [
         *send,
         *resend,
-        on("edit_btn.click", "edit_last", None, ("transcript", "textbox", "table", "saved"), **FREE, **QUIET, **PRIVATE),
+        on("edit_btn.click", "edit_last", ("textbox",), ("transcript", "textbox", "table", "saved"), **FREE, **QUIET, **PRIVATE),
         on("export_btn.click", "export_chat", None, ("export_file",), **FREE, **QUIET, **PRIVATE),
         on("panel_tick.tick", "tick", None, TICKED_OUTPUTS, **QUIET, **FREE, **PRIVATE),
+        # while a reply streams: the browser's copy of the chat, every SAVE_INTERVAL_S (a reload keeps what streamed)
+        on("save_tick.tick", "save_now", None, ("saved", "save_tick"), **QUIET, **FREE, **PRIVATE),
         on("api_chat.click", "respond", ("pending", *SETTINGS), EVERYTHING, api_name="chat", **reply),
         on("stop.click", "stop_generation", **FREE, **PRIVATE),
         # .select fires once per user choice (Gradio 6.31's Dropdown fires .input twice) and

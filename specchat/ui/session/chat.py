@@ -175,6 +175,8 @@ class ChatSession:
         ``message`` counts as a message that is not shown."""
         if message is not None and is_blank_message(message):
             return Sent(None, self.queue.busy)
+        if message is not None:
+            self.shelf.expire_undo()  # an Undo of Clear or Delete offered before this message is withdrawn
         return Sent(*self.queue.note(message))
 
     def cancel_queued(self, exchange_id: int) -> str:
@@ -336,6 +338,7 @@ class ChatSession:
         # ValueError for an out-of-range setting (or nothing left to continue), before any change
         turn = (self.conversation.begin(message, settings) if continues is None
                 else self.conversation.begin_continuation(settings))
+        prefix = turn.continue_from
         self.views.reply_count += 1
         reply = Reply(self.views.reply_count, message, settings, config=turn.config)
         self.views.follow(reply.number)
@@ -343,6 +346,7 @@ class ChatSession:
             exchange = self.views.add_exchange(Exchange(message, reply))
         else:  # the bubble shown since it was sent, marked queued: its reply starts
             exchange.reply, exchange.queued, exchange.note = reply, False, None
+        exchange.prefix = prefix
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
         # the browser together (a message that waited), and the transcript must not miss its end
         before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()

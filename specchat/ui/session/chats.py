@@ -126,7 +126,8 @@ class ChatShelf:
         gone = self.current
         gone.saved = saved or {}
         self.chats.remove(gone)
-        self.undo = gone
+        if gone.saved.get("exchanges") or gone.renamed:  # an empty chat is not worth an Undo (nor losing one for)
+            self.undo = gone
         if not self.chats:
             self.active = self._new().id
             return {}
@@ -146,7 +147,11 @@ class ChatShelf:
         if chat is None:
             return None
         existing = self.get(chat.id)
-        if existing is None:  # deleted: back in the list
+        if existing is not None and chat.id == self.active and (saved or {}).get("exchanges"):
+            # Clear, then new messages in the same chat: both are kept, the cleared one as a chat of its own
+            chat = Chat(f"{chat.id}u{next(self._ids)}", chat.title, chat.renamed, chat.saved)
+            existing = None
+        if existing is None:  # deleted (or set aside above): back in the list
             self.stash(saved)
             self.chats.insert(0, Chat(chat.id, chat.title, chat.renamed, None, time.time()))
         elif chat.id != self.active:
@@ -154,6 +159,10 @@ class ChatShelf:
             existing.saved = None
         self.active = chat.id
         return chat.saved or {}
+
+    def expire_undo(self) -> None:
+        """A message was sent: an Undo offered before it is withdrawn (it would undo the wrong thing)."""
+        self.undo = None
 
     # -- the list on the page, and its copy in the browser ---------------------------------------
     def choices(self) -> list[tuple[str, str]]:

@@ -57,7 +57,7 @@ def export_markdown(data: dict) -> str:
         if e["continues"]:
             lines += ["## Continue", ""]
         else:
-            lines += ["## You", "", e["message"], ""]
+            lines += ["## You", "", _closed(e["message"]), ""]
         if e["note"]:
             lines += [f"_{e['note']}_", ""]
         reply = e["reply"]
@@ -67,8 +67,15 @@ def export_markdown(data: dict) -> str:
         lines += [f"### {reply['label']}", ""]
         if figures is not None:
             lines += [f"_{_figures_line(figures)}_", ""]
-        lines += [reply["text"], ""]
+        lines += [_closed(reply["text"]), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _closed(text: str) -> str:
+    """``text`` with a code fence it left open closed (a reply cut at its token limit inside a code
+    block would otherwise swallow the rest of the file)."""
+    fences = [line.lstrip()[:3] for line in text.splitlines() if line.lstrip().startswith(("```", "~~~"))]
+    return text + f"\n{fences[-1]}" if len(fences) % 2 else text
 
 
 def _figures_line(f: dict) -> str:

@@ -54,9 +54,12 @@ class LastReply:
         """The last exchange, if ``action`` may act on it now, else (None, why not)."""
         if self.queue.busy:
             return None, f"{action}: a reply is still being written or a message waits. Stop them first."
-        if not self.views.exchanges:
+        # the last exchange with a reply (one shown or restored): a message Stop cancelled before
+        # it started, or a cancelled Continue, is passed over
+        answered = [e for e in self.views.exchanges if e.reply is not None or e.restored is not None]
+        if not answered:
             return None, f"There is no reply to {action.lower()} yet."
-        last = self.views.exchanges[-1]
+        last = answered[-1]
         if last.reply is not None and last.reply.running:
             return None, f"{action}: the reply is still being written. Stop it first."
         return last, ""

@@ -230,6 +230,7 @@ class Exchange:
     restored: Restored | None = None  # a reply of this conversation before the page was reloaded (text only)
     kept: bool = False  # its turn is in what the model sees (Conversation.finish kept it)
     continues: bool = False  # its reply continues the reply before it (Continue); the message is that reply's
+    prefix: str | None = None  # for a Continue: the reply's text it writes on from (what the model sees before it)
 
     def item(self) -> dict[str, Any]:
         """The exchange as an item of the page's transcript: its id, the user's message (HTML,

@@ -79,7 +79,9 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
     history = [dict(m) for m in conversation.messages]
     for e in views.exchanges:
         streaming = e.reply is not None and e.reply.running
-        if streaming and e.reply is not None and e.reply.renderer.text and not e.continues:
+        if streaming and e.continues and e.prefix is not None:  # a Continue streaming: the model sees one reply
+            _continuing(e, items, history)
+        elif streaming and e.reply is not None and e.reply.renderer.text and not e.continues:
             # a reload now keeps what streamed, as a reply cut short that Continue writes on
             r = e.reply
             items.append({"message": e.message, "label": r.label, "text": r.renderer.text, "summary": "",
@@ -105,6 +107,22 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
             "system_prompt": conversation.system_prompt}
 
 
+def _continuing(e: Exchange, items: list[dict[str, Any]], history: list[dict[str, str]]) -> None:
+    """A Continue still streaming, as :func:`saved_state` keeps it: the reply it continues and what
+    it wrote so far are one reply in the history (the conversation took that turn out while the
+    Continue runs); the reply before gives its place in the conversation to this exchange."""
+    assert e.reply is not None and e.prefix is not None
+    text = e.reply.renderer.text
+    history += [{"role": "user", "content": e.message}, {"role": "assistant", "content": e.prefix + text}]
+    for item in reversed(items):
+        if item.get("kept"):
+            item["kept"] = False
+            break
+    items.append({"message": e.message, "label": e.reply.label, "text": text, "summary": "", "kept": True,
+                  "continues": True, "note": RELOADED_NOTE,
+                  "status": "cut short: the page was reloaded while this reply was being written"})
+
+
 def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -> bool:
     """After a reload: the conversation :func:`saved_state` kept in the browser, shown again (each
     reply as text, marked restored) and given to the model as history, so the chat goes on
@@ -127,11 +145,12 @@ def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -
                                         continues=item["continues"]))
             views.reply_count += 1  # the next reply's number follows the restored ones
         else:
-            views.add_exchange(Exchange(item["message"], note=item["note"] or None))
+            views.add_exchange(Exchange(item["message"], note=item["note"] or None, continues=item["continues"]))
     return True
 
 
 # -- the page's settings, kept in the browser across a reload ---------------------------------
+SAVE_INTERVAL_S = 5.0  # while a reply streams, the page rewrites the browser's copy this often (its save tick)
 DEFAULT_MAX_NEW_TOKENS = 1024  # the page's default reply length: 256 cut 2 of a tester's first 6 answers mid-code
 # each control kept: its range (None: a choice), for parse_settings and the page's sliders
 SETTING_RANGES: dict[str, tuple[float, float] | None] = {
