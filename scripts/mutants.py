@@ -807,8 +807,8 @@ MUTANTS = [
         "closed-stream-keeps-running",
         11,
         "specchat/ui/session/chat.py",
-        "self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel)",
-        "self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, threading.Event())",
+        "self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel, **more)",
+        "self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, threading.Event(), **more)",
         "the engine is not given the reply's cancel switch: a closed tab (or Stop) does not stop it",
     ),
     Mutant(
@@ -823,8 +823,8 @@ MUTANTS = [
         "cleared-turn-kept",
         11,
         "specchat/conversation.py",
-        "if not turn.answered or turn._epoch != self._epoch:",
-        "if not turn.answered:",
+        "            if turn._epoch != self._epoch:\n                return False\n",
+        "",
         "a reply streaming when Clear is pressed comes back into the emptied conversation",
     ),
     Mutant(
