@@ -477,7 +477,7 @@ def test_a_queued_message_shows_at_once_with_its_own_cancel(served, browser):
         box.send_keys(message, Keys.ENTER)
         _wait_for(lambda: box.get_attribute("value") == "", 10, "the box to empty")
     users = lambda: d.execute_script(USER_TEXTS)  # noqa: E731
-    _wait_for(lambda: len(users()) == 3 and all("queued" in u for u in users()[1:]), 30, f"both queued bubbles {users()}")
+    _wait_for(lambda: len(users()) == 3 and all("queued" in u for u in users()[1:]), 30, "both queued bubbles")
     assert service.run_for(first)["end"] is None  # shown while the first reply streams
     assert len(d.find_elements(By.CSS_SELECTOR, "#spec-chat .spec-unqueue")) == 2
     drive_app.screenshot(d, str(OUT / "queued.png"), width=1280)
