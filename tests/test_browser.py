@@ -140,7 +140,10 @@ def _set_slider(d, label: str, value: int) -> None:
 
 REPLY_TEXT = "const b = document.querySelectorAll('#spec-chat .message.bot, #spec-chat [data-testid=bot]'); " \
     "return b.length ? b[b.length - 1].innerText : '';"
-USER_TEXTS = "return [...document.querySelectorAll('#spec-chat [data-testid=user]')].map(e => e.innerText);"
+# textContent, not innerText: an exchange scrolled out of the window has `content-visibility: auto`
+# and innerText reads '' for it (the window scrolled to a control below the chat hid the first bubbles)
+USER_TEXTS = ("return [...document.querySelectorAll('#spec-chat [data-testid=user]')]"
+              ".map(e => e.textContent.trim().replace(/\\s*\\n\\s*/g, '\\n\\n'));")
 
 
 # The last reply: what it shows (the Markdown's text, without the code blocks' bars and the
