@@ -56,6 +56,7 @@ FAMILY = {
     17: ["tests/test_adaptive.py", "tests/test_timing.py"],
     18: ["tests/test_events.py", "tests/test_trace.py", "tests/test_app.py", "tests/test_audit.py"],
     19: ["tests/test_prefill_progress.py", "tests/test_session_queue_restore.py"],
+    20: ["tests/test_last_reply.py", "tests/test_chats.py", "tests/test_conversation.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -77,6 +78,7 @@ KIND_NAMES = {
     17: "adaptive γ's pause (γ = 0 with probes: the decision, the probe budget, the probe's costs)",
     18: "token kinds (a round with no draft commits a target token, never a bonus; old traces read so)",
     19: "a long prefill in passes (Stop in it), a queued message's own cancel, the conversation restored",
+    20: "the last reply (Regenerate, Edit, Continue), several chats (Delete, Undo) and the settings kept",
 }
 
 
@@ -1390,6 +1392,47 @@ MUTANTS = [
         "        if not isinstance(m, dict) or m.get(\"role\") not in (\"user\", \"assistant\") or not isinstance(m.get(\"content\"), str):\n",
         "        if not isinstance(m, dict) or not isinstance(m.get(\"content\"), str):\n",
         "a conversation restored from the browser may carry any role (a system message the user never set)",
+    ),
+    # -- 20. the last reply, several chats, the settings kept --------------------------------
+    Mutant(
+        "continued-reply-lost-when-unanswered",
+        20,
+        "specchat/conversation.py",
+        "                if before is not None:  # the continued reply goes back as it was\n",
+        "                if False:  # the continued reply goes back as it was\n",
+        "a Continue stopped before its first token loses the reply it was to continue from the history",
+    ),
+    Mutant(
+        "continuation-drops-the-first-part",
+        20,
+        "specchat/conversation.py",
+        "            text = (before or \"\") + turn.text\n",
+        "            text = turn.text\n",
+        "a continued reply keeps only the new text: what it continued is gone from the history",
+    ),
+    Mutant(
+        "take-back-keeps-the-turn",
+        20,
+        "specchat/conversation.py",
+        "            del self.messages[-2:]\n            return dict(user)\n",
+        "            return dict(user)\n",
+        "Regenerate and Edit leave the old exchange in what the model sees (it answers it twice)",
+    ),
+    Mutant(
+        "undo-after-delete-forgets-the-chat",
+        20,
+        "specchat/ui/session/chats.py",
+        "        if gone.saved.get(\"exchanges\") or gone.renamed:",
+        "        if False:",
+        "Undo after Delete brings nothing back",
+    ),
+    Mutant(
+        "kept-gamma-may-be-fractional",
+        20,
+        "specchat/ui/session/saved.py",
+        "                ok = value == int(value)  # type: ignore[arg-type]  # a number, checked above\n",
+        "                ok = True\n",
+        "a fractional γ or max new tokens kept by the browser comes back into the page",
     ),
 ]
 

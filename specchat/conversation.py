@@ -22,6 +22,7 @@ for a surface that only reads the events. No gradio, no torch import.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections.abc import Callable, Generator, Iterator
@@ -57,6 +58,15 @@ class ReplySettings:
     system_prompt: str = ""  # the conversation's system message ("" = none), through the chat template
 
     @classmethod
+    def from_controls(cls, drafter: str, gamma: float, temperature: float, top_p: float, max_new_tokens: float,
+                      adaptive: bool, system_prompt: str | None) -> ReplySettings:
+        """The settings from a page's controls (in the page's input order). γ and max new tokens are
+        sliders of step 1 whose number box takes any number: a typed 2.5 is rounded half up (3), as
+        the label then shows, instead of being cut to 2 out of sight."""
+        return cls(drafter, _round_half_up(gamma), bool(adaptive), float(temperature), float(top_p),
+                   _round_half_up(max_new_tokens), str(system_prompt or ""))
+
+    @classmethod
     def from_trace(cls, header: dict) -> ReplySettings:
         """The settings recorded in a trace file's header (missing ones get the defaults)."""
         c = header.get("config") or {}
@@ -83,6 +93,17 @@ class ReplySettings:
         return f"{temperature} · top-p {self.top_p:g}"
 
 
+def _round_half_up(value: float) -> int:
+    return int(math.floor(float(value) + 0.5))
+
+
+def _whole(value: float, name: str) -> int:
+    """``value`` as an int; ValueError for a fractional one (an API call's 2.5 is refused, not cut to 2)."""
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"{name} must be a whole number, got {value:g}")
+    return int(value)
+
+
 def generation_config(settings: ReplySettings, seed: int, *, trace: bool = False) -> GenerationConfig:
     """The engine's settings for a reply made with ``settings``: speedups are always measured in
     the reply (timing rounds), and every round is traced when ``trace`` (the page's inspector,
@@ -92,11 +113,11 @@ def generation_config(settings: ReplySettings, seed: int, *, trace: bool = False
         ValueError: an out-of-range setting (``GenerationConfig`` checks each).
     """
     return GenerationConfig(
-        num_speculative_tokens=int(settings.num_speculative_tokens),
+        num_speculative_tokens=_whole(settings.num_speculative_tokens, "num_speculative_tokens (γ)"),
         adaptive_gamma=bool(settings.adaptive_gamma),
         temperature=float(settings.temperature),
         top_p=float(settings.top_p),
-        max_new_tokens=int(settings.max_new_tokens),
+        max_new_tokens=_whole(settings.max_new_tokens, "max_new_tokens"),
         seed=seed,
         measure_speedup=True,
         trace=trace,

@@ -251,6 +251,7 @@ class ChatService:
                 self.drafter_errors[kind] = exc
                 raise
             self.drafter_errors.pop(kind, None)
+            self.model_sizes(kind)  # counted now: a GGUF header takes ~1 s of CPU, stolen from a reply's decoding
             return drafter
 
     def drafter_for_chat(self, kind: str) -> tuple[str, Notice | None]:
@@ -505,10 +506,9 @@ class ChatService:
                 drafter.forget_prefix()
 
     def warm_up(self, drafter: str = "none", num_tokens: int = 8) -> None:
-        """Run one short untimed generation with ``drafter`` (and one target-only): the first
-        forward passes of a process are several times slower (allocator and kernel warm-up),
-        and the first reply should not pay for that. Nothing is measured or kept: every speed
-        figure is measured in the reply it describes (:mod:`specchat.core.costs`)."""
+        """Run one short untimed generation with ``drafter`` (and one target-only): the first forward
+        passes of a process are several times slower (allocator and kernel warm-up), and the first reply
+        should not pay for that. Nothing is kept: every speed is measured in its reply (:mod:`specchat.core.costs`)."""
         ids, _ = self.encode_chat([], WARMUP_PROMPT, num_tokens)
         for kind in dict.fromkeys(["none", drafter if drafter not in self.drafter_errors else "none"]):
             for _ in self.generate(ids, drafter=kind, config=GenerationConfig(max_new_tokens=num_tokens)):

@@ -614,7 +614,11 @@ def test_the_page_shows_the_drafter_picked_by_measurement_and_why():
     fake.ready.wait(5)
     demo = app.build_ui(fake, default_drafter="auto")
     show = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "show_loading")
-    assert list(show())[-1] == {_by_id(demo, "spec-loading"): getattr(fake, "banner", "")}  # loading: the banner only
+    shown = list(show())[-1]  # loaded: the banner, and the model's name in the header and the model menu
+    assert shown[_by_id(demo, "spec-loading")] == getattr(fake, "banner", "")
+    texts = [v for v in shown.values() if isinstance(v, str)]
+    assert any(f"(`{fake.target_name}`)" in t for t in texts)
+    assert [v.value for v in shown.values() if isinstance(v, gr.Dropdown)] == [fake.target_name]
     apply = next(fn.fn for fn in demo.fns.values() if fn.fn is not None and fn.fn.__name__ == "apply_startup_pick")
     first = next(b.value for b in demo.blocks.values() if isinstance(b, gr.Dropdown) and b.label == "drafter")
     last = apply(first, None, SimpleNamespace(session_hash="tab-0"))  # the menu still shows its first value

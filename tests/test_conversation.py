@@ -110,6 +110,20 @@ def test_one_settings_rule():
         Conversation().begin("x", ReplySettings("none", 4, False, 0.0, 1.5, 8))
 
 
+def test_a_fractional_gamma_is_rounded_from_the_page_and_refused_from_an_api_call():
+    # the page's γ box took 2.5: rounded half up to 3 (what the label shows), not cut to 2 out of sight
+    typed = ReplySettings.from_controls("ngram", 2.5, 0, 1, 99.5, True, None)
+    assert (typed.num_speculative_tokens, typed.max_new_tokens, typed.system_prompt) == (3, 100, "")
+    assert typed.gamma_label("ngram") == "γ adaptive ≤ 3"
+    assert Conversation().config(typed).num_speculative_tokens == 3
+    assert ReplySettings.from_controls("ngram", 2.4, 0, 1, 64, False, "be brief").num_speculative_tokens == 2
+    for bad, name in ((ReplySettings("ngram", 2.5, True, 0.0, 1.0, 8), "num_speculative_tokens"),
+                      (ReplySettings("ngram", 2, True, 0.0, 1.0, 8.5), "max_new_tokens")):
+        with pytest.raises(ValueError, match=f"{name}.*whole number, got"):
+            Conversation().begin("x", bad)
+    assert Conversation().config(ReplySettings("ngram", 4.0, True, 0.0, 1.0, 8.0)).num_speculative_tokens == 4
+
+
 def test_restore_takes_the_turns_and_the_seed_rule_goes_on_after_them():
     c = Conversation(seed=10)
     c.restore([user("a"), assistant("b")], "Be kind.")

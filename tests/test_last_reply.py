@@ -172,6 +172,19 @@ def test_the_export_lists_every_exchange_with_its_figures():
     assert f"_{REGENERATED_NOTE}_" in md and md.count("## You") == 2
 
 
+def test_the_export_names_the_target_of_each_reply_after_a_model_switch():
+    service = FakeService()
+    session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    before = service.target_name
+    _drain(session, "First.", drafter="ngram")
+    service.target_name = "another-model"  # what ChatService.retarget does to the name
+    _drain(session, "Second.", drafter="ngram")
+    data = export_json(session.views, session.conversation, target=service.target_name)
+    assert [e["reply"]["target"] for e in data["exchanges"]] == [before, "another-model"]
+    headings = [line for line in export_markdown(data).splitlines() if line.startswith("### ")]
+    assert headings[0].endswith(f" · target {before}") and "target" not in headings[1]
+
+
 # -- on the real model ---------------------------------------------------------------------------
 def test_continue_on_the_real_model_writes_what_one_longer_greedy_reply_writes(smollm2_service):
     """Greedy: a reply cut at 12 tokens and continued for 20 more is, as text, the first 32
@@ -248,6 +261,16 @@ def test_the_markdown_export_closes_a_code_block_a_cut_reply_left_open():
         {"message": "next", "continues": False, "note": "", "reply": None}]}
     md = export_markdown(data)
     assert "```python\nx = 1\n```\n" in md and md.rindex("## You") > md.index("x = 1\n```")
+
+
+def test_the_model_sizes_are_read_when_a_drafter_is_prepared_not_during_a_reply(smollm2_service):
+    """Reading a GGUF header takes ~1 s of CPU: done while the drafter loads, it is not taken from
+    the first reply's decoding (2 cores: llama.cpp's two threads would wait on it)."""
+    from specchat.runtimes.llamacpp import gguf_model_size
+
+    smollm2_service._sizes.clear()
+    smollm2_service.prepare_drafter("none")
+    assert smollm2_service._sizes == {"target": gguf_model_size(smollm2_service.target_path)}
 
 
 def test_a_file_that_is_not_a_model_leaves_the_loaded_one(smollm2_service, tmp_path):

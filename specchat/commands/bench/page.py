@@ -1,11 +1,12 @@
 """``specchat bench-page``: how fast the page streams a reply, against the engine on the same reply.
 
-For each drafter asked for, the command starts the app (``python -m specchat app``) in a process
-of its own, opens the real page in headless Chromium and sends N messages in one conversation.
-After each reply in the page, the same message with the same settings, as a turn of a conversation of its own, runs
-through the engine in this process with no page and no browser: at temperature 0 both make the
-same tokens, so the two rates compare like for like, one right after the other. Per reply it
-reports:
+For each drafter asked for, the command first plays the conversation (N messages, greedy, the page's
+settings) with the engine alone: ``python -m specchat chat --script --json`` in a process of its own,
+nothing else running. Then it starts the app (``python -m specchat app``) in a process of its own,
+opens the real page in headless Chromium and sends the same N messages in one conversation. Each
+reply in the page is compared with the same reply of the engine alone (at temperature 0 the two
+usually make the same tokens; ``same_text`` says when llama.cpp's batch sums made a near-tie go the
+other way). Per reply it reports:
 
 - page tokens/s: the reply's tokens ÷ the time from Send to the page's last change of the chat
   (a MutationObserver in the page, on the browser's own clock);
@@ -14,7 +15,7 @@ reports:
 - bytes per update: each chunk of the queue's server-sent-event stream the browser received
   (Chrome's DevTools network events), median and largest;
 - CPU: the browser's (every Chromium process) and the app's, in seconds and in % of one core
-  over the page time, beside the engine's own CPU time for the same reply.
+  over the page time (the engine alone's CPU is not taken: a process of its own).
 
 Writes ``page-bench.json`` to ``--out`` and prints a table and the page's speed goals (page ÷ engine, the browser's CPU). Needs
 Debian's chromium and chromium-driver and selenium (``requirements-bench.txt``).
@@ -83,9 +84,10 @@ return {nodes: document.getElementsByTagName('*').length,
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench-page", help="time replies streamed in the real page (headless Chromium) against the engine alone",
-        description="Starts the app, drives the page in headless Chromium through one conversation, and after each "
-                    "reply runs the same reply through the engine with no page: page tokens/s ÷ engine tokens/s, "
-                    "bytes per streamed update, and the browser's and the app's CPU time, per reply.",
+        description="Plays one conversation with the engine alone (chat --script, in a process of its own), then "
+                    "starts the app and drives the page in headless Chromium through the same conversation: page "
+                    "tokens/s ÷ engine-alone tokens/s, bytes per streamed update, and the browser's and the app's CPU "
+                    "time, per reply.",
     )
     p.add_argument("--target", help="models.yaml name, local directory or .gguf file (default: the models.yaml default)")
     add_runtime_argument(p, threads=True)
@@ -277,8 +279,7 @@ def script_replies(messages: list[str], drafter: str, args, out: Path) -> list[d
                      "engine_tokens_per_s": tokens / seconds,
                      "engine_decode_tokens_per_s": tokens / decode_ms * 1000 if decode_ms else None,
                      "engine_prefill_s": round(r["prefill_ms"] / 1000, 3),
-                     "engine_first_s": round(r["ttft_ms"] / 1000, 3) if r["ttft_ms"] is not None else None,
-                     "engine_cpu_s": None})
+                     "engine_first_s": round(r["ttft_ms"] / 1000, 3) if r["ttft_ms"] is not None else None})
     if len(rows) != len(messages):
         raise RuntimeError(f"chat --script gave {len(rows)} replies for {len(messages)} messages; see {log}")
     return rows
@@ -308,7 +309,7 @@ def summarize(results: list[dict]) -> dict:
 
 COLUMNS = ("reply", "tokens", "first text page/engine s", "page tok/s", "engine tok/s", "page÷engine",
            "decode app/engine tok/s", "updates", "B/update", "browser CPU", "script/layout/style s", "app CPU s",
-           "engine CPU s", "DOM nodes")
+           "DOM nodes")
 
 
 def format_report(results: list[dict], summary: dict) -> str:
@@ -324,7 +325,7 @@ def format_report(results: list[dict], summary: dict) -> str:
                 f"{r['page_tokens_per_s']:.2f}", f"{r['engine_tokens_per_s']:.2f}", f"{r['page_over_engine']:.2f}×",
                 _decode(r), str(r["updates"]), str(r["update_bytes_median"]), f"{r['browser_cpu_pct']:.0f}%",
                 f"{b.get('ScriptDuration', 0):.2f}/{b.get('LayoutDuration', 0):.2f}/{b.get('RecalcStyleDuration', 0):.2f}",
-                f"{r['app_cpu_s']:.1f}", _num(r.get("engine_cpu_s")), str(r["dom_nodes"]),
+                f"{r['app_cpu_s']:.1f}", str(r["dom_nodes"]),
             ))
         widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
         lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]

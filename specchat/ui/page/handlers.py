@@ -142,7 +142,7 @@ class Handlers:
     @staticmethod
     def reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt) -> ReplySettings:
         """The settings a reply or a race runs with, from the page's controls (in their input order)."""
-        return ReplySettings(drafter, gamma, adaptive, temperature, top_p, max_new_tokens, str(system_prompt or ""))
+        return ReplySettings.from_controls(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt)
 
     def reply_views(self, session, message, *controls, ticket: int | None = None):
         """One reply's Views (see ChatSession.respond); an out-of-range setting is a gr.Error."""
@@ -374,11 +374,14 @@ class Handlers:
 
     def show_loading(self):
         """On page load: mirror the background loading progress until the models are ready
-        (:meth:`apply_startup_pick` follows)."""
-        for banner in wait_until_ready(self.service):
-            yield {self.page.load_banner: banner}
-        if self.service.startup_error is None:  # else the last banner says what failed
-            yield {self.page.load_banner: self.service.banner}
+        (:meth:`apply_startup_pick` follows); then the model's name, in the header and the model
+        menu (a page opened after a switch from another page names the model loaded now)."""
+        page, service = self.page, self.service
+        for banner in wait_until_ready(service):
+            yield {page.load_banner: banner}
+        if service.startup_error is None:  # else the last banner says what failed
+            yield {page.load_banner: service.banner, page.subtitle: header_md(service.target_name),
+                   page.model_menu: gr.Dropdown(choices=model_choices(service.target_name), value=service.target_name)}
 
     # -- the settings kept in the browser ---------------------------------------------------------
     def keep_settings(self, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, colours):

@@ -150,7 +150,7 @@ def events(trace_files: bool) -> list[Event]:
         on("scope.input", "set_scope", ("scope",), ("figures",), **FREE, **QUIET, api_name="charts"),
         # every open tab polls the loading (no model work); the menu's value is read when loading
         # ends, after any pick made meanwhile
-        on("load", "show_loading", None, ("load_banner",), **QUIET, **PRIVATE, **FREE, then=(
+        on("load", "show_loading", None, ("load_banner", "subtitle", "model_menu"), **QUIET, **PRIVATE, **FREE, then=(
             on(None, "apply_startup_pick", ("drafter", "settings_saved"), ("drafter_status", "drafter", "active_drafter"),
                **QUIET, **PRIVATE, **FREE, then=(
                    on(None, "prepare_kept_drafter", ("drafter", "active_drafter"),

@@ -340,7 +340,7 @@ class ChatSession:
                 else self.conversation.begin_continuation(settings))
         prefix = turn.continue_from
         self.views.reply_count += 1
-        reply = Reply(self.views.reply_count, message, settings, config=turn.config)
+        reply = Reply(self.views.reply_count, message, settings, config=turn.config, target=self.service.target_name)
         self.views.follow(reply.number)
         if exchange is None or exchange not in self.views.exchanges:
             exchange = self.views.add_exchange(Exchange(message, reply))

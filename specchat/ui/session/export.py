@@ -27,7 +27,7 @@ def _reply_of(e: Exchange) -> dict[str, Any] | None:
     """An exchange's reply as export data, or None (a message never answered)."""
     if e.reply is not None:
         r = e.reply
-        return {"number": r.number, "label": r.label, "text": r.renderer.text, "drafter": r.drafter,
+        return {"number": r.number, "label": r.label, "text": r.renderer.text, "target": r.target, "drafter": r.drafter,
                 "state": r.phase.value, "status": r.renderer.status or "", "settings": dataclasses.asdict(r.settings),
                 "seed": r.config.seed if r.config is not None else None, "figures": r.metrics.summary()}
     if e.restored is not None:
@@ -37,7 +37,8 @@ def _reply_of(e: Exchange) -> dict[str, Any] | None:
 
 
 def export_json(views: SessionViews, conversation: Conversation, *, target: str, now: _dt.datetime | None = None) -> dict:
-    """The conversation as JSON-ready data (module docstring): ``{"version", "target",
+    """The conversation as JSON-ready data (module docstring): ``{"version", "target" (the model now;
+    each reply names its own, which differs after a model switch),
     "exported_at" (ISO 8601, UTC), "system_prompt", "history" (what the model sees next),
     "exchanges": [{"message", "kept", "continues", "note", "reply": {…} | null}]}``."""
     when = (now or _dt.datetime.now(_dt.timezone.utc)).isoformat(timespec="seconds")
@@ -64,7 +65,8 @@ def export_markdown(data: dict) -> str:
         if reply is None:
             continue
         figures = reply.get("figures")
-        lines += [f"### {reply['label']}", ""]
+        other = reply.get("target") and reply["target"] != data["target"]  # written before a model switch
+        lines += [f"### {reply['label']}" + (f" · target {reply['target']}" if other else ""), ""]
         if figures is not None:
             lines += [f"_{_figures_line(figures)}_", ""]
         lines += [_closed(reply["text"]), ""]

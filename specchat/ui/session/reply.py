@@ -80,6 +80,7 @@ class Reply:
     sizes: ModelSizes | None = None  # the target's and the drafter's sizes (ĉ, bytes read)
     prefill: PrefillEvent | None = None  # the prefill's latest progress, once it is long enough to show
     prefill_warned: bool = False  # the long prefill was announced
+    target: str | None = None  # the target model that wrote it (the page can switch models mid-chat)
 
     def __post_init__(self) -> None:
         self.drafter = self.drafter or self.settings.drafter
