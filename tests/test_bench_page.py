@@ -59,7 +59,7 @@ def test_the_engine_alone_is_chat_script_in_a_process_of_its_own_and_its_replies
     its tokens/s its token count over its own seconds."""
     import argparse
 
-    from specchat.commands.bench.page import script_replies
+    from specchat.commands.bench.page import script_lockstep, script_replies
     from specchat.conversation import Conversation, ReplySettings
 
     messages = ["Say hello.", "Now say goodbye."]
@@ -73,3 +73,28 @@ def test_the_engine_alone_is_chat_script_in_a_process_of_its_own_and_its_replies
         assert row["engine_tokens"] == 12 and row["engine_tokens_per_s"] == pytest.approx(12 / row["engine_s"], rel=1e-2)
     with pytest.raises(RuntimeError, match="chat --script failed"):
         script_replies(messages, "ngram", argparse.Namespace(**{**vars(args), "target": "no-such-model"}), tmp_path)
+    # --lockstep: the same replies, one at a time, from a process kept loaded (`chat --script -`)
+    lockstep = script_lockstep(messages, "ngram", args, tmp_path)
+    first = next(lockstep)  # the second message is not sent yet
+    assert first["text"] == rows[0]["text"] and [r["text"] for r in lockstep] == [rows[1]["text"]]
+    with pytest.raises(RuntimeError, match="gave no reply"):
+        list(script_lockstep(messages, "ngram", argparse.Namespace(**{**vars(args), "target": "no-such-model"}), tmp_path))
+
+
+def test_script_from_stdin_reads_one_json_string_per_line_as_it_comes():
+    from specchat.commands.script import read_messages
+
+    read: list[str] = []
+
+    def stdin():
+        for line in ['"Say hello."\n', "\n", '"Now: \\"bye\\"."\n', "not json\n"]:
+            read.append(line)
+            yield line
+
+    messages = read_messages(stdin())
+    assert next(messages) == "Say hello." and len(read) == 1  # lazily: nothing read past the first message
+    assert next(messages) == 'Now: "bye".' and len(read) == 3  # the blank line skipped
+    with pytest.raises(ValueError, match="line 4 is not JSON"):
+        next(messages)
+    with pytest.raises(ValueError, match="line 1 is not a JSON string of non-blank text"):
+        list(read_messages(['"  "']))

@@ -27,7 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "template, history trimmed to the context window as in the app); the KV cache of the "
                     "conversation is reused between turns, so a turn prefills only its new tokens (prefill_tokens).",
     )
-    cht.add_argument("--script", metavar="FILE", help="a JSON list of user messages to play instead of chatting")
+    cht.add_argument("--script", metavar="FILE", help="a JSON list of user messages to play instead of chatting; "
+                                                      "'-': one JSON string per line of stdin, each played as it comes")
     cht.add_argument("--target", help="models.yaml name or local Hugging Face-format directory (default: models.yaml default)")
     add_speculation_arguments(cht)
     cht.add_argument("--drafter-model", help="sibling drafter: models.yaml name or local directory")
@@ -49,14 +50,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specchat.commands.script import load_script, play_script
+    from specchat.commands.script import load_script, play_script, read_messages
     from specchat.errors import SpecchatError
 
     if args.script is None:
         return _chat(args)
     args.max_new_tokens = args.max_new_tokens or 256
-    try:
-        messages = load_script(args.script)
+    try:  # "-": one JSON string per line of stdin, each played when it comes
+        messages = read_messages(sys.stdin) if args.script == "-" else load_script(args.script)
     except ValueError as exc:
         return fail(str(exc))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,6 +41,26 @@ def load_script(path: str) -> list[str]:
     return messages
 
 
+def read_messages(lines: Iterable[str]) -> Iterator[str]:
+    """The messages of ``--script -``: one JSON string per line of ``lines`` (blank lines skipped),
+    read as they come, so a caller can send the next message after reading the last reply (the
+    page bench's lockstep).
+
+    Raises:
+        ValueError: a line that is not a JSON string of non-blank text (the message gives its number).
+    """
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--script -: line {number} is not JSON ({exc})") from None
+        if not isinstance(message, str) or not message.strip():
+            raise ValueError(f"--script -: line {number} is not a JSON string of non-blank text")
+        yield message
+
+
 @dataclass
 class Turn:
     """One played turn: its record (the JSON object ``chat --json`` prints), the metrics and the
@@ -54,7 +74,7 @@ class Turn:
 
 def play_script(
     service: ChatService,
-    messages: list[str],
+    messages: Iterable[str],
     *,
     settings: ReplySettings,
     seed: int = 0,

@@ -6,7 +6,9 @@ nothing else running. Then it starts the app (``python -m specchat app``) in a p
 opens the real page in headless Chromium and sends the same N messages in one conversation. Each
 reply in the page is compared with the same reply of the engine alone (at temperature 0 the two
 usually make the same tokens; ``same_text`` says when llama.cpp's batch sums made a near-tie go the
-other way). Per reply it reports:
+other way). With ``--lockstep`` the engine alone plays each message right before the page does, in a
+``chat --script -`` process kept loaded (idle while the page streams): on a machine whose speed
+drifts (a shared VM), each pair is then measured within minutes. Per reply it reports:
 
 - page tokens/s: the reply's tokens ÷ the time from Send to the page's last change of the chat
   (a MutationObserver in the page, on the browser's own clock);
@@ -27,11 +29,12 @@ import argparse
 import json
 import os
 import re
+import select
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from specchat.commands.common import fail
@@ -103,6 +106,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--window", type=ranged(int, 600, 8000, "600..8000"), default=1000, metavar="HEIGHT",
                    help="the browser window's height in pixels (default 1000: the chat and the stats line on "
                         "screen, the charts below; 3200: every panel on screen, so they redraw live too)")
+    p.add_argument("--lockstep", action="store_true",
+                   help="the engine alone reply by reply, right before the page's reply to the same message (a "
+                        "chat --script process kept loaded beside the idle app): on a machine whose speed drifts, "
+                        "each pair is measured minutes apart at most (default: the whole conversation first)")
     p.add_argument("--port", type=ranged(int, 1024, 65535, "1024..65535"), default=7870)
     p.add_argument("--out", default="bench-results", metavar="DIR", help="folder for page-bench.json")
     p.add_argument("--timeout", type=ranged(float, 10, 3600, "10..3600"), default=600,
@@ -129,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
             "processor": cpu_name(), "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
             "window": [1440, args.window], "date": time.strftime("%Y-%m-%d %H:%M"), "runtime": args.runtime,
             "target": args.target or "the models.yaml default",
-            "engine": "chat --script in a process of its own, right before the page's run"}
+            "engine": ("chat --script - kept loaded, each reply right before the page's" if args.lockstep
+                       else "chat --script in a process of its own, right before the page's run")}
 
     def save(done: bool) -> None:
         """Writes what is measured so far (a run cut short keeps its replies)."""
@@ -141,18 +149,20 @@ def run(args: argparse.Namespace) -> int:
         say(f"bench-page: drafter {drafter}: {len(messages)} messages, {args.max_new_tokens} new tokens each; "
             "the engine alone first (chat --script)")
         try:
-            engine = script_replies(messages, drafter, args, out)
+            engine = (script_lockstep(messages, drafter, args, out) if args.lockstep
+                      else iter(script_replies(messages, drafter, args, out)))
+            results.append({"drafter": drafter, "replies": []})
+            conversation(engine, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
         except RuntimeError as exc:
+            save(False)
             return fail(str(exc), 1, command="bench-page")
-        results.append({"drafter": drafter, "replies": []})
-        conversation(engine, drafter, messages, args, out, say, results[-1]["replies"], lambda: save(False))
     save(True)
     print(format_report(results, summarize(results)))
     print(f"\nwrote {out / 'page-bench.json'}")
     return 0
 
 
-def conversation(engine: list[dict], drafter: str, messages: list[str], args, out: Path, say, rows: list[dict],
+def conversation(engine: Iterator[dict], drafter: str, messages: list[str], args, out: Path, say, rows: list[dict],
                  saved: Callable[[], None]) -> None:
     """One conversation in a fresh app on ``drafter``: each message in the page, beside the same
     reply of the engine alone (``engine``: :func:`script_replies`); a row per reply appended to
@@ -260,29 +270,68 @@ def script_replies(messages: list[str], drafter: str, args, out: Path) -> list[d
     """
     script = out / f"page-bench-script-{drafter}.json"
     script.write_text(json.dumps(messages))
-    cmd = [sys.executable, "-m", "specchat", "chat", "--script", str(script), "--json", "--drafter", drafter,
-           "--runtime", args.runtime, "--max-new-tokens", str(args.max_new_tokens), "-k", str(args.gamma)]
-    cmd += ["--target", args.target] if args.target else []
-    cmd += ["--threads", str(args.threads)] if args.threads else []
-    cmd += ["--models", args.models] if getattr(args, "models", None) else []
     log = out / f"page-bench-script-{drafter}.log"
     with open(log, "w") as err:
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=args.timeout * len(messages))
+        done = subprocess.run(_script_command(str(script), drafter, args), stdout=subprocess.PIPE, stderr=err, text=True,
+                              timeout=args.timeout * len(messages))
     if done.returncode != 0:
         raise RuntimeError(f"chat --script failed (status {done.returncode}); see {log}")
-    rows = []
-    for line in done.stdout.splitlines():
-        r = json.loads(line)
-        tokens, seconds = len(r["token_ids"]), r["wall_ms"] / 1000
-        decode_ms = r["stats"]["decode_ms"]
-        rows.append({"text": r["text"], "engine_tokens": tokens, "engine_s": round(seconds, 3),
-                     "engine_tokens_per_s": tokens / seconds,
-                     "engine_decode_tokens_per_s": tokens / decode_ms * 1000 if decode_ms else None,
-                     "engine_prefill_s": round(r["prefill_ms"] / 1000, 3),
-                     "engine_first_s": round(r["ttft_ms"] / 1000, 3) if r["ttft_ms"] is not None else None})
+    rows = [_engine_row(json.loads(line)) for line in done.stdout.splitlines()]
     if len(rows) != len(messages):
         raise RuntimeError(f"chat --script gave {len(rows)} replies for {len(messages)} messages; see {log}")
     return rows
+
+
+def script_lockstep(messages: list[str], drafter: str, args, out: Path) -> Iterator[dict]:
+    """:func:`script_replies`, one reply at a time: a ``chat --script - --json`` process stays loaded
+    and plays each message when the next row is asked for (:func:`conversation` asks right before
+    the page's reply to the same message), so each pair is measured within minutes even where the
+    machine's speed drifts. The process is idle while the page streams (it waits on its stdin).
+
+    Raises:
+        RuntimeError: the process ended or gave no reply within ``args.timeout`` (its stderr is
+            in ``out/page-bench-script-DRAFTER.log``).
+    """
+    log = out / f"page-bench-script-{drafter}.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen(_script_command("-", drafter, args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], args.timeout)
+            line = proc.stdout.readline() if ready else ""
+            if not line:
+                raise RuntimeError(f"chat --script - gave no reply (status {proc.poll()}); see {log}")
+            yield _engine_row(json.loads(line))
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _script_command(script: str, drafter: str, args) -> list[str]:
+    cmd = [sys.executable, "-m", "specchat", "chat", "--script", script, "--json", "--drafter", drafter,
+           "--runtime", args.runtime, "--max-new-tokens", str(args.max_new_tokens), "-k", str(args.gamma)]
+    cmd += ["--target", args.target] if args.target else []
+    cmd += ["--threads", str(args.threads)] if args.threads else []
+    return cmd + (["--models", args.models] if getattr(args, "models", None) else [])
+
+
+def _engine_row(r: dict) -> dict:
+    """A ``chat --script --json`` record as the engine's half of a row."""
+    tokens, seconds = len(r["token_ids"]), r["wall_ms"] / 1000
+    decode_ms = r["stats"]["decode_ms"]
+    return {"text": r["text"], "engine_tokens": tokens, "engine_s": round(seconds, 3),
+            "engine_tokens_per_s": tokens / seconds,
+            "engine_decode_tokens_per_s": tokens / decode_ms * 1000 if decode_ms else None,
+            "engine_prefill_s": round(r["prefill_ms"] / 1000, 3),
+            "engine_first_s": round(r["ttft_ms"] / 1000, 3) if r["ttft_ms"] is not None else None}
 
 
 def summarize(results: list[dict]) -> dict:
