@@ -25,7 +25,8 @@ import time
 import pytest
 
 from specchat.commands import cli, ctrl_c
-from specchat.commands.repl import HELP, ReplState, keys_not_echoed, reply, run_command, run_repl
+from specchat.commands.common import keys_not_echoed
+from specchat.commands.repl import HELP, ReplState, reply, run_command, run_repl
 from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, StopReason
 

@@ -10,7 +10,8 @@ import argparse
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -146,3 +147,32 @@ class StopOnCtrlC:
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+@contextmanager
+def keys_not_echoed(stream=None) -> Iterator[None]:
+    """While inside, a terminal on ``stream`` (stdin) does not echo what is typed: a reply is being
+    written on it, and the "^C" the terminal draws for Ctrl-C (or any key pressed meanwhile)
+    landed inside the reply's text. The keys still work (Ctrl-C stops the reply; typed text waits
+    for the next prompt). Nothing happens when ``stream`` is not a terminal."""
+    try:
+        import termios
+    except ImportError:  # Windows
+        yield
+        return
+    stream = stream or sys.stdin
+    try:
+        fd = stream.fileno()
+        saved = termios.tcgetattr(fd) if stream.isatty() else None
+    except (OSError, ValueError, AttributeError, termios.error):  # no real stdin (a test's, a closed one)
+        saved = None
+    if saved is None:
+        yield
+        return
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHO  # lflag
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)

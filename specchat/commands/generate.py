@@ -11,7 +11,15 @@ import os
 import sys
 
 from specchat.analysis.ledger import count_ledger
-from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC, add_compile_argument, add_speculation_arguments, fail, load_service
+from specchat.commands.common import (
+    TOKEN_STYLES,
+    StopOnCtrlC,
+    add_compile_argument,
+    add_speculation_arguments,
+    fail,
+    keys_not_echoed,
+    load_service,
+)
 from specchat.core import evidence
 from specchat.core.config import MAX_NEW_TOKENS_LIMIT, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, TokenEvent
@@ -111,7 +119,8 @@ def _run(args: argparse.Namespace) -> int:
             if sample and not args.json:  # where one sample ends and the next begins
                 sys.stdout.write(f"--- {sample} (seed {config.seed}) ---\n")
             events = []
-            with StopOnCtrlC() as stop:  # Ctrl-C ends the reply at the next round, with its summary
+            # Ctrl-C ends the reply at the next round, with its summary; the terminal draws no ^C into it
+            with StopOnCtrlC() as stop, keys_not_echoed():
                 for event in service.generate(ids, drafter=args.drafter, config=config, cancel=stop.cancel):
                     if args.trace:
                         events.append(event)

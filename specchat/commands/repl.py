@@ -12,11 +12,10 @@ Ctrl-C ends the program); Ctrl-D or ``/quit`` leaves. Commands: :data:`HELP`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC
+from specchat.commands.common import TOKEN_STYLES, StopOnCtrlC, keys_not_echoed
 from specchat.conversation import Conversation, ReplySettings
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE, GenerationConfig
 from specchat.core.events import DoneEvent, PrefillEvent, StopReason, TokenEvent
@@ -118,35 +117,6 @@ def run_command(line: str, state: ReplState, kinds: list[str], prepare: Callable
         state.temperature = temperature
         return f"temperature {temperature:g}"
     return f"unknown command /{name}; /help lists them"
-
-
-@contextmanager
-def keys_not_echoed(stream=None) -> Iterator[None]:
-    """While inside, a terminal on ``stream`` (stdin) does not echo what is typed: a reply is being
-    written on it, and the "^C" the terminal draws for Ctrl-C (or any key pressed meanwhile)
-    landed inside the reply's text. The keys still work (Ctrl-C stops the reply; typed text waits
-    for the next prompt). Nothing happens when ``stream`` is not a terminal."""
-    try:
-        import termios
-    except ImportError:  # Windows
-        yield
-        return
-    stream = stream or sys.stdin
-    try:
-        fd = stream.fileno()
-        saved = termios.tcgetattr(fd) if stream.isatty() else None
-    except (OSError, ValueError, AttributeError, termios.error):  # no real stdin (a test's, a closed one)
-        saved = None
-    if saved is None:
-        yield
-        return
-    quiet = list(saved)
-    quiet[3] &= ~termios.ECHO  # lflag
-    termios.tcsetattr(fd, termios.TCSANOW, quiet)
-    try:
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def reply(service, state: ReplState, message: str, console, err_console) -> DoneEvent | None:
