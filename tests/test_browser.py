@@ -511,7 +511,7 @@ def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_mo
     _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready again")
     _wait_for(lambda: d.execute_script(USER_TEXTS) == [first], 20, "the conversation restored")
     assert d.execute_script(BUBBLE_TOKENS) == [run["text"]]
-    assert "restored after a reload" in d.execute_script(REPLY_TEXT)
+    assert "restored (after a reload" in d.execute_script(REPLY_TEXT)
     assert d.find_element(By.CSS_SELECTOR, "#spec-system textarea").get_attribute("value") == system
     drive_app.screenshot(d, str(OUT / "restored.png"), width=1280)
     second, before = "And a harbour?", len(service.runs)

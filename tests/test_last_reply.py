@@ -107,8 +107,26 @@ def test_continue_writes_on_from_the_reply_and_the_model_sees_one_reply():
     first, second = session.views.exchanges
     assert second.continues and second.kept and not first.kept
     assert "Continue" in second.item()["user"]
-    refused = session.last.regenerate()  # a Continue's exchange is not regenerated
-    assert refused.message is None and "continues" in refused.view.toasts[0][1]
+    # Regenerate after a Continue: the message sent again; the reply and its continuation both
+    # leave what the model sees (the history is empty until the new reply ends)
+    resend = session.last.regenerate()
+    assert resend.message == "Tell me more." and session.history == [] and not first.kept and not second.kept
+    assert first.note and "regenerated" in first.note
+    _drain(session, resend.message, resend.ticket)
+    assert session.history == [{"role": "user", "content": "Tell me more."}, {"role": "assistant", "content": REPLY_TEXT}]
+
+
+def test_edit_after_a_continue_takes_back_the_reply_and_its_continuation():
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "First.", max_new_tokens=16)
+    _drain(session, "Tell me more.", max_new_tokens=16)
+    resend = session.last.continue_()
+    _drain(session, resend.message, resend.ticket)
+    kept_before = session.history[:2]
+    view = session.last.edit()
+    assert view.textbox == "Tell me more." and session.history == kept_before
+    assert [e.message for e in session.views.exchanges] == ["First."]
+    assert sorted(item["id"] for item in view.transcript["items"]) == [2, 3]  # both taken off the page
 
 
 def test_continue_refuses_a_failed_reply():

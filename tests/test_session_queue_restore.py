@@ -180,9 +180,12 @@ def test_the_conversation_survives_a_reload_with_its_system_prompt():
     after = ChatSession(fake)  # the reloaded page's new session
     view = after.restore(saved)
     shown = feed_messages(view.transcript)
-    assert view.transcript["reset"] and "restored after a reload" in shown[1]["content"]
+    assert view.transcript["reset"] and "restored (after a reload" in shown[1]["content"]
     assert "#1 · int4 · γ adaptive ≤ 4" in shown[1]["content"] and "not sent" in shown[2]["content"]
     assert after.history == before.history and after.conversation.system_prompt == "Be brief."
+    # the stats line says the figures were not kept, not "no reply yet" under a restored reply
+    assert "restored as text" in after.views.stats() and "no reply yet" not in after.views.stats()
+    assert "no reply yet" in ChatSession(fake).views.stats()
     assert after.saved() == saved  # what the browser keeps is stable across reloads
     list(after.respond("and then?", ReplySettings("int4", 4, True, 0.0, 1.0, 64, after.conversation.system_prompt)))
     assert fake.calls[-1]["history"] == [{"role": "system", "content": "Be brief."}, *before.history]

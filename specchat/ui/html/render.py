@@ -304,12 +304,15 @@ def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
 
-def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, running: bool = False) -> str:
+def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, running: bool = False,
+               restored: bool = False) -> str:
     """The stats line of one reply: its label, α, tokens/round, speed, the measured speedup
-    (against target-only steps timed during the reply) next to the predicted one, c."""
+    (against target-only steps timed during the reply) next to the predicted one, c. With no reply
+    made here, ``restored`` says the chat's replies were restored as text (their figures are not kept)."""
     if metrics is None or not metrics.rounds:
-        msg = "generating…" if running else ("no tokens: the reply ended before its first round" if label
-                                              else "no reply yet: send a message")
+        nothing = ("the replies above were restored as text: their figures are not kept; a new reply has its own"
+                   if restored else "no reply yet: send a message")
+        msg = "generating…" if running else ("no tokens: the reply ended before its first round" if label else nothing)
         head = f'<span class="stat stat-label">{html.escape(label)}</span>' if label else ""
         return f'<div class="spec-stats">{head}<span class="stat stat-muted">{msg}</span></div>'
     t1 = metrics.target_step_ms

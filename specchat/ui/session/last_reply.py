@@ -64,35 +64,48 @@ class LastReply:
             return None, f"{action}: the reply is still being written. Stop it first."
         return last, ""
 
+    def _chain(self, last: Exchange) -> list[Exchange]:
+        """``last`` and, when it is a Continue's, the exchanges it continues back to the one that
+        answered the message: the model sees them as one reply, so they are regenerated or edited as one."""
+        answered = [e for e in self.views.exchanges if e.reply is not None or e.restored is not None]
+        chain = [last]
+        i = answered.index(last)
+        while chain[0].continues and i > 0:
+            i -= 1
+            chain.insert(0, answered[i])
+        return chain
+
     def regenerate(self) -> Resend:
-        """Send the last message again (the old reply stays, marked). Refused for a Continue's
-        exchange (regenerate the reply it continues: Edit or Regenerate that one first)."""
+        """Send the last message again (the old reply stays, marked; after a Continue, the reply
+        and its continuations are marked together)."""
         with self._lock:
             last, why = self._last("Regenerate")
-            if last is not None and last.continues:
-                last, why = None, "That reply continues the one above it: Regenerate works on a reply to a message."
             if last is None:
                 return Resend(None, None, View(toasts=(("info", why),)))
-            if last.kept:
+            chain = self._chain(last)
+            if any(e.kept for e in chain):
                 self.conversation.take_back()
-                last.kept = False
-            last.note = REGENERATED_NOTE if (last.reply is not None or last.restored is not None) else last.note
-            ticket, _ = self.queue.note(last.message)
-            return Resend(last.message, ticket, View(transcript=self.views.feed(last, *self._queued(ticket))))
+            for e in chain:
+                e.kept = False
+            first = chain[0]
+            first.note = REGENERATED_NOTE if (first.reply is not None or first.restored is not None) else first.note
+            ticket, _ = self.queue.note(first.message)
+            return Resend(first.message, ticket, View(transcript=self.views.feed(*chain, *self._queued(ticket))))
 
     def edit(self) -> View:
-        """Take the last exchange back: off the page and out of the conversation, its message
-        into the box. Refused for a Continue's exchange."""
+        """Take the last exchange back (after a Continue, the reply and its continuations): off the
+        page and out of the conversation, its message into the box."""
         with self._lock:
             last, why = self._last("Edit")
-            if last is not None and last.continues:
-                last, why = None, "That reply continues the one above it: only a reply to a message can be edited."
             if last is None:
                 return View(toasts=(("info", why),))
-            if last.kept:
+            chain = self._chain(last)
+            if any(e.kept for e in chain):
                 self.conversation.take_back()
-            self.views.exchanges.remove(last)
-            return View(transcript=self.views.feed(removed=(last.id,)), textbox=last.message, table=self.views.table())
+            for e in chain:
+                self.views.exchanges.remove(e)
+            return View(transcript=self.views.feed(removed=tuple(e.id for e in chain)), textbox=chain[0].message,
+                        table=self.views.table())
 
     def continue_(self) -> Resend:
         """Write on from the end of the last reply (it must be in the conversation)."""

@@ -262,8 +262,8 @@ class Restored:
         """The bubble, as :meth:`Reply.parts` gives it: the text as Markdown, and a note saying it
         was restored."""
         blocks = render_blocks(self.text, [-1] * len(self.text), [], {}, {}) if self.text else []
-        note = ('<div class="spec-notice">restored after a reload: the text only (token colours, charts and the '
-                'inspector cover new replies)</div>')
+        note = ('<div class="spec-notice">restored (after a reload, or from another chat of the list): the text only; '
+                'token colours, charts and the inspector cover the replies made since</div>')
         return {"label": self.label, "notices": note, "blocks": blocks,
                 "status": status_html(self.status) if self.status else "", "summary": self.summary,
                 "running": False, "text": self.text}

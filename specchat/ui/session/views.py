@@ -97,7 +97,7 @@ class SessionViews:
     def stats(self) -> str:
         reply = self.latest
         if reply is None:
-            return stats_html(None)
+            return stats_html(None, restored=any(e.restored is not None for e in self.exchanges))
         return stats_html(reply.metrics, label=reply.label, running=reply.running)
 
     def table(self) -> str:
