@@ -314,13 +314,13 @@ def test_streamed_reply_is_labeled_colored_escaped_and_summarised(served):
     assert '<div class="spec-label">#1 · int4 · γ adaptive ≤ 4 · T 0 (greedy) · top-p 1</div>' in reply
     # the fake's rounds: 100 ms per target step + 10 ms per drafted token; one target-only round
     # (t₁ = 100 ms): 18 × 100 / 940 = 1.91× would rest on one timed step, so it is held back
-    assert "18 tokens · α 0.69 · 2.57 tokens/round · speedup held back (timing: 1 target step so far)" in reply
+    assert "18 tokens · α 0.69 · 2.57 tokens/round · speedup held back (timing: 1 target step of the 3 needed)" in reply
     # the finished reply carries the model's text exactly (its copy button, the history)
     assert unwire(out["chat"])["items"][-1]["reply"]["text"] == REPLY_TEXT
     # stats: α = 11 accepted / 16 judged drafts (3+4+2+4+1+2), 18 tokens in 7 rounds
     stats = out["stats"]
     assert "#1 · int4 · γ adaptive ≤ 4" in stats and "α</b> 0.69" in stats
-    assert "speedup</b> –" in stats and "measured timing: 1 target step so far" in stats
+    assert "speedup</b> –" in stats and "measured timing: 1 target step of the 3 needed" in stats
     assert "18 tokens in 7 rounds" in stats and "1 target only" in stats and "baseline" not in stats
     assert ">1 bonus<" in stats and ">11 accepted<" in stats and ">5 resampled<" in stats  # counted by hand from SCRIPT
     assert "<td>1</td><td>int4</td>" in out["table"] and "<td>1.91×</td>" not in out["table"]

@@ -140,7 +140,7 @@ def test_contradictions_are_found():
     assert evidence.contradictions("so drafting γ = 1 pays from α ≥ 1.00", m)
     assert evidence.contradictions("… commits at most 2 tokens, so no acceptance rate can pay", m)
     assert evidence.contradictions("1.21× ±0.02 against 3 target steps timed in this reply", m)
-    assert evidence.contradictions("speedup held back (timing: 2 target steps so far)", m)
+    assert evidence.contradictions("speedup held back (timing: 2 target steps of the 3 needed)", m)
     assert evidence.contradictions("α 0.58 · 3 tokens", m)  # the reply's α is 1.00
     assert evidence.contradictions("With the costs measured in this reply the best is γ = 16", m)
     thin = _metrics([80.0, 80.0], [(1, 1, 0.0, 50.0)])

@@ -45,7 +45,7 @@ def test_a_reply_is_labeled_with_what_made_it_and_ends_with_its_own_summary():
     assert bubble.startswith('<div class="spec-label">#1 · sibling-int4 · γ adaptive ≤ 12 · T 0.7 · top-p 0.9</div>')
     # 18 tokens in 7 rounds; α = 11 accepted of 16 judged; t₁ = 100 ms from the one target-only
     # round: too few steps for a speedup (18 × 100 / 940 = 1.91× is computed, not shown)
-    assert ("18 tokens · α 0.69 · 2.57 tokens/round · speedup held back (timing: 1 target step so far)" in bubble)
+    assert ("18 tokens · α 0.69 · 2.57 tokens/round · speedup held back (timing: 1 target step of the 3 needed)" in bubble)
     assert reply.metrics.measured_speedup == pytest.approx(1800 / 940)
     # the script three times over: 3 target steps of 100 ms (no scatter) carry it
     longer = ChatSession(FakeService(rounds=3))

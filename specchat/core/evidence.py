@@ -11,7 +11,7 @@ sample sizes and checks each claim against the arithmetic):
   steps (N tokens and the decode time D are counted exactly): it is shown with its 95 % interval
   (Student's t over the steps' spread) once :data:`MIN_TARGET_STEPS` steps were timed and the
   interval is within ±:data:`MAX_HALF_WIDTH`; until then it is held back ("timing: 2 target steps
-  so far");
+  of the 3 needed": the same words live and once the reply has ended);
 * a **break-even** ("drafting pays from α ≥ …") needs :data:`MIN_TARGET_STEPS` target steps and
   :data:`MIN_DRAFTING_ROUNDS` timed drafting rounds, and timings that agree with each other (a
   verify pass timed below :data:`MIN_VERIFY_STEPS` target steps means the load changed during
@@ -95,12 +95,14 @@ class MeasuredSpeedup:
 
     def basis(self) -> str:
         """What the figure rests on: ``12 target-only steps timed in this reply`` or why it is held
-        back (``timing: 2 target steps so far``, ``… scatter ±14 %``)."""
+        back (``timing: 2 target steps of the 3 needed``, ``… scatter ±14 %``)."""
         steps = f"{self.num_steps} target step{'s' if self.num_steps != 1 else ''}"
         if self.value is None:
             return "no target-only step timed in this reply"
-        if self.num_steps < MIN_TARGET_STEPS or self.half_width is None:
-            return f"timing: {steps} so far"
+        if self.num_steps < MIN_TARGET_STEPS:
+            return f"timing: {steps} of the {MIN_TARGET_STEPS} needed"
+        if self.half_width is None:
+            return f"timing: {steps} with no spread to judge them by"
         if self.half_width > MAX_HALF_WIDTH:
             return f"timing: {steps} scatter ±{self.half_width * 100:.0f} % (a busy machine?)"
         return f"against {steps} timed in this reply (95 % interval)"
@@ -229,7 +231,7 @@ def predicted_speedup(metrics) -> float | None:
 def speedup_phrase(metrics) -> str:
     """The reply's speedup in words, the same on the page and in the terminal: ``1.21× ±0.05
     against 12 target steps timed in this reply (95 % interval), predicted 1.18×`` or ``speedup
-    held back (timing: 2 target steps so far)``."""
+    held back (timing: 2 target steps of the 3 needed)``."""
     measured = measured_speedup(metrics)
     predicted = predicted_speedup(metrics)
     return measured.text() + (f", predicted {predicted:.2f}×" if predicted is not None else "")
