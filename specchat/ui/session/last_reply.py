@@ -54,9 +54,7 @@ class LastReply:
         """The last exchange, if ``action`` may act on it now, else (None, why not)."""
         if self.queue.busy:
             return None, f"{action}: a reply is still being written or a message waits. Stop them first."
-        # the last exchange with a reply (one shown or restored): a message Stop cancelled before
-        # it started, or a cancelled Continue, is passed over
-        answered = [e for e in self.views.exchanges if e.reply is not None or e.restored is not None]
+        answered = self._answered()
         if not answered:
             return None, f"There is no reply to {action.lower()} yet."
         last = answered[-1]
@@ -64,15 +62,23 @@ class LastReply:
             return None, f"{action}: the reply is still being written. Stop it first."
         return last, ""
 
-    def _chain(self, last: Exchange) -> list[Exchange]:
+    def _answered(self) -> list[Exchange]:
+        """The exchanges with a reply (one shown or restored): a message Stop cancelled before it
+        started, or a cancelled Continue, is passed over."""
+        return [e for e in self.views.exchanges if e.reply is not None or e.restored is not None]
+
+    def _take_back(self, last: Exchange) -> list[Exchange]:
         """``last`` and, when it is a Continue's, the exchanges it continues back to the one that
-        answered the message: the model sees them as one reply, so they are regenerated or edited as one."""
-        answered = [e for e in self.views.exchanges if e.reply is not None or e.restored is not None]
+        answered the message (the model sees them as one reply, so they are regenerated or edited as
+        one), that reply taken out of the conversation if it was in it."""
+        answered = self._answered()
         chain = [last]
         i = answered.index(last)
         while chain[0].continues and i > 0:
             i -= 1
             chain.insert(0, answered[i])
+        if any(e.kept for e in chain):
+            self.conversation.take_back()
         return chain
 
     def regenerate(self) -> Resend:
@@ -82,9 +88,7 @@ class LastReply:
             last, why = self._last("Regenerate")
             if last is None:
                 return Resend(None, None, View(toasts=(("info", why),)))
-            chain = self._chain(last)
-            if any(e.kept for e in chain):
-                self.conversation.take_back()
+            chain = self._take_back(last)
             for e in chain:
                 e.kept = False
             first = chain[0]
@@ -99,9 +103,7 @@ class LastReply:
             last, why = self._last("Edit")
             if last is None:
                 return View(toasts=(("info", why),))
-            chain = self._chain(last)
-            if any(e.kept for e in chain):
-                self.conversation.take_back()
+            chain = self._take_back(last)
             for e in chain:
                 self.views.exchanges.remove(e)
             return View(transcript=self.views.feed(removed=tuple(e.id for e in chain)), textbox=chain[0].message,
