@@ -6,6 +6,7 @@ drafter never reloads the target. Generation is serialised by a lock (one at a t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -92,8 +93,7 @@ class ChatService:
         self.tokenizer: Any = None  # the target's (a transformers tokenizer), once load() ran
         self._drafters: dict[str, Drafter | None] = {"none": None}
         self._sizes: dict[str, ModelSize] = {}  # "target" and each model drafter's kind
-        # drafters whose loading failed (kind -> the error); chat turns then answer target-only
-        # without retrying, an explicit prepare_drafter() retries
+        # drafters whose loading failed (kind -> the error): chat turns answer target-only, prepare_drafter() retries
         self.drafter_errors: dict[str, BaseException] = {}
         self.calibration: calibrate.Calibration | None = None  # this machine's, once picked or loaded
         self.picked: Pick | None = None  # start("auto"): the drafter and why
@@ -233,8 +233,8 @@ class ChatService:
         return select.unavailable_drafters(self.target_name, self.drafter_kinds(), self.runtime)
 
     def prepare_drafter(self, kind: str) -> Drafter | None:
-        """Load (once) and return the drafter of this kind; None for target-only. A loading
-        failure is kept in ``drafter_errors[kind]`` (cleared by a later success).
+        """Load (once) and return the drafter of this kind; None for target-only. A loading failure is kept in
+        ``drafter_errors[kind]`` (cleared by a later success); its sizes are counted, an extra that never fails it.
 
         Raises:
             ValueError: unknown kind, or sibling without a sibling model.
@@ -251,7 +251,8 @@ class ChatService:
                 self.drafter_errors[kind] = exc
                 raise
             self.drafter_errors.pop(kind, None)
-            self.model_sizes(kind)  # counted now: a GGUF header takes ~1 s of CPU, stolen from a reply's decoding
+            with contextlib.suppress(Exception):  # now: a GGUF header's ~1 s of CPU, else a reply's
+                self.model_sizes(kind)
             return drafter
 
     def drafter_for_chat(self, kind: str) -> tuple[str, Notice | None]:
@@ -406,9 +407,8 @@ class ChatService:
         return engine_idle and not self._lock.locked() and not any(d.active for d in parts if isinstance(d, ModelDrafter))
 
     def model_sizes(self, drafter: str) -> ModelSizes | None:
-        """The target's and ``drafter``'s matmul weights and bytes (for ĉ and the ledger of
-        :mod:`specchat.analysis.ledger`); None before the target is loaded. A drafter with no model, or one
-        not loaded, has none. Counted once per model."""
+        """The target's and ``drafter``'s matmul weights and bytes (for ĉ and the ledger of :mod:`specchat.analysis.ledger`);
+        None before the target is loaded. A drafter with no model, or one not loaded, has none. Counted once per model."""
         if self.engine is None:
             return None
         if "target" not in self._sizes:
