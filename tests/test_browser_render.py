@@ -7,6 +7,7 @@
 * A target-only token looks like plain text (what the legend, header and explanation say).
 * A user's pasted code block is highlighted, its fences gone.
 * "Use via API" opens the API page with the /chat endpoint.
+* An idle page runs no frame loop (static/frames.js stops the one Gradio's status tracker leaves).
 * The charts (rendered by plotly.js from the figures' JSON, no server): the conversation's bar
   labels are ≥ 11 px and do not overlap; the theory chart's captions and legend stay clear of
   its plot and x axis.
@@ -78,6 +79,26 @@ def page():
     yield open_page
     for d in drivers:
         d.quit()
+
+
+@pytest.mark.real_model
+def test_an_idle_page_spends_next_to_no_time_on_its_main_thread(served, page):
+    """Gradio's status tracker of the page's own loading is taken off the page while pending and
+    asks for every animation frame from then on (~30 ms of main-thread tasks a second in headless
+    Chromium, several % of a core in all); static/frames.js ends it within 2 s. Chrome's own
+    counter of the main thread's task time (DevTools Performance.getMetrics) over 4 s of idle
+    must stay under 40 ms: ~10 ms a second at most, against ~30 with the loop running."""
+    d = page(served)
+    time.sleep(3)  # the page loaded and a sweep ran
+
+    def task_s() -> float:
+        d.execute_cdp_cmd("Performance.enable", {})
+        metrics = d.execute_cdp_cmd("Performance.getMetrics", {})["metrics"]
+        return next(m["value"] for m in metrics if m["name"] == "TaskDuration")
+
+    before = task_s()
+    time.sleep(4)
+    assert task_s() - before < 0.040
 
 
 # the keyword tokens of the last reply's code: [text, colour, weight, the Pygments span's colour]

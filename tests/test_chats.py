@@ -153,3 +153,30 @@ def test_deleting_an_empty_chat_keeps_the_undo_of_a_real_one():
     s.delete_chat()  # deleting the empty one
     s.undo()
     assert _messages(s) == ["precious"]
+
+
+def test_a_chat_shown_again_in_the_same_tab_keeps_its_replies_colours_not_restored_text():
+    """Switching back (or Undo after Delete or Clear) within one tab shows the replies as they were:
+    their events, so the token colours, charts and inspector; after a reload, text only."""
+    s = _session()
+    _say(s, "about cats")
+    cats, reply = s.shelf.active, s.views.exchanges[0].reply
+    s.new_chat()
+    _say(s, "about dogs")
+    s.switch_chat(cats)
+    (shown,) = s.views.exchanges
+    assert shown.reply is reply and shown.restored is None and s.views.reply_count == 1
+    assert "tok-" in str(shown.item()["reply"]["blocks"]) and "restored" not in shown.item()["reply"]["notices"]
+    assert s.history == [{"role": "user", "content": "about cats"}, {"role": "assistant", "content": REPLY_TEXT}]
+    _say(s, "more cats")  # numbered after the kept ones
+    assert [e.reply.number for e in s.views.exchanges] == [1, 2]
+    s.delete_chat()
+    s.undo()
+    assert [e.reply.number for e in s.views.exchanges] == [1, 2] and s.views.exchanges[0].reply is reply
+    s.clear()
+    s.undo()
+    assert s.views.exchanges[0].reply is reply
+    # a copy from the browser (a reload) is another object: its replies come back as text
+    fresh = _session()
+    fresh.restore(s.saved())
+    assert fresh.views.exchanges[0].reply is None and fresh.views.exchanges[0].restored.text == REPLY_TEXT

@@ -14,7 +14,7 @@ from specchat.conversation import Conversation, ReplySettings
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.ui.session.chat import ChatSession
 from specchat.ui.session.export import export_json, export_markdown
-from specchat.ui.session.last_reply import REGENERATED_NOTE
+from specchat.ui.session.last_reply import EDITED_NOTE, REGENERATED_NOTE
 from specchat.ui.session.saved import parse_settings, restore_state, settings_state
 
 
@@ -76,6 +76,10 @@ def test_regenerate_keeps_the_old_reply_marked_and_sends_the_message_again_with_
     assert service.calls[1]["history"] == [] and service.calls[1]["drafter"] == "int4"
     assert session.history == [{"role": "user", "content": "Write code."}, {"role": "assistant", "content": REPLY_TEXT}]
     assert [r.drafter for r in session.views.replies] == ["ngram", "int4"]  # two rows to compare
+    # Edit then takes the regenerated exchange back: the old reply no longer says "regenerated below"
+    view = session.last.edit()
+    assert view.textbox == "Write code." and session.views.exchanges == [old] and old.note == EDITED_NOTE
+    assert [item["id"] for item in view.transcript["items"]] == [old.id, old.id + 1]  # the note, and the one removed
 
 
 def test_edit_takes_the_last_exchange_back_and_refuses_while_a_reply_streams():
@@ -301,3 +305,68 @@ def test_a_file_that_is_not_a_model_leaves_the_loaded_one(smollm2_service, tmp_p
     conversation = Conversation(seed=0)
     list(conversation.stream(smollm2_service.stream_chat, "Say hi.", ReplySettings("none", 4, False, 0.0, 1.0, 4)))
     assert conversation.messages[-1]["content"]  # it still answers
+
+
+def test_a_continue_cut_inside_code_exports_as_one_reply_and_restores_as_code():
+    """The reply cut inside a code block and its continuation: one text in the Markdown export (the
+    fence closed once, at the end), and after a reload the continuation's bubble is code again."""
+    from specchat.ui.session.export import export_markdown
+
+    first, more = "Here:\n\n```python\nx = 1\ny = ", "2\n```\nDone."
+    data = {"target": "t", "exported_at": "now", "system_prompt": "", "exchanges": [
+        {"message": "code?", "continues": False, "note": "", "reply": {"label": "#1", "text": first}},
+        {"message": "code?", "continues": True, "note": "", "reply": {"label": "#2", "text": more}}]}
+    md = export_markdown(data)
+    assert "```python\nx = 1\ny = 2\n```\nDone.\n" in md and md.count("```") == 2
+    assert "_continued: #2_" in md and "## Continue" not in md
+    saved = {"version": 1, "system_prompt": "", "history": [
+        {"role": "user", "content": "code?"}, {"role": "assistant", "content": first + more}],
+        "exchanges": [{"message": "code?", "label": "#1", "text": first, "kept": False},
+                      {"message": "code?", "label": "#2", "text": more, "kept": True, "continues": True}]}
+    fresh = ChatSession(FakeService())
+    assert restore_state(fresh.views, fresh.conversation, saved)
+    blocks = fresh.views.exchanges[1].item()["reply"]["blocks"]
+    assert isinstance(blocks[0], dict) and blocks[0]["head"].startswith('<div class="spec-code" data-lang="python">')
+    assert "Done." in blocks[1] and fresh.saved()["exchanges"][1]["text"] == more  # the lead is not saved
+    assert "lead" not in fresh.saved()["exchanges"][1]
+    # live: Continue of a restored reply cut inside the code block streams its reply as code
+    cut = {"version": 1, "system_prompt": "", "history": saved["history"][:1] + [{"role": "assistant", "content": first}],
+           "exchanges": [{"message": "code?", "label": "#1", "text": first, "kept": True}]}
+    live = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    assert restore_state(live.views, live.conversation, cut)
+    resend = live.last.continue_()
+    list(live.respond(resend.message, settings(), resend.ticket))
+    reply = live.views.exchanges[-1].reply
+    assert reply.renderer.text == REPLY_TEXT and reply.renderer.lead == "```python\n"
+    assert isinstance(reply.parts()["blocks"][0], dict)  # the continuation's text is inside the code block
+
+
+def test_a_reload_mid_reply_restores_what_the_closed_tab_held_not_the_older_browser_copy():
+    """The browser's copy is rewritten every few seconds while a reply streams; the page reopened
+    after a reload gets what the old tab's session held when it went (its unload), or holds still
+    (the unload can come after the new page's load), once, and writes it back to the browser."""
+    from specchat.ui.session.store import SessionStore
+
+    store = SessionStore(lambda: ChatSession(FakeService(delay_s=0.01), text_interval_s=0, stats_interval_s=0,
+                                             plot_interval_s=0))
+    old = store.get("tab-1")
+    stream = old.respond("Tell a story.", settings())
+    while not old.views.exchanges or not old.views.exchanges[-1].reply.renderer.text:
+        next(stream)
+    browser_copy = old.saved()  # the last save tick: an early part of the reply
+    early = browser_copy["exchanges"][0]["text"]
+    for _ in range(6):  # the reply goes on after the browser's copy was written
+        next(stream)
+    later = old.views.exchanges[-1].reply.renderer.text
+    assert len(later) > len(early) and browser_copy["key"] == old.copy_key
+    # the new page's load before the old tab's unload: the live session's copy
+    new = store.get("tab-2")
+    assert store.freshest(browser_copy, new)["exchanges"][0]["text"].startswith(later)
+    store.drop("tab-1")  # the unload: its reply stops, what it held is kept
+    stream.close()
+    restored = store.freshest(browser_copy, new)
+    assert restored["exchanges"][0]["text"].startswith(later) and restored["history"][-1]["content"].startswith(later)
+    assert store.freshest(browser_copy, new) is browser_copy  # taken once
+    assert new.copy_key != old.copy_key  # the new tab writes copies of its own
+    assert store.freshest({"version": 1, "key": "someone-else"}, new) == {"version": 1, "key": "someone-else"}
+    assert store.freshest("not a dict", new) == "not a dict"

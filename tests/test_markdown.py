@@ -153,3 +153,36 @@ def test_hostile_text_stays_text():
     assert visible(woven).count("alert(") == 4  # all four shown as text
     # no image is fetched: Markdown's image is off, so it is a link that opens beside the chat
     assert '<a href="http://evil.example/p.png" target="_blank" rel="noopener noreferrer">' in woven
+
+
+def test_open_fence_is_the_line_of_a_code_block_left_open_by_commonmarks_closing_rule():
+    from specchat.ui.html.markdown import open_fence
+
+    assert open_fence("Here:\n\n```python\nx = 1\ny =") == "```python\n"
+    assert open_fence("```python\nx = 1\n") == "```python\n"  # a newline is not a closing fence
+    assert open_fence("```py") == "```py\n"  # cut right after the fence line
+    assert open_fence("```py\nx\n```") == "" and open_fence("```py\nx\n```\n\nDone.") == ""
+    assert open_fence("~~~~\nx\n~~~") == "~~~~\n"  # a shorter closing fence does not close
+    assert open_fence("```\nx\n    ```") == "```\n"  # indented four spaces: code, not a fence
+    assert open_fence("```\na\n```\n\nmore\n\n```js\nlet x") == "```js\n"  # the last block counts
+    assert open_fence("- item\n  ```\n  x") == ""  # inside a list: not reopened
+    assert open_fence("plain text") == "" and open_fence("") == ""
+
+
+def test_a_continuation_cut_inside_a_code_block_renders_as_code_with_its_tokens():
+    r = ReplyRenderer(key=3)
+    r.continue_inside("```python\n")
+    for i, (text, kind) in enumerate([("2", A), ("\n", A), ("z = 3", B), ("\n```", T), ("\n\nDone", R), (".", A)]):
+        r.add_token(TokenEvent(i, kind, text, 0.9, None if kind is T else 0.8, None, None, None, 0, 0, 4))
+    assert r.text == "2\nz = 3\n```\n\nDone."  # the lead is not the reply's text
+    code, after = r.blocks()
+    assert code["head"].startswith('<div class="spec-code" data-lang="python">')
+    assert [visible(line) for line in code["lines"]] == ["2", "z = 3"]
+    assert 'tref-3-0' in code["lines"][0] and 'tok-bonus tref-3-2' in code["lines"][1]
+    assert visible(after).strip() == "Done." and "tok-resampled tref-3-4" in after
+    try:
+        r.continue_inside("```\n")
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a lead after the first token must be refused")

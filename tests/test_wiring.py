@@ -75,7 +75,7 @@ def test_each_event_updates_what_the_policy_says(demo):
     assert _outputs(demo, "set_panels") == [*plots, "spec-timeline", "spec-ledger", "plot-worth", "Timer"]
     assert _outputs(demo, "clear") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector",
                                        "spec-timeline", "spec-ledger", "plot-worth", "BrowserState", "spec-undo"]
-    assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", "spec-system"]
+    assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", "spec-system", "BrowserState"]
 
 
 def test_every_handler_is_wired_and_every_event_has_its_handler(demo):
@@ -97,7 +97,8 @@ def test_every_handler_is_wired_and_every_event_has_its_handler(demo):
 
 
 def test_the_static_files_are_what_the_page_gets():
-    assert layout.CLICK_JS == "".join("\n<script>\n" + static_text(n) + "</script>\n" for n in ("theme.js", "click.js", "keys.js"))
+    head = ("theme.js", "click.js", "keys.js", "frames.js")
+    assert layout.CLICK_JS == "".join("\n<script>\n" + static_text(n) + "</script>\n" for n in head)
     assert transcript.TRANSCRIPT_JS == "\n" + static_text("transcript.js")
     assert transcript.SET_PLAIN_JS.startswith("(mode) => {") and transcript.SET_PLAIN_JS.endswith("}")
     for name in ("page.css", "inspector.css", "ledger.css", "transcript.css"):
@@ -105,6 +106,6 @@ def test_the_static_files_are_what_the_page_gets():
     # the struck-through rejected drafts keep the resampled kind's colour
     assert f".tok-rejected {{ text-decoration: line-through; color: {render.KIND_COLORS['resampled']};" in render.CSS
     # no file is left unused
-    used = {"click.js", "theme.js", "keys.js", "transcript.js", "set_plain.js", "set_rejected.js", "page.css", "inspector.css",
+    used = {*head, "transcript.js", "set_plain.js", "set_rejected.js", "page.css", "inspector.css",
             "ledger.css", "transcript.css"}
     assert {p.name for p in STATIC.iterdir()} == used

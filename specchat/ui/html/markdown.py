@@ -99,6 +99,27 @@ def _markdown() -> MarkdownIt:
 MD = _markdown()
 
 
+def open_fence(text: str) -> str:
+    """The opening line of the fenced code block ``text`` leaves open at its end (for example
+    ``"```python\n"``: a reply cut at its token limit inside a code block), or "" when it ends
+    outside one. Only a top-level block counts (one inside a list or a quote is not reopened).
+    A Continue renders its text after this line, so the code goes on as code; an export closes
+    the block with the same fence. CommonMark's rule: the block is closed by a line of the same
+    fence character, at least as long, indented less than four spaces."""
+    tokens = MD.parse(text, {})
+    last = next((t for t in reversed(tokens) if t.level == 0), None)
+    if last is None or last.type != "fence" or last.map is None:
+        return ""
+    lines = text.split("\n")
+    start, end = last.map
+    body = lines[start + 1:end]
+    closing = body[-1].strip() if body else ""
+    if (closing and set(closing) == {last.markup[0]} and len(closing) >= len(last.markup)
+            and len(body[-1]) - len(body[-1].lstrip(" ")) < 4):
+        return ""
+    return lines[start] + "\n"
+
+
 def code_css() -> str:
     """Pygments' colours for highlighted code, light and (under Gradio's ``.dark``) dark."""
     rules = []

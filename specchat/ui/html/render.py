@@ -162,11 +162,25 @@ class ReplyRenderer:
     key: int | None = None  # the reply's number: spans get the class tref-key-index
     num_tokens: int = 0
     rejected: dict[int, str] = field(default_factory=dict)  # piece index → the drafts thrown away before it
+    lead: str = ""  # Markdown read before the text but not part of it (:meth:`continue_inside`)
     _resampled_piece: int | None = None
     _cache: dict = field(default_factory=dict)
 
+    def continue_inside(self, lead: str) -> None:
+        """Render the text as if ``lead`` came before it: a Continue of a reply cut inside a code
+        block passes that block's fence line (:func:`specchat.ui.html.markdown.open_fence`), so its
+        code goes on as code. Before the first token; ``text`` stays the reply's own.
+
+        Raises:
+            ValueError: tokens were added already.
+        """
+        if self.pieces or self.text:
+            raise ValueError("continue_inside comes before the reply's first token")
+        self.lead = lead
+        self.tok_at = array("i", [-1] * len(lead))
+
     def _add_piece(self, text: str, kind: str, ref_class: str, title: str) -> None:
-        start = len(self.text)
+        start = len(self.lead) + len(self.text)  # pieces and tok_at count the lead's characters too
         self.tok_at.extend([len(self.pieces)] * len(text))
         self.pieces.append(Piece(start, start + len(text), kind, ref_class, title))
         self.text += text
@@ -211,7 +225,7 @@ class ReplyRenderer:
         """The text as HTML, one item per top-level Markdown block (a string, or a code block's
         lines: :func:`specchat.ui.html.markdown.code_lines`), tokens and rejected drafts woven in; a
         block that has not changed since the last call is the same object."""
-        return render_blocks(self.text, self.tok_at, self.pieces, self.rejected, self._cache)
+        return render_blocks(self.lead + self.text, self.tok_at, self.pieces, self.rejected, self._cache)
 
     def notices_html(self) -> str:
         return "".join(f'<div class="spec-notice">{escape_text(n)}</div>' for n in self.notices)

@@ -277,13 +277,15 @@ class Handlers:
         gr.Info(self.session_of(request).cancel_queued(exchange_id))
 
     def restore(self, saved, request: gr.Request = None):
-        """A page (re)opened: the conversation this browser kept (:meth:`ChatSession.restore`)."""
+        """A page (re)opened: the conversation this browser kept (:meth:`ChatSession.restore`), or
+        the fresher one its last session held (:meth:`SessionStore.freshest`: a reload mid-reply
+        keeps the reply's last words), written back into the browser."""
         session = self.session_of(request)
-        view = session.restore(saved)
+        view = session.restore(self.sessions.freshest(saved, session))
         if view is None:
-            return {self.page.system_prompt: gr.skip()}
+            return {self.page.system_prompt: gr.skip(), self.page.saved: gr.skip()}
         shown = {k: v for k, v in self.updates(view).items() if k in self.restored}
-        return {**shown, self.page.system_prompt: session.conversation.system_prompt}
+        return {**shown, self.page.system_prompt: session.conversation.system_prompt, self.page.saved: session.saved()}
 
     # -- the controls, the clicks and the panels ------------------------------------------------
     def set_pin(self, pinned, request: gr.Request = None):

@@ -142,8 +142,9 @@ def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
 # exchange id into #spec-unqueue, and the live panels on screen go into #spec-panels. The script
 # is static/click.js; the page gets it in its <head> (``launch(head=CLICK_JS)``), after the light /
 # dark switch (static/theme.js, first: it applies a kept choice before the page is drawn) and
-# before the keyboard's keys (static/keys.js: Esc stops, ↑ recalls the last message).
-HEAD_SCRIPTS = ("theme.js", "click.js", "keys.js")
+# before the keyboard's keys (static/keys.js: Esc stops, ↑ recalls the last message); last,
+# static/frames.js stops the frame loops Gradio's status trackers leave running.
+HEAD_SCRIPTS = ("theme.js", "click.js", "keys.js", "frames.js")
 CLICK_JS = "".join("\n<script>\n" + static_text(name) + "</script>\n" for name in HEAD_SCRIPTS)
 
 RACE_HINT = ("**Race**: runs the message in the box (or the last one sent) with the target alone, then with the "

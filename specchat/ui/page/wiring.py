@@ -170,7 +170,7 @@ def events(trace_files: bool) -> list[Event]:
            **PRIVATE, **FREE),
         on("unqueue.change", "cancel_queued", ("unqueue",), None, **FREE, **QUIET, **PRIVATE),
         # a page opened or reloaded shows the conversation this browser kept (none with --trace files)
-        *([] if trace_files else [on("load", "restore", ("saved",), (*RESTORED, "system_prompt"), **QUIET, **PRIVATE,
+        *([] if trace_files else [on("load", "restore", ("saved",), (*RESTORED, "system_prompt", "saved"), **QUIET, **PRIVATE,
                                      **FREE)]),
         # colours / plain and the rejected drafts: classes on the transcript, switched in the browser
         on("colours.change", None, ("colours",), None, js=SET_PLAIN_JS, **PRIVATE),

@@ -17,6 +17,7 @@ Handlers get a :class:`View` (what to change on the page, ``None`` = leave it) a
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -27,6 +28,7 @@ from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
 from specchat.core.events import PrefillEvent, RoundEvent
 from specchat.service_api import ChatServiceProtocol
+from specchat.ui.html.markdown import open_fence
 from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.last_reply import LastReply
 from specchat.ui.session.prefetch import IDLE, Prefetched
@@ -46,6 +48,7 @@ STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; t
 # plotly figures every 2 s took the browser from 15 % to 20 % of a core on a 2-core machine
 # (specchat bench-page), CPU that llama.cpp's two threads then did not get.
 PLOT_INTERVAL_S = 3.0
+KEPT_LIVE_CHATS = 8  # chats set aside in this tab whose replies keep their events (colours, charts) when shown again
 
 AUTO = "auto"  # the drafter menu's "picked by measurement": the service's start-up pick (ChatSession.resolve_drafter)
 
@@ -108,6 +111,8 @@ class ChatSession:
                                 resolve_drafter=self.resolve_drafter, clock=clock)
         self.last = LastReply(self.conversation, self.views, self.queue, self._lock)  # Regenerate, Edit, Continue
         self.shelf = ChatShelf()  # the other chats of this browser (the page's list)
+        self.copy_key = secrets.token_urlsafe(12)  # in the browser's copy: which session wrote it (SessionStore.freshest)
+        self._set_aside: list[tuple[dict, list[Exchange], int]] = []  # (copy, its exchanges, reply count): _load
         self._settled: tuple[Exchange, float] | None = None  # the last reply that ended, and when
         self._deferred = View()  # what a reply's stream left for the page's panel tick and its end (defer)
 
@@ -206,7 +211,7 @@ class ChatSession:
     def clear(self) -> View:
         """Empty the conversation: a streaming reply stops and is dropped, waiting messages are
         dropped, the charts and the table start over. Undo (:meth:`undo`) brings it back."""
-        self.shelf.cleared(self.saved())
+        self.shelf.cleared(self._aside())
         with self._lock:
             self.slot.cancel(discard=True)
             self.queue.discard_all()
@@ -225,8 +230,21 @@ class ChatSession:
 
     # -- the copy kept in the browser -----------------------------------------------------------
     def saved(self) -> dict:
-        """The conversation as the page keeps it in the browser (:func:`saved_state`)."""
-        return saved_state(self.views, self.conversation)
+        """The conversation as the page keeps it in the browser (:func:`saved_state`), with this
+        session's ``key`` (a page reloaded gets what the session held last:
+        :meth:`SessionStore.freshest`)."""
+        copy = saved_state(self.views, self.conversation)
+        return {**copy, "key": self.copy_key} if copy else copy
+
+    def _aside(self) -> dict:
+        """This chat's copy as it leaves the screen (another chat shown, Delete, Clear). While the
+        tab lives, its replies are kept with it (the last :data:`KEPT_LIVE_CHATS` chats), so when
+        the same copy comes back (:meth:`_load`) they show with their colours, charts and
+        inspector, not as restored text."""
+        copy = self.saved()
+        if copy and any(e.reply is not None for e in self.views.exchanges):
+            self._set_aside = [*self._set_aside, (copy, list(self.views.exchanges), self.views.reply_count)][-KEPT_LIVE_CHATS:]
+        return copy
 
     def restore(self, saved: Any) -> View | None:
         """After a reload, the conversation kept in the browser (:func:`restore_state`); None
@@ -240,36 +258,41 @@ class ChatSession:
         """New chat: this one stays in the list, an empty one is active. None while busy."""
         if self.busy:
             return None
-        self.shelf.new(self.saved())
+        self.shelf.new(self._aside())
         return self._load({})
 
     def switch_chat(self, chat_id: str) -> View | None:
         """Make another chat of the list active. None while busy, or for no such chat."""
         if self.busy:
             return None
-        copy = self.shelf.switch(chat_id, self.saved())
+        copy = self.shelf.switch(chat_id, self._aside())
         return None if copy is None else self._load(copy)
 
     def delete_chat(self) -> View | None:
         """Delete the active chat (Undo brings it back); the last one used before it is active. None while busy."""
         if self.busy:
             return None
-        return self._load(self.shelf.delete(self.saved()))
+        return self._load(self.shelf.delete(self._aside()))
 
     def undo(self) -> View | None:
         """Undo the last Delete or Clear. None while busy or with nothing to undo."""
         if self.busy:
             return None
-        copy = self.shelf.take_undo(self.saved())
+        copy = self.shelf.take_undo(self._aside())
         return None if copy is None else self._load(copy)
 
     def _load(self, copy: dict) -> View:
-        """Show the chat ``copy`` (:func:`saved_state`'s form; {} for an empty chat) as after a reload."""
+        """Show the chat ``copy`` (:func:`saved_state`'s form; {} for an empty chat) as after a
+        reload, or, when this tab set it aside (:meth:`_aside`), with its replies as they were."""
         with self._lock:
             self.conversation.clear()
             self.views.reset()
             self._settled = None
             restore_state(self.views, self.conversation, copy)
+            kept = next((k for k in self._set_aside if k[0] is copy), None)
+            if kept is not None:
+                self._set_aside.remove(kept)
+                self.views.exchanges, self.views.reply_count = list(kept[1]), kept[2]
         return self.views.view()
 
     # -- a recorded reply ---------------------------------------------------------------------
@@ -347,6 +370,8 @@ class ChatSession:
         else:  # the bubble shown since it was sent, marked queued: its reply starts
             exchange.reply, exchange.queued, exchange.note = reply, False, None
         exchange.prefix = prefix
+        if prefix:  # a Continue of a reply cut inside a code block goes on as code
+            reply.renderer.continue_inside(open_fence(prefix))
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
         # the browser together (a message that waited), and the transcript must not miss its end
         before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()

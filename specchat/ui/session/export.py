@@ -17,6 +17,7 @@ import datetime as _dt
 from typing import Any
 
 from specchat.conversation import Conversation
+from specchat.ui.html.markdown import open_fence
 from specchat.ui.session.reply import Exchange
 from specchat.ui.session.views import SessionViews
 
@@ -50,18 +51,26 @@ def export_json(views: SessionViews, conversation: Conversation, *, target: str,
 
 def export_markdown(data: dict) -> str:
     """:func:`export_json`'s data as Markdown: a title, the system prompt, then each message
-    and reply under its own heading (a reply's label and summary in italics, its text as written)."""
+    and reply under its own heading (a reply's label and summary in italics, its text as written).
+    A reply and its continuations (Continue) are one text under the reply's heading, each part's
+    label and figures listed above it, so a code block cut by the token limit reads whole."""
     lines = [f"# Conversation with {data['target']}", "", f"_exported {data['exported_at']} from specchat_", ""]
     if data["system_prompt"].strip():
         lines += ["**System prompt:**", "", data["system_prompt"], ""]
+    text: str | None = None  # the reply being written out, with its continuations
     for e in data["exchanges"]:
-        if e["continues"]:
-            lines += ["## Continue", ""]
-        else:
-            lines += ["## You", "", _closed(e["message"]), ""]
+        reply = e["reply"]
+        if e["continues"] and reply is not None and text is not None:
+            lines += [f"_continued: {reply['label']}" + (f" · {_figures_line(reply['figures'])}"
+                                                         if reply.get("figures") is not None else "") + "_", ""]
+            text += reply["text"]
+            continue
+        if text is not None:
+            lines += [_closed(text), ""]
+            text = None
+        lines += ["## Continue", ""] if e["continues"] else ["## You", "", _closed(e["message"]), ""]
         if e["note"]:
             lines += [f"_{e['note']}_", ""]
-        reply = e["reply"]
         if reply is None:
             continue
         figures = reply.get("figures")
@@ -69,15 +78,20 @@ def export_markdown(data: dict) -> str:
         lines += [f"### {reply['label']}" + (f" · target {reply['target']}" if other else ""), ""]
         if figures is not None:
             lines += [f"_{_figures_line(figures)}_", ""]
-        lines += [_closed(reply["text"]), ""]
+        text = reply["text"]
+    if text is not None:
+        lines += [_closed(text), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
 def _closed(text: str) -> str:
     """``text`` with a code fence it left open closed (a reply cut at its token limit inside a code
     block would otherwise swallow the rest of the file)."""
-    fences = [line.lstrip()[:3] for line in text.splitlines() if line.lstrip().startswith(("```", "~~~"))]
-    return text + f"\n{fences[-1]}" if len(fences) % 2 else text
+    lead = open_fence(text).strip()
+    if not lead:
+        return text
+    fence = lead[: len(lead) - len(lead.lstrip(lead[0]))]  # the fence's characters, without the language
+    return text + ("" if text.endswith("\n") else "\n") + fence
 
 
 def _figures_line(f: dict) -> str:

@@ -27,6 +27,7 @@ from specchat.ui.session.view import View
 from specchat.ui.session.views import SessionViews
 
 REGENERATED_NOTE = "regenerated below: this reply is no longer part of the conversation"
+EDITED_NOTE = "regenerated, then its message was taken back to edit: this reply is no longer part of the conversation"
 
 
 class Resend(NamedTuple):
@@ -106,8 +107,17 @@ class LastReply:
             chain = self._take_back(last)
             for e in chain:
                 self.views.exchanges.remove(e)
-            return View(transcript=self.views.feed(removed=tuple(e.id for e in chain)), textbox=chain[0].message,
+            # a reply regenerated as the one taken back: nothing is "below" it any more
+            orphans = [e for e in self.views.exchanges if e.note == REGENERATED_NOTE and e.message == chain[0].message
+                       and not any(x.message == e.message for x in self._after(e))]
+            for e in orphans:
+                e.note = EDITED_NOTE
+            return View(transcript=self.views.feed(*orphans, removed=tuple(e.id for e in chain)), textbox=chain[0].message,
                         table=self.views.table())
+
+    def _after(self, exchange: Exchange) -> list[Exchange]:
+        """The exchanges shown below ``exchange``."""
+        return self.views.exchanges[self.views.exchanges.index(exchange) + 1:]
 
     def continue_(self) -> Resend:
         """Write on from the end of the last reply (it must be in the conversation)."""

@@ -257,11 +257,17 @@ class Restored:
     text: str
     summary: str
     status: str = ""
+    lead: str = ""  # a Continue's: the code fence it reopens (ReplyRenderer.continue_inside); not saved
+
+    def saved(self) -> dict[str, str]:
+        """The fields the browser keeps (:func:`~specchat.ui.session.saved.saved_state`)."""
+        return {"label": self.label, "text": self.text, "summary": self.summary, "status": self.status}
 
     def parts(self) -> dict[str, Any]:
-        """The bubble, as :meth:`Reply.parts` gives it: the text as Markdown, and a note saying it
-        was restored."""
-        blocks = render_blocks(self.text, [-1] * len(self.text), [], {}, {}) if self.text else []
+        """The bubble, as :meth:`Reply.parts` gives it: the text as Markdown (after ``lead``), and
+        a note saying it was restored."""
+        source = self.lead + self.text
+        blocks = render_blocks(source, [-1] * len(source), [], {}, {}) if self.text else []
         note = ('<div class="spec-notice">restored (after a reload, or from another chat of the list): the text only; '
                 'token colours, charts and the inspector cover the replies made since</div>')
         return {"label": self.label, "notices": note, "blocks": blocks,

@@ -10,12 +10,12 @@ The value comes from the browser: :func:`parse_saved` checks every field.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 from specchat.conversation import Conversation
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
+from specchat.ui.html.markdown import open_fence
 from specchat.ui.html.render import reply_summary
 from specchat.ui.session.reply import Exchange, Restored
 from specchat.ui.session.views import SessionViews
@@ -97,7 +97,7 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
                           "summary": reply_summary(r.metrics), "status": r.renderer.status or "", "note": e.note or "",
                           "kept": e.kept, "continues": e.continues})
         elif e.restored is not None:
-            items.append({"message": e.message, **dataclasses.asdict(e.restored), "note": e.note or "", "kept": e.kept,
+            items.append({"message": e.message, **e.restored.saved(), "note": e.note or "", "kept": e.kept,
                           "continues": e.continues})
         else:
             items.append({"message": e.message, "note": e.note or ""})
@@ -138,9 +138,12 @@ def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -
     if data is None:
         return False
     conversation.restore(data["history"], data["system_prompt"])
+    reply_so_far = ""  # the reply a Continue writes on (with the continuations before it)
     for item in data["exchanges"]:
         if item.get("label"):
-            restored = Restored(item["label"], item["text"], item["summary"], item["status"])
+            lead = open_fence(reply_so_far) if item["continues"] else ""
+            reply_so_far = reply_so_far + item["text"] if item["continues"] else item["text"]
+            restored = Restored(item["label"], item["text"], item["summary"], item["status"], lead)
             views.add_exchange(Exchange(item["message"], restored=restored, note=item["note"] or None, kept=item["kept"],
                                         continues=item["continues"]))
             views.reply_count += 1  # the next reply's number follows the restored ones

@@ -1,12 +1,17 @@
 """The :class:`~specchat.ui.session.chat.ChatSession` of each browser session (tab), by Gradio's
-session hash, with a cap on how many are kept."""
+session hash, with a cap on how many are kept; and, for a reload, the conversation a tab's
+session held when it went (the browser's own copy is up to a save interval older)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
+
+DROPPED_KEPT_S = 600.0  # how long the conversation of a closed tab waits for its reload
+DROPPED_KEPT = 32  # the most such conversations kept
 
 
 class _Session(Protocol):
@@ -14,6 +19,10 @@ class _Session(Protocol):
 
     @property
     def busy(self) -> bool: ...
+
+    copy_key: str  # written into the browser's copy (saved()): which session wrote it
+
+    def saved(self) -> dict: ...
 
     def close(self) -> None: ...
 
@@ -34,6 +43,7 @@ class SessionStore(Generic[ChatSession]):
         self.factory = factory
         self.capacity = capacity
         self._sessions: OrderedDict[str, ChatSession] = OrderedDict()
+        self._dropped: OrderedDict[str, tuple[float, dict]] = OrderedDict()  # copy key -> (when, saved())
         self._lock = threading.Lock()
 
     def get(self, key: str | None) -> ChatSession:
@@ -52,11 +62,37 @@ class SessionStore(Generic[ChatSession]):
             return session
 
     def drop(self, key: str | None) -> None:
-        """The tab closed: stop its reply and forget its conversation."""
+        """The tab closed (or reloads): stop its reply and forget its conversation, keeping its
+        last copy a while for :meth:`freshest` (a reply streaming now is kept as far as it got)."""
         with self._lock:
             session = self._sessions.pop(key, None) if key is not None else None
-        if session is not None:
-            session.close()
+        if session is None:
+            return
+        copy = session.saved()  # before close(): a streaming reply is kept as a reply cut short
+        session.close()
+        if copy:
+            with self._lock:
+                self._dropped[session.copy_key] = (time.monotonic(), copy)
+                while len(self._dropped) > DROPPED_KEPT:
+                    self._dropped.popitem(last=False)
+
+    def freshest(self, saved: Any, asking: ChatSession) -> Any:
+        """The copy a reopened page restores, for ``saved``, the one its browser kept: what the
+        session that wrote it holds now (still here: the reload's unload may come after the new
+        page's load), or held when its tab went (taken: once), if that was less than
+        :data:`DROPPED_KEPT_S` ago; else ``saved`` itself. The browser's copy is rewritten only
+        every few seconds while a reply streams, so it can miss the reply's last words."""
+        key = saved.get("key") if isinstance(saved, dict) else None
+        if not isinstance(key, str) or not key:
+            return saved
+        with self._lock:
+            dropped = self._dropped.pop(key, None)
+            live = next((s for s in self._sessions.values() if s is not asking and s.copy_key == key), None)
+        if live is not None:
+            return live.saved() or saved
+        if dropped is not None and time.monotonic() - dropped[0] < DROPPED_KEPT_S:
+            return dropped[1]
+        return saved
 
     def __len__(self) -> int:
         return len(self._sessions)

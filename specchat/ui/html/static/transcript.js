@@ -71,7 +71,7 @@ function upsert(item) {
   if (p.status !== r.status) s.status.innerHTML = p.status = r.status;
   if (p.summary !== r.summary) s.summary.textContent = p.summary = r.summary;
   s.bot.classList.toggle('spec-running', !!r.running);
-  s.copy.hidden = typeof r.text !== 'string';
+  s.copy.hidden = typeof r.text !== 'string' || !r.text;  // nothing to copy before the first token
   if (typeof r.text === 'string') s.bot.dataset.text = r.text;
   setBlocks(s, (r.blocks || []).map(unwire));
 }

@@ -1,0 +1,22 @@
+// Gradio 6's status trackers (its chunk statustracker-*.js) count an event's elapsed time on every
+// animation frame while the event is pending, and stop when it is not; a tracker taken off the page
+// while pending never stops (no teardown ends its loop). Every page has one from its own loading:
+// 60 frames a second for nothing, 5-8 % of a core in a browser drawing in software (headless
+// Chromium on a 2-core machine: 0.8 s of CPU per 10 s idle, 0.03 s once stopped), CPU that the
+// model's threads then do not get. Such a loop cannot be reached (it keeps its own reference to
+// requestAnimationFrame), but each frame it reads performance.now(): every 2 s, for one frame,
+// that read throws for a caller in the status tracker's chunk only, which ends the loop. A tracker
+// still pending starts a new loop when its event changes state; its elapsed-time text (our
+// events hide it) is all it loses.
+(function stopLeakedFrameLoops() {
+  const perf = window.performance, now = perf.now.bind(perf);
+  const fromTracker = () => /statustracker/.test(new Error().stack || '');
+  function sweep() {
+    perf.now = () => {
+      if (fromTracker()) throw new Error('specchat: stopped a Gradio status tracker frame loop (static/frames.js)');
+      return now();
+    };
+    requestAnimationFrame(() => { setTimeout(() => { perf.now = now; }, 0); });
+  }
+  setInterval(sweep, 2000);
+})();
