@@ -180,3 +180,19 @@ def test_a_chat_shown_again_in_the_same_tab_keeps_its_replies_colours_not_restor
     fresh = _session()
     fresh.restore(s.saved())
     assert fresh.views.exchanges[0].reply is None and fresh.views.exchanges[0].restored.text == REPLY_TEXT
+
+
+def test_clear_while_a_reply_streams_then_undo_brings_it_back_as_the_model_sees_it():
+    """Clear is allowed mid-reply; Undo then shows the copy taken at Clear (the reply cut short, in
+    the history, Continue-able), not the stopped reply's live record (which went on a little)."""
+    s = ChatSession(FakeService(delay_s=0.01), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    stream = s.respond("Tell a story.", settings())
+    while not s.views.exchanges or not s.views.exchanges[-1].reply.renderer.text:
+        next(stream)
+    s.clear()
+    stream.close()
+    s.undo()
+    (back,) = s.views.exchanges
+    assert back.reply is None and back.kept and REPLY_TEXT.startswith(back.restored.text)
+    assert s.history[-1] == {"role": "assistant", "content": back.restored.text}
+    assert s.last.continue_().message == "Tell a story."

@@ -242,7 +242,8 @@ class ChatSession:
         the same copy comes back (:meth:`_load`) they show with their colours, charts and
         inspector, not as restored text."""
         copy = self.saved()
-        if copy and any(e.reply is not None for e in self.views.exchanges):
+        # (not while a reply streams, as Clear allows: the copy keeps it cut short, as the model will see it)
+        if copy and not self.busy and any(e.reply is not None for e in self.views.exchanges):
             self._set_aside = [*self._set_aside, (copy, list(self.views.exchanges), self.views.reply_count)][-KEPT_LIVE_CHATS:]
         return copy
 
