@@ -1434,6 +1434,30 @@ MUTANTS = [
         "                ok = True\n",
         "a fractional γ or max new tokens kept by the browser comes back into the page",
     ),
+    Mutant(
+        "reload-forgets-the-closed-tabs-copy",
+        20,
+        "specchat/ui/session/store.py",
+        "        if dropped is not None and time.monotonic() - dropped[0] < DROPPED_KEPT_S:\n",
+        "        if False:\n",
+        "a page reloaded mid-reply restores the browser's copy, up to a save interval older than what the tab held",
+    ),
+    Mutant(
+        "switched-chat-loses-its-replies",
+        20,
+        "specchat/ui/session/chat.py",
+        "            kept = next((k for k in self._set_aside if k[0] is copy), None)\n",
+        "            kept = None\n",
+        "a chat shown again in the same tab comes back as restored text: its colours, charts and inspector gone",
+    ),
+    Mutant(
+        "continuation-outside-its-code-block",
+        20,
+        "specchat/ui/session/chat.py",
+        "            reply.renderer.continue_inside(open_fence(prefix))\n",
+        "            pass\n",
+        "a Continue of a reply cut inside a code block renders its code as plain text",
+    ),
 ]
 
 
