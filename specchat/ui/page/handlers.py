@@ -237,7 +237,9 @@ class Handlers:
             if session.busy:
                 gr.Info("Wait for the reply to end (or Stop it) before changing chats.")
             return {self.page.chat_list: gr.Radio(value=session.shelf.active)}
-        return {**self.updates(view), self.page.saved: session.saved(), **self._chat_list(session),
+        # the chat's own trace download (a chat kept live in this tab has its replies' traces), or none
+        trace = {self.page.download: gr.DownloadButton("Download trace", value=None)} if view.trace_file is None else {}
+        return {**self.updates(view), **trace, self.page.saved: session.saved(), **self._chat_list(session),
                 self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None),
                 self.page.system_prompt: session.conversation.system_prompt}
 

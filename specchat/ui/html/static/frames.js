@@ -5,15 +5,21 @@
 // Chromium on a 2-core machine: 0.8 s of CPU per 10 s idle, 0.03 s once stopped), CPU that the
 // model's threads then do not get. Such a loop cannot be reached (it keeps its own reference to
 // requestAnimationFrame), but each frame it reads performance.now(): every 2 s, for one frame,
-// that read throws for a caller in the status tracker's chunk only, which ends the loop. A tracker
-// still pending starts a new loop when its event changes state; its elapsed-time text (our
-// events hide it) is all it loses.
+// that read throws when the caller is that loop's frame callback (an unnamed function of the
+// tracker's chunk called by the browser itself: the only frame below this script's), which ends
+// the loop. Every other reader gets the time, the tracker chunk's own included (its status store
+// reads it for each event's update). A tracker still pending starts a new loop when its event
+// changes state; its elapsed-time text (our events hide it) is all it loses.
 (function stopLeakedFrameLoops() {
   const perf = window.performance, now = perf.now.bind(perf);
-  const fromTracker = () => /statustracker/.test(new Error().stack || '');
+  const fromTrackerLoop = () => {
+    // below "Error", this function and the reader this script put in place: the caller's frames
+    const frames = (new Error().stack || '').split('\n').slice(3);
+    return frames.length === 1 && /^\s*at (?:https?:\/\/|\/)\S*statustracker[^\s/]*\.js:\d+:\d+$/.test(frames[0]);
+  };
   function sweep() {
     perf.now = () => {
-      if (fromTracker()) throw new Error('specchat: stopped a Gradio status tracker frame loop (static/frames.js)');
+      if (fromTrackerLoop()) throw new Error('specchat: stopped a Gradio status tracker frame loop (static/frames.js)');
       return now();
     };
     requestAnimationFrame(() => { setTimeout(() => { perf.now = now; }, 0); });
