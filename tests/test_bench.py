@@ -111,8 +111,12 @@ def test_bench_runs_end_to_end_on_a_real_small_model(smollm2_dir, tmp_path, caps
         else:
             assert r["config"].endswith("(no timing rounds)") and r["num_timing_rounds"] == 0
         if r["drafter"] == "int4" and r["measure_speedup"] and len(r["gammas"]) >= 3:
-            # round 2 is target-only: a timing round, or drafting paused (no γ paid at the measured costs)
-            assert r["gammas"][2] == 0 and (r["num_timing_rounds"] >= 1 or r["num_paused_rounds"] >= 1), r
+            # a model drafter drafts nothing only in a timing round or while paused (no γ paid at the
+            # measured costs): round 2 is the schedule's timing round unless drafting paused before it
+            # (a paused round is target-only too; the controllers persist across the bench's prompts,
+            # so the second prompt may start paused and probe at round 2)
+            assert r["num_timing_rounds"] >= 1 or r["num_paused_rounds"] >= 1, r
+            assert r["gammas"][2] == 0 or r["num_paused_rounds"] >= 1, r
             assert r["speedup_same_run"] > 0 and r["target_step_ms"] > 0
     timed = [r for r in specchat if r["num_timing_rounds"]]
     assert timed, "no run was long enough to reach a timing round"  # γ=2, 8 tokens: at least 3 rounds
