@@ -87,7 +87,7 @@ def _serve(service) -> tuple:
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
         server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS,
-        head=app.CLICK_JS,
+        head=app.CLICK_JS, app_kwargs=app.live_app_kwargs(),
     )
     return demo, url
 
@@ -396,6 +396,9 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     message = "Write a long story about a lighthouse keeper, in ten paragraphs."
     drive_app.send(d, message)
     _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 8, 60, "tokens to stream")
+    # the reply's text streams through its live channel (specchat/ui/session/live.py), past Gradio's stream
+    live = "return document.querySelector('#spec-chat .spec-transcript').liveUpdates || 0"
+    _wait_for(lambda: d.execute_script(live) >= 2, 30, "updates on the live channel")
     drive_app.button(d, "Stop").click()
     run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 30, "the run to end")
     assert run["stop"] is StopReason.CANCELLED and 8 <= run["tokens"] < 1024
@@ -651,7 +654,7 @@ def test_a_drafter_that_fails_to_load_falls_back_to_target_only_visibly(smollm2_
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(
         server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False, share=False, css=app.CSS,
-        head=app.CLICK_JS,
+        head=app.CLICK_JS, app_kwargs=app.live_app_kwargs(),
     )
     try:
         d = drive_app.driver(1280, 900)
@@ -692,7 +695,8 @@ def test_a_message_sent_before_the_start_up_pick_runs_with_the_pick_and_says_so(
     demo = app.build_ui(service, default_drafter="auto")
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False,
-                            share=False, css=app.CSS, head=app.CLICK_JS)
+                            share=False, css=app.CSS, head=app.CLICK_JS,
+                            app_kwargs=app.live_app_kwargs())
     menu = "return (document.querySelector('input[aria-label=drafter]') || {}).value || ''"
     label = "return [...document.querySelectorAll('#spec-chat .spec-label')].map(e => e.innerText)"
     drivers = []
@@ -1003,7 +1007,8 @@ def test_a_trace_file_opens_with_no_model_and_shows_every_view(engine, other, br
     demo = app.build_ui(app.TraceOnlyService("tiny"), default_drafter="none", trace_files=(str(path),))
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False,
-                            share=False, css=app.CSS, head=app.CLICK_JS)
+                            share=False, css=app.CSS, head=app.CLICK_JS,
+                            app_kwargs=app.live_app_kwargs())
     try:
         d = browser(url)
         _wait_for(lambda: d.find_elements(By.CSS_SELECTOR, "#spec-chat .tok"), 30, "the replayed tokens")

@@ -58,7 +58,8 @@ def served(smollm2_dir):
     demo = app.build_ui(service, default_drafter="ngram")
     demo.queue(default_concurrency_limit=1)
     _, url, _ = demo.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, ssr_mode=False,
-                            share=False, css=app.CSS, head=app.CLICK_JS, run_history=False)
+                            share=False, css=app.CSS, head=app.CLICK_JS, run_history=False,
+                            app_kwargs=app.live_app_kwargs())
     yield url
     demo.close()
 

@@ -417,12 +417,14 @@ def _wait_for_ready(log_path: Path, app: subprocess.Popen, timeout: float) -> No
 def _update_sizes(entries: list[dict]) -> list[int]:
     """Bytes of each streamed update in Chrome's DevTools log entries: each chunk the browser
     received on the queue's server-sent-event streams (``/gradio_api/queue/data``; the server
-    flushes each event as it is yielded), without the keep-alive pings (under 40 bytes)."""
+    flushes each event as it is yielded) and on a reply's live channel (``/specchat/live/…``),
+    without the keep-alive pings (under 40 bytes)."""
     streams, sizes = set(), []
     for entry in entries:
         message = json.loads(entry["message"])["message"]
         params = message.get("params", {})
-        if message.get("method") == "Network.requestWillBeSent" and "/queue/data" in params["request"]["url"]:
+        url = params["request"]["url"] if message.get("method") == "Network.requestWillBeSent" else ""
+        if "/queue/data" in url or "/specchat/live/" in url:
             streams.add(params["requestId"])
         elif message.get("method") == "Network.dataReceived" and params.get("requestId") in streams:
             if params["dataLength"] >= 40:

@@ -25,6 +25,7 @@ from specchat.service_api import ChatServiceProtocol
 from specchat.ui.html.render import CSS
 from specchat.ui.page.host import ON_SPACES, TraceOnlyService, compile_note, get_service, loading_html  # noqa: F401 (the app's names)
 from specchat.ui.page.layout import CLICK_JS
+from specchat.ui.page.live import app_kwargs as live_app_kwargs
 from specchat.ui.page.wiring import DRAFTER_CHOICES, build_ui  # noqa: F401 (the app's names)
 
 
@@ -159,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         css=CSS,
         head=CLICK_JS,
         run_history=False,
+        app_kwargs=live_app_kwargs(),
     )
     return 0
 
@@ -180,7 +182,7 @@ def serve_traces(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Showing {len(args.trace)} trace file(s), no model loaded. Open http://{host}:{args.port}", file=sys.stderr)
     demo.launch(server_name=args.host, server_port=args.port, share=False, ssr_mode=False,
-                css=CSS, head=CLICK_JS, run_history=False)
+                css=CSS, head=CLICK_JS, run_history=False, app_kwargs=live_app_kwargs())
     return 0
 
 

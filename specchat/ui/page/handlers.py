@@ -25,6 +25,7 @@ from specchat.ui.session.chat import AUTO, ChatSession, ReplySettings, SessionSt
 from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.export import export_json, export_markdown
 from specchat.ui.session.last_reply import Resend
+from specchat.ui.session.live import LIVE
 from specchat.ui.session.saved import parse_saved, parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
@@ -168,12 +169,15 @@ class Handlers:
         if ticket is not None and int(ticket) == NOTHING_SENT:  # a refused Regenerate or Continue
             yield {self.page.stats: gr.skip()}
             return
-        session = self.session_of(request)
-        for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive,
-                                     system_prompt, ticket=None if ticket is None else int(ticket)):
-            out = self.updates(session.defer(view))
-            if any(c in out for c in self.streamed):  # else nothing to send now
-                yield out
+        session, transcript = self.session_of(request), self.page.transcript
+        with LIVE.channel() as channel:  # the reply's text past Gradio's stream while the page reads it (session.live)
+            for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens,
+                                         adaptive, system_prompt, ticket=None if ticket is None else int(ticket)):
+                out = self.updates(session.defer(view))
+                if view.streaming and transcript in out and (value := channel.offer(out.pop(transcript))) is not None:
+                    out[transcript] = value
+                if any(c in out for c in self.streamed):  # else nothing to send now
+                    yield out
 
     def save_now(self, request: gr.Request = None):
         """The save tick (every SAVE_INTERVAL_S while a reply streams or a message waits): the

@@ -154,7 +154,7 @@ class ChatSession:
         if rest:
             with self._lock:
                 self._deferred = dataclasses.replace(self._deferred, **rest)
-        return View(transcript=view.transcript, stats=view.stats, toasts=view.toasts)
+        return View(transcript=view.transcript, stats=view.stats, toasts=view.toasts, streaming=view.streaming)
 
     def take_deferred(self, only: tuple[str, ...] | None = None) -> View:
         """The parts :meth:`defer` kept since they were last taken (None where none), all of
@@ -452,7 +452,7 @@ class ChatSession:
                     break
                 if item is IDLE:  # no round ended meanwhile (a long round, a prefill pass): show messages sent since
                     if self.queue.dirty and not holding and not run.discard:
-                        yield View(transcript=self.views.feed(*self._carry()))
+                        yield View(transcript=self.views.feed(*self._carry()), streaming=True)
                     continue
                 holding = isinstance(item, RoundEvent) and item.timing_next
                 toast = reply.add(item)
@@ -480,7 +480,7 @@ class ChatSession:
                 if now - last_stats >= self.stats_interval_s:
                     stats, last_stats = self.views.stats(), now
                 yield View(transcript=self.views.feed(*self._carry(exchange)), stats=stats,
-                           toasts=(toast,) if toast else (), **panels)
+                           toasts=(toast,) if toast else (), streaming=True, **panels)
         finally:
             stream.close()
 

@@ -47,6 +47,8 @@ class View:
         inspector / timeline / race: the token inspector, the round timeline and the race (HTML).
         trace_file: a path, the selected reply's trace file (for the download button).
         ledger / worth: the focused reply's ledger (HTML) and the α-against-c figure.
+        streaming: the transcript is a streaming reply's update (the page may send it through the
+            reply's live channel, :mod:`specchat.ui.session.live`, instead of Gradio's stream).
     """
 
     transcript: dict | None = _part(STREAMED)
@@ -61,6 +63,7 @@ class View:
     trace_file: str | None = _part(SETTLED)  # the selected reply's trace file, for the download button
     ledger: str | None = _part(TICKED, "ledger")  # the focused reply's ledger (HTML)
     worth: Any = _part(TICKED, "ledger")  # the α-against-c figure of the conversation's drafters
+    streaming: bool = field(default=False, metadata={"when": None, "panel": None})  # not a part: how to send one
 
 
 def sent(when: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ class SessionViews:
         self._stale: set[str] = set()  # live panels whose data changed while they were off screen
         self._trace_dir: str | None = None
         self._feed_seq = itertools.count(1)  # every feed value gets the next
+        self._epoch = secrets.token_hex(4)  # whose seq it is: a value of another epoch is never stale
         self._exchange_ids = itertools.count(1)  # each exchange's id in the transcript
 
     def reset(self) -> None:
@@ -87,7 +89,7 @@ class SessionViews:
         """A value for the page's transcript: these exchanges as they are now, the ids ``removed``
         taken out, and with ``reset`` everything else dropped first (see :mod:`specchat.ui.html.transcript`)."""
         items = [e.item() for e in exchanges] + [{"id": i, "removed": True} for i in removed]
-        return {"seq": next(self._feed_seq), "reset": reset, "items": items}
+        return {"seq": next(self._feed_seq), "epoch": self._epoch, "reset": reset, "items": items}
 
     def chat(self) -> list[dict]:
         """The whole conversation as messages (``[{"role", "content"}]``, content is HTML): what

@@ -80,14 +80,39 @@ function upsert(item) {
 const listed = (v) => Array.isArray(v) ? v : Object.values(v || {});
 const unwire = (b) => (b && typeof b === 'object') ? {head: b.head, lines: listed(b.lines), tail: b.tail} : b;
 
+let epoch = null;  // whose seq lastSeq is (a new session's values count from 1 again)
 function apply(value) {
   if (!value || typeof value !== 'object' || value.seq === lastSeq) return;
-  lastSeq = value.seq;
+  // the live channel runs ahead of Gradio's stream: an older value of the same epoch is stale
+  if (value.epoch === epoch && value.seq < lastSeq) return;
+  lastSeq = value.seq; epoch = value.epoch;
   fresh = false;
   if (value.reset) { root.replaceChildren(); shown.clear(); }
   for (const item of listed(value.items)) upsert(item);
   root.classList.toggle('spec-empty', shown.size === 0);
   if (fresh) toBottom(); else stick();  // a new message always brings the view down
+  if (typeof value.live === 'string') listen(value.live);
+}
+
+// -- a streaming reply's text past Gradio's stream (specchat/ui/session/live.py) ----------------
+// A reply's updates say where its live channel is; while the page reads it, the server sends the
+// reply's text there (server-sent events, each a value as above) instead of through Gradio, whose
+// own handling of each streamed message costs far more than the text does. The end (event "end",
+// or an error: the server then sends through Gradio again, and the page does not try again) closes it.
+let live = null;  // {path, source}
+const tried = new Set();  // each reply's channel is opened once: after an error Gradio carries the rest
+const liveUrl = (path) => new URL(path, ((window.gradio_config && window.gradio_config.root) || location.origin).replace(/\/+$/, '') + '/');
+function listen(path) {
+  if (tried.has(path)) return;
+  tried.add(path);
+  if (live) live.source.close();
+  const source = new EventSource(liveUrl(path));
+  const me = {path, source};
+  const done = () => { source.close(); if (live === me) live = null; };
+  source.onmessage = (ev) => { root.liveUpdates = (root.liveUpdates || 0) + 1; apply(JSON.parse(ev.data)); };
+  source.addEventListener('end', done);
+  source.onerror = done;
+  live = me;
 }
 
 // -- following the newest text ---------------------------------------------------------------

@@ -1,0 +1,123 @@
+"""A streaming reply's text on the page past Gradio's event stream: a live channel per reply. No gradio import.
+
+Why: Gradio (6.31) handles each message of an event's stream in the browser with work that does
+not depend on what the message changes: for every component any event has updated so far it sets
+a loading status and takes a deep copy (Svelte's ``$state.snapshot``) of all its properties, the
+plots' figures and the browser's copy of the chat included; on this 2-core machine that was most
+of the browser's ~20 ms per update (a CPU profile of one 256-token reply: Gradio's status update
+~2 s, the transcript's own script ~0.2 s), CPU that the model's two threads then lack. So while a
+reply streams, its text goes to the page through a channel of its own: the page's script reads
+``GET /specchat/live/<key>`` (server-sent events; :mod:`specchat.ui.page.live`) and applies each
+value as it applies a Gradio one. The reply's start, its end and the stats line still go through
+Gradio, and so does every update while no page reads the channel (no script, a proxy that buffers
+the stream, the route not mounted): the channel is an optimisation that falls back by itself.
+
+A value is a transcript *feed* (:mod:`specchat.ui.html.transcript`): the state of the changed
+exchanges, not a change to them, so the channel keeps only the latest value: a reader that falls
+behind skips to it, and nothing is lost when values are folded.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PATH = "specchat/live/"  # the route's path, relative to the page's root (the script resolves it)
+
+
+class LiveChannel:
+    """One reply's live values, for the page's reader(s). Thread-safe: the reply's generator
+    publishes from Gradio's worker thread, the route waits in another.
+
+    Attributes:
+        key: a random token (128 bits, URL-safe): only the page that was sent it can read.
+        path: where the page reads it, relative to the page's root (``specchat/live/<key>``).
+    """
+
+    def __init__(self) -> None:
+        self.key = secrets.token_urlsafe(16)
+        self.path = PATH + self.key
+        self._cond = threading.Condition()
+        self._version = 0
+        self._payload: str | None = None
+        self._closed = False
+        self._readers = 0
+
+    @property
+    def readers(self) -> int:
+        """How many pages read the channel now (connected to the route)."""
+        return self._readers
+
+    def attach(self) -> None:
+        """A reader connected."""
+        with self._cond:
+            self._readers += 1
+
+    def detach(self) -> None:
+        """A reader went away (a reply's end, a closed tab, a dropped connection)."""
+        with self._cond:
+            self._readers = max(0, self._readers - 1)
+
+    def publish(self, value: dict) -> None:
+        """Make ``value`` (a wired transcript feed: JSON-able) the latest, and wake the readers."""
+        payload = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        with self._cond:
+            self._payload, self._version = payload, self._version + 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """The reply ended: readers get the latest value (if they had not) and then the end."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def wait(self, after: int, timeout: float) -> tuple[int, str | None, bool]:
+        """Block until a value newer than version ``after`` is published, the channel closes, or
+        ``timeout`` seconds pass. Returns ``(version, payload, closed)``: ``payload`` is the
+        latest value's JSON when it is newer than ``after``, else None."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version > after or self._closed, timeout)
+            newer = self._version > after
+            return self._version, self._payload if newer else None, self._closed
+
+    def offer(self, value: dict) -> dict | None:
+        """A streaming reply's transcript update: published here when a page reads the channel
+        (None: send nothing through Gradio), else ``value`` to send through Gradio, with the
+        channel's path under ``"live"`` so that the page starts reading."""
+        if self._readers:
+            self.publish(value)
+            return None
+        return {**value, "live": self.path}
+
+
+class LiveChannels:
+    """The open channels by key (the process's: every browser session's replies)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[str, LiveChannel] = {}
+
+    def get(self, key: str) -> LiveChannel | None:
+        """The open channel of ``key``, or None (never opened, or closed)."""
+        with self._lock:
+            return self._open.get(key)
+
+    @contextmanager
+    def channel(self) -> Iterator[LiveChannel]:
+        """A new channel for one reply, open while the ``with`` block runs, then closed."""
+        channel = LiveChannel()
+        with self._lock:
+            self._open[channel.key] = channel
+        try:
+            yield channel
+        finally:
+            with self._lock:
+                self._open.pop(channel.key, None)
+            channel.close()
+
+
+LIVE = LiveChannels()
+"""The process's live channels: the page's handlers open them, the route (:mod:`specchat.ui.page.live`) reads them."""
