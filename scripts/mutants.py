@@ -57,6 +57,7 @@ FAMILY = {
     18: ["tests/test_events.py", "tests/test_trace.py", "tests/test_app.py", "tests/test_audit.py"],
     19: ["tests/test_prefill_progress.py", "tests/test_session_queue_restore.py"],
     20: ["tests/test_last_reply.py", "tests/test_chats.py", "tests/test_conversation.py"],
+    21: ["tests/test_live.py"],
 }
 KIND_NAMES = {
     1: "bookkeeping after partial acceptance",
@@ -79,6 +80,7 @@ KIND_NAMES = {
     18: "token kinds (a round with no draft commits a target token, never a bonus; old traces read so)",
     19: "a long prefill in passes (Stop in it), a queued message's own cancel, the conversation restored",
     20: "the last reply (Regenerate, Edit, Continue), several chats (Delete, Undo) and the settings kept",
+    21: "a streaming reply's live channel (the latest value only, Gradio while no page reads it, the reply's end)",
 }
 
 
@@ -1457,6 +1459,31 @@ MUTANTS = [
         "            reply.renderer.continue_inside(open_fence(prefix))\n",
         "            pass\n",
         "a Continue of a reply cut inside a code block renders its code as plain text",
+    ),
+    # -- 21. a streaming reply's live channel ------------------------------------------------------
+    Mutant(
+        "live-channel-without-a-reader",
+        21,
+        "specchat/ui/session/live.py",
+        "        if self._readers:\n            self.publish(value)\n",
+        "        if True:\n            self.publish(value)\n",
+        "a page that does not read the live channel (no script, a 404) gets no streaming text at all",
+    ),
+    Mutant(
+        "live-value-sent-again",
+        21,
+        "specchat/ui/session/live.py",
+        "            return self._version, self._payload if newer else None, self._closed\n",
+        "            return self._version, self._payload, self._closed\n",
+        "a reader gets the same value again on every wake-up (a keep-alive resends the whole reply)",
+    ),
+    Mutant(
+        "reply-end-sent-only-live",
+        21,
+        "specchat/ui/page/handlers.py",
+        "if view.streaming and transcript in out and",
+        "if transcript in out and",
+        "the reply's start and end go to the live channel too: a page whose stream ended early never gets the end",
     ),
 ]
 

@@ -12,6 +12,7 @@ DOM untouched.
 A feed value (built by :meth:`specchat.ui.session.views.SessionViews.feed`)::
 
     {"seq": 12,             # per browser session, grows with every value sent
+     "epoch": "9f3a61c2",   # whose seq: a new session's values count from 1 again
      "reset": false,        # true: empty the transcript first (Clear)
      "items": [             # the exchanges that changed; the others stay as they are
         {"id": 3, "user": "<div …>message</div>",
@@ -20,9 +21,14 @@ A feed value (built by :meth:`specchat.ui.session.views.SessionViews.feed`)::
                    "status": "", "summary": "generating…", "running": true}},
         {"id": 2, "removed": true}]}
 
-During one streamed reply Gradio sends each value as a diff of the previous one (its streaming
-diff), so an update carries the changed blocks only. The value is the *state* of each exchange,
-not a change to it: if the browser folds two updates into one, the later state is complete.
+Values also carry ``"epoch"`` (whose ``seq`` it is) and, while a reply streams and no page reads
+its live channel yet, ``"live"``: the path the script then reads the reply's next values from
+(server-sent events, :mod:`specchat.ui.session.live`), past Gradio's event stream. A value of the
+same epoch older than the last one applied is stale (the live channel runs ahead of Gradio's
+stream) and skipped. Through Gradio, during one streamed reply, each value travels as a diff of
+the previous one (its streaming diff), so an update carries the changed blocks only. The value is
+the *state* of each exchange, not a change to it: if the browser folds two updates into one, or
+the live channel skips to its latest value, the later state is complete.
 
 A finished reply carries its plain text too, for its copy button. "Colours / plain" and "show
 rejected drafts" are classes on the container, switched in the
