@@ -26,22 +26,37 @@ from specchat.ui.session import live
 from specchat.ui.session.live import LIVE, LiveChannel, LiveChannels
 
 
-def test_a_channel_keeps_only_the_latest_value_and_wakes_its_reader():
+def test_a_channel_folds_what_its_reader_has_not_taken_and_wakes_it():
     channel = LiveChannel()
     assert channel.path == "specchat/live/" + channel.key and len(channel.key) >= 20
     assert channel.wait(0, 0.01) == (0, None, False)  # nothing yet: the wait times out
-    channel.publish({"seq": 1})
-    channel.publish({"seq": 2, "items": ["é"]})
-    assert channel.wait(0, 0.01) == (2, '{"seq":2,"items":["é"]}', False)  # folded: the latest state only
-    assert channel.wait(2, 0.01) == (2, None, False)  # nothing newer than version 2
+    channel.publish({"seq": 1, "reset": False, "items": {"2": {"id": 2, "user": "queued"}}})  # shown once
+    channel.publish({"seq": 2, "reset": False, "items": {"1": {"id": 1, "reply": "é…"}}})
+    channel.publish({"seq": 3, "reset": False, "items": {"1": {"id": 1, "reply": "é!"}}})
+    version, payload, closed = channel.wait(0, 0.01)
+    # one value: the latest seq, the queued message of the first value and the reply's latest state
+    assert (version, closed) == (3, False)
+    assert json.loads(payload) == {"seq": 3, "reset": False, "items": {"2": {"id": 2, "user": "queued"},
+                                                                      "1": {"id": 1, "reply": "é!"}}}
+    assert channel.wait(3, 0.01) == (3, None, False)  # nothing newer than version 3
+    channel.publish({"seq": 4, "reset": False, "items": {"1": {"id": 1, "reply": "é!?"}}})
+    assert json.loads(channel.wait(3, 0.01)[1])["items"] == {"1": {"id": 1, "reply": "é!?"}}  # taken: not folded again
     got = []
-    reader = threading.Thread(target=lambda: got.append(channel.wait(2, 5.0)))
+    reader = threading.Thread(target=lambda: got.append(channel.wait(4, 5.0)))
     reader.start()
     time.sleep(0.05)
     t0 = time.perf_counter()
     channel.close()
     reader.join()
-    assert got == [(2, None, True)] and time.perf_counter() - t0 < 1.0  # woken by the close, not the timeout
+    assert got == [(4, None, True)] and time.perf_counter() - t0 < 1.0  # woken by the close, not the timeout
+
+
+def test_a_reset_folds_as_a_reset():
+    older = {"seq": 5, "epoch": "e", "reset": True, "items": {"1": {"id": 1}}}
+    newer = {"seq": 6, "epoch": "e", "reset": False, "items": {"2": {"id": 2}}}
+    # the page empties the transcript, then shows both exchanges
+    assert live.fold(older, newer) == {"seq": 6, "epoch": "e", "reset": True, "items": {"1": {"id": 1}, "2": {"id": 2}}}
+    assert live.fold(newer, older) == older  # a later reset drops what came before it
 
 
 def test_an_update_goes_through_gradio_until_a_page_reads_the_channel():
@@ -69,13 +84,29 @@ def test_the_route_streams_the_latest_value_then_the_end_and_refuses_unknown_key
     client = TestClient(FastAPI(**route.app_kwargs()))
     assert client.get("/specchat/live/unknown").status_code == 404
     with LIVE.channel() as channel:
-        channel.publish({"seq": 7, "items": [{"id": 1}]})
+        channel.publish({"seq": 7, "items": {"1": {"id": 1}}})
         threading.Timer(0.3, channel.close).start()
         with client.stream("GET", "/" + channel.path) as response:
             assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
             body = "".join(response.iter_text())
-    assert body == 'data: {"seq":7,"items":[{"id":1}]}\n\nevent: end\ndata: \n\n'
+    assert body == 'data: {"seq":7,"items":{"1":{"id":1}}}\n\nevent: end\ndata: \n\n'
     assert channel.readers == 0  # the reader detached when its stream ended
+
+
+def test_a_reader_that_goes_away_stops_counting_at_once():
+    """The page's updates go back to Gradio when its reader leaves mid-reply, not when the reply ends."""
+    client = TestClient(FastAPI(**route.app_kwargs()))
+    with LIVE.channel() as channel:
+        channel.publish({"seq": 1, "items": {}})
+        with client.stream("GET", "/" + channel.path) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("data: ")
+            assert channel.readers == 1
+        deadline = time.monotonic() + 2 * route.POLL_S + 1.0
+        while channel.readers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert channel.readers == 0
+        assert channel.offer({"seq": 2, "items": {}}) == {"seq": 2, "items": {}, "live": channel.path}
 
 
 def test_each_launch_gets_its_own_app_kwargs():

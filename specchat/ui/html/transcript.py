@@ -27,8 +27,9 @@ its live channel yet, ``"live"``: the path the script then reads the reply's nex
 same epoch older than the last one applied is stale (the live channel runs ahead of Gradio's
 stream) and skipped. Through Gradio, during one streamed reply, each value travels as a diff of
 the previous one (its streaming diff), so an update carries the changed blocks only. The value is
-the *state* of each exchange, not a change to it: if the browser folds two updates into one, or
-the live channel skips to its latest value, the later state is complete.
+the *state* of each exchange, not a change to it: if the browser folds two updates into one, the
+later state is complete (the live channel folds the values its reader has not taken into one the
+same way, every exchange they carry in its latest state: :func:`specchat.ui.session.live.fold`).
 
 A finished reply carries its plain text too, for its copy button. "Colours / plain" and "show
 rejected drafts" are classes on the container, switched in the

@@ -20,23 +20,31 @@ from starlette.responses import Response, StreamingResponse
 from specchat.ui.session.live import LIVE, PATH, LiveChannel
 
 KEEPALIVE_S = 15.0
+POLL_S = 0.5  # how soon a reader that went away stops counting (the page's updates go back to Gradio)
 
 
 async def _events(channel: LiveChannel, request: Request) -> AsyncIterator[str]:
     channel.attach()
     try:
-        version = 0
+        version, quiet = 0, 0.0
         while True:
-            version, payload, closed = await anyio.to_thread.run_sync(channel.wait, version, KEEPALIVE_S)
+            # the wait runs in a worker thread, abandoned (it ends by its own timeout) if the
+            # client goes: the reader stops counting at once, not at the next value
+            version, payload, closed = await anyio.to_thread.run_sync(channel.wait, version, POLL_S,
+                                                                      abandon_on_cancel=True)
             if payload is not None:
+                quiet = 0.0
                 yield f"data: {payload}\n\n"
             if closed:
                 yield "event: end\ndata: \n\n"
                 return
-            if payload is None:
-                yield ": keep-alive\n\n"
             if await request.is_disconnected():
                 return
+            if payload is None:
+                quiet += POLL_S
+                if quiet >= KEEPALIVE_S:
+                    quiet = 0.0
+                    yield ": keep-alive\n\n"
     finally:
         channel.detach()
 

@@ -12,9 +12,10 @@ value as it applies a Gradio one. The reply's start, its end and the stats line 
 Gradio, and so does every update while no page reads the channel (no script, a proxy that buffers
 the stream, the route not mounted): the channel is an optimisation that falls back by itself.
 
-A value is a transcript *feed* (:mod:`specchat.ui.html.transcript`): the state of the changed
-exchanges, not a change to them, so the channel keeps only the latest value: a reader that falls
-behind skips to it, and nothing is lost when values are folded.
+A value is a wired transcript *feed* (:mod:`specchat.ui.html.transcript`): the state of the
+exchanges that changed, keyed by id. A reader that falls behind gets one value: the values it has
+not had, folded (:func:`fold`: every exchange they carry, the latest state of each), so an
+exchange that changed once (a queued message shown, a note) is never lost behind a later round's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PATH = "specchat/live/"  # the route's path, relative to the page's root (the script resolves it)
+
+
+def fold(older: dict, newer: dict) -> dict:
+    """Two wired feed values as one, ``newer`` applied after ``older``: ``newer``'s seq and epoch,
+    the exchanges of both (``newer``'s where both carry one), and a reset if either had one (a
+    reset in ``newer`` drops what ``older`` carried: the page would have dropped it too)."""
+    if newer.get("reset"):
+        return newer
+    return {**newer, "reset": bool(older.get("reset")), "items": {**older.get("items", {}), **newer.get("items", {})}}
 
 
 class LiveChannel:
@@ -41,8 +51,9 @@ class LiveChannel:
         self.key = secrets.token_urlsafe(16)
         self.path = PATH + self.key
         self._cond = threading.Condition()
-        self._version = 0
-        self._payload: str | None = None
+        self._version = 0  # of the latest value
+        self._taken = 0  # the version a reader last took
+        self._value: dict | None = None
         self._closed = False
         self._readers = 0
 
@@ -62,10 +73,12 @@ class LiveChannel:
             self._readers = max(0, self._readers - 1)
 
     def publish(self, value: dict) -> None:
-        """Make ``value`` (a wired transcript feed: JSON-able) the latest, and wake the readers."""
-        payload = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        """Make ``value`` (a wired transcript feed: JSON-able, not changed afterwards) the latest,
+        folded onto the values no reader has taken yet (:func:`fold`), and wake the readers."""
         with self._cond:
-            self._payload, self._version = payload, self._version + 1
+            if self._value is not None and self._version > self._taken:
+                value = fold(self._value, value)
+            self._value, self._version = value, self._version + 1
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -77,16 +90,25 @@ class LiveChannel:
     def wait(self, after: int, timeout: float) -> tuple[int, str | None, bool]:
         """Block until a value newer than version ``after`` is published, the channel closes, or
         ``timeout`` seconds pass. Returns ``(version, payload, closed)``: ``payload`` is the
-        latest value's JSON when it is newer than ``after``, else None."""
+        latest value's JSON when it is newer than ``after`` (it is then taken: the next value is
+        not folded onto it), else None."""
         with self._cond:
             self._cond.wait_for(lambda: self._version > after or self._closed, timeout)
-            newer = self._version > after
-            return self._version, self._payload if newer else None, self._closed
+            version, value, closed = self._version, self._value, self._closed
+            if version > after:
+                self._taken = version
+        if version <= after or value is None:
+            return version, None, closed
+        return version, json.dumps(value, ensure_ascii=False, separators=(",", ":")), closed
 
     def offer(self, value: dict) -> dict | None:
         """A streaming reply's transcript update: published here when a page reads the channel
         (None: send nothing through Gradio), else ``value`` to send through Gradio, with the
-        channel's path under ``"live"`` so that the page starts reading."""
+        channel's path under ``"live"`` so that the page starts reading.
+
+        A reader counts from its connection to the route until the route sees it gone (at most
+        :data:`specchat.ui.page.live.POLL_S` later). Only the page that was sent the key reads: a
+        second reader of the same key would keep the updates off Gradio for the first one too."""
         if self._readers:
             self.publish(value)
             return None
