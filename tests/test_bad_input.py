@@ -43,7 +43,7 @@ from specchat.runtimes import gguf_cache, loading  # noqa: E402
 from specchat.runtimes.chat import build_chat_prompt  # noqa: E402
 from specchat.runtimes.registry import GgufSource, ModelEntry, load_registry  # noqa: E402
 from specchat.service import ChatService, Notice  # noqa: E402
-from specchat.ui.html.render import ReplyRenderer, render_user  # noqa: E402
+from specchat.ui.html.render import ReplyRenderer, kept_indents, render_user  # noqa: E402
 from specchat.ui.html.transcript import feed_messages  # noqa: E402
 
 FFFD = "\ufffd"
@@ -412,11 +412,12 @@ def _markdown_text(source: str) -> str:
 @pytest.mark.parametrize("text", [*HOSTILE, "".join(HOSTILE)])
 def test_user_message_html_stays_text(text):
     """A user's message is Markdown, by the replies' renderer (issue 45: a pasted code block showed
-    its fences): HTML in it stays text, and what it shows is exactly markdown-it's rendering."""
+    its fences): HTML in it stays text, and what it shows is exactly markdown-it's rendering (of
+    the text with each line's indentation kept as no-break spaces outside fences)."""
     page = _Page(render_user(text))
     _assert_only_app_markup(page, markdown=True)
     assert page.elements[0] == ("div", {"class": "spec-md spec-user-md"})
-    assert re.sub(r"\n+", "\n", page.text) == _markdown_text(text)
+    assert re.sub(r"\n+", "\n", page.text) == _markdown_text(kept_indents(text))
 
 
 def _token(i: int, text: str) -> TokenEvent:

@@ -86,8 +86,10 @@ def test_edit_takes_the_last_exchange_back_and_refuses_while_a_reply_streams():
     session = ChatSession(FakeService(delay_s=0.05), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
     _drain(session, "first")
     _drain(session, "second")
+    assert "#2" in session.views.stats()
     view = session.last.edit()
     assert view.textbox == "second" and [e.message for e in session.views.exchanges] == ["first"]
+    assert "#1" in view.stats and "#2" not in view.stats  # the stats line shows the reply now latest
     assert [m["content"] for m in session.history] == ["first", REPLY_TEXT]
     stream = session.respond("third", settings())
     next(stream)  # streaming now

@@ -196,6 +196,13 @@ def test_a_users_message_is_markdown_its_code_highlighted_and_its_html_text():
     assert page.startswith('<div class="spec-md spec-user-md">')
 
 
+def test_code_pasted_without_fences_keeps_its_indentation_in_the_users_message():
+    page = render_user("Why does this fail?\ndef add(x, y):\n    return x + y\n```\n  kept = 1\n```")
+    text = "".join(c for c, _ in _Chains(page).chars)
+    assert "def add(x, y):\n\u00a0\u00a0\u00a0\u00a0return x + y" in text  # four spaces shown, no-break
+    assert "  kept = 1" in text  # inside a fence the spaces are the code's own
+
+
 # ---- 4. the table's tok/s ----------------------------------------------------------------------
 def test_the_table_has_the_replys_tokens_per_second_of_decoding():
     """The fake service's reply (tests/test_app.py's SCRIPT): 18 tokens in 7 rounds of 100 ms, plus

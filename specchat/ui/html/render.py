@@ -136,10 +136,25 @@ def rejected_run_html(trace, position: int) -> str:
 @lru_cache(maxsize=256)
 def render_user(text: str) -> str:
     """A user message as Markdown, by the replies' renderer (:func:`render_blocks` with no tokens):
-    raw HTML off, so HTML in the message stays text; fenced code highlighted, with its copy button.
+    raw HTML off, so HTML in the message stays text; fenced code highlighted, with its copy button;
+    outside fences each line keeps its indentation (code pasted without fences reads as typed).
     Cached: the exchange in progress is sent again with every streamed update."""
-    body = "".join(block_html(b) for b in render_blocks(text, [-1] * len(text), [], {}, {}))
+    body = "".join(block_html(b) for b in render_blocks(kept_indents(text), [-1] * len(text), [], {}, {}))
     return f'<div class="spec-md spec-user-md">{body}</div>'
+
+
+def kept_indents(text: str) -> str:
+    """``text`` with the leading spaces of each line outside fenced code as no-break spaces, which
+    Markdown keeps (it strips a paragraph line's leading spaces). Same length, character for character."""
+    lines, fence = text.split("\n"), ""
+    for i, line in enumerate(lines):
+        body = line.lstrip(" ")
+        marker = body[:3]
+        if marker in ("```", "~~~") and (not fence or marker == fence):
+            fence = "" if fence else marker
+        elif not fence and body and len(body) < len(line):
+            lines[i] = "\u00a0" * (len(line) - len(body)) + body
+    return "\n".join(lines)
 
 
 @dataclass

@@ -124,7 +124,7 @@ class Handlers:
         if view.transcript is None:
             return {self.page.textbox: gr.skip()}
         return {self.page.transcript: wire(view.transcript), self.page.textbox: view.textbox, self.page.table: view.table,
-                self.page.saved: session.saved()}
+                self.page.stats: view.stats, self.page.saved: session.saved()}
 
     def export_chat(self, request: gr.Request = None):
         """Export: the conversation as a Markdown and a JSON file, offered for download."""

@@ -130,7 +130,7 @@ def events(trace_files: bool) -> list[Event]:
     return [
         *send,
         *resend,
-        on("edit_btn.click", "edit_last", ("textbox",), ("transcript", "textbox", "table", "saved"), **FREE, **QUIET, **PRIVATE),
+        on("edit_btn.click", "edit_last", ("textbox",), ("transcript", "textbox", "table", "stats", "saved"), **FREE, **QUIET, **PRIVATE),
         on("export_btn.click", "export_chat", None, ("export_file",), **FREE, **QUIET, **PRIVATE),
         on("panel_tick.tick", "tick", None, TICKED_OUTPUTS, **QUIET, **FREE, **PRIVATE),
         # while a reply streams: the browser's copy of the chat, every SAVE_INTERVAL_S (a reload keeps what streamed)

@@ -113,7 +113,7 @@ class LastReply:
             for e in orphans:
                 e.note = EDITED_NOTE
             return View(transcript=self.views.feed(*orphans, removed=tuple(e.id for e in chain)), textbox=chain[0].message,
-                        table=self.views.table())
+                        table=self.views.table(), stats=self.views.stats())  # the stats line: the reply now latest
 
     def _after(self, exchange: Exchange) -> list[Exchange]:
         """The exchanges shown below ``exchange``."""
