@@ -196,3 +196,28 @@ def test_clear_while_a_reply_streams_then_undo_brings_it_back_as_the_model_sees_
     assert back.reply is None and back.kept and REPLY_TEXT.startswith(back.restored.text)
     assert s.history[-1] == {"role": "assistant", "content": back.restored.text}
     assert s.last.continue_().message == "Tell a story."
+
+
+def test_showing_a_chat_does_not_move_it_in_the_list_a_new_message_does(monkeypatch):
+    """The list is ordered by the last change (LM Studio, Open WebUI): a click on a chat leaves every
+    chat where it is, so nothing moves under the pointer; a message sent in it brings it to the top."""
+    import specchat.ui.session.chats as chats_module
+
+    clock = iter(range(1, 1000))
+    monkeypatch.setattr(chats_module.time, "time", lambda: float(next(clock)))
+    copy = lambda *messages: {"version": 1, "history": [{"role": "user", "content": m} for m in messages],  # noqa: E731
+                              "exchanges": [{"message": m} for m in messages]}
+    shelf = ChatShelf()
+    a = shelf.active
+    shelf.new(copy("a"))  # a kept in the list, a new empty chat active
+    b = shelf.active
+    shelf.new(copy("b"))
+    shelf.new(copy("c"))
+    titles = lambda: [t for t, _ in shelf.choices()]  # noqa: E731
+    assert titles() == [NEW_TITLE, "c", "b", "a"]
+    shelf.switch(a, {})  # the empty new chat is left: it stays on top
+    assert titles() == [NEW_TITLE, "c", "b", "a"]
+    shelf.switch(b, copy("a"))  # a shown, left as it was
+    assert titles() == [NEW_TITLE, "c", "b", "a"]
+    shelf.switch(a, copy("b", "b2"))  # a message sent in b: b goes to the top
+    assert titles() == ["b", NEW_TITLE, "c", "a"]

@@ -121,6 +121,7 @@ def test_the_pause_note_and_the_ledger_words_never_contradict_the_reply(alpha_ac
              worth_words("x", m.acceptance_rate, m.cost_ratio, m)]
     for text in texts:
         assert evidence.contradictions(text, m) == [], text
+    assert "speedup speedup" not in texts[0] and texts[0].count("speedup") >= 1  # "speedup held back", said once
     note = m.pause_note()
     if num_steps + 1 < evidence.MIN_TARGET_STEPS or num_drafting < evidence.MIN_DRAFTING_ROUNDS:
         assert "too few timed rounds" in note and "pays" not in note.split("too few")[1].replace("drafting pays (", "")

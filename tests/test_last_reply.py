@@ -192,8 +192,11 @@ def test_the_export_lists_every_exchange_with_its_figures():
     assert figures["num_rounds"] == len(SCRIPT) and figures["num_drafted"] == sum(d for d, _, _ in SCRIPT)
     assert second["message"] == "Say it." and second["reply"] is None  # sent again, not answered yet
     md = export_markdown(data)
-    assert md.startswith("# Conversation with tiny\n") and f"\n{REPLY_TEXT}\n" in md
+    assert md.startswith("# Conversation with tiny\n") and f"\n{REPLY_TEXT}\n" in md  # an export with no title
     assert f"_{REGENERATED_NOTE}_" in md and md.count("## You") == 2
+    session.shelf.note_active(session.saved())  # as the page does when a message is sent: the chat named after it
+    named = export_json(session.views, session.conversation, target="tiny", title=session.shelf.current.title, now=when)
+    assert named["title"] == "Say it." and export_markdown(named).startswith("# Say it.\n\n_tiny, exported 2026-12-06")
 
 
 def test_the_export_names_the_target_of_each_reply_after_a_model_switch():

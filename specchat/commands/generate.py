@@ -173,10 +173,15 @@ def summary_line(drafter: str, metrics: SpeculationMetrics, done: DoneEvent, sam
     return (
         f"[{drafter}{', ' + sample if sample else ''}] {s['num_tokens']} tokens, {fmt(s['tokens_per_s'], '.2f', ' tokens/s')}, "
         f"α={fmt(s['acceptance_rate'], '.2f')}, {fmt(s['mean_tokens_per_round'], '.2f')} tokens/round, "
-        f"speedup {evidence.speedup_phrase(metrics)}, "
+        f"{_speedup(evidence.speedup_phrase(metrics))}, "
         + (f"{metrics.pause_note()}, " if s["num_paused_rounds"] else "")
         + f"stop={done.stop_reason.value}"
     )
+
+
+def _speedup(phrase: str) -> str:
+    """``speedup 1.21× …``, or the phrase as it is when it names the speedup itself ("speedup held back …")."""
+    return phrase if phrase.startswith("speedup") else f"speedup {phrase}"
 
 
 def _sample_json(done: DoneEvent, metrics: SpeculationMetrics, args: argparse.Namespace, seed: int | None) -> dict:

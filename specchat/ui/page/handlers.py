@@ -132,7 +132,8 @@ class Handlers:
         if not session.views.exchanges:
             gr.Info("There is nothing to export yet.")
             return gr.File(visible=False)
-        data = export_json(session.views, session.conversation, target=self.service.target_name)
+        data = export_json(session.views, session.conversation, target=self.service.target_name,
+                           title=session.shelf.current.title)
         folder = Path(tempfile.mkdtemp(prefix="specchat-export-"))
         stamp = data["exported_at"][:19].replace(":", "-")
         md, js = folder / f"specchat-chat-{stamp}.md", folder / f"specchat-chat-{stamp}.json"

@@ -27,6 +27,13 @@ TITLE_CHARS = 48
 NEW_TITLE = "New chat"
 
 
+def _content(saved: dict | None) -> tuple:
+    """What a chat's copy says, for "did it change": what the model sees and the messages sent."""
+    saved = saved or {}
+    return (saved.get("history") or [], [e.get("message") for e in saved.get("exchanges") or []],
+            saved.get("system_prompt", ""))
+
+
 def title_of(saved: dict | None) -> str:
     """A chat's title from its copy: its first message, cut to :data:`TITLE_CHARS` on one line."""
     exchanges = (saved or {}).get("exchanges") or []
@@ -45,7 +52,7 @@ class Chat:
     title: str = NEW_TITLE
     renamed: bool = False
     saved: dict | None = None
-    updated: float = 0.0  # when it was last active (seconds since the epoch): the list's order
+    updated: float = 0.0  # when it last changed (a message, a reply; seconds since the epoch): the list's order
 
 
 @dataclass
@@ -57,6 +64,9 @@ class ChatShelf:
     active: str = ""
     undo: Chat | None = None
     _ids: Any = field(default_factory=itertools.count, repr=False)
+    # what the active chat held when a switch showed it: left unchanged, it keeps its place in the
+    # list (a click does not move a chat under the pointer); None: it counts as changed
+    _opened: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.chats:
@@ -87,10 +97,13 @@ class ChatShelf:
             chat.title = title_of(saved)
 
     def stash(self, saved: dict) -> None:
-        """Keep the active chat's copy in the list (before another chat becomes active)."""
+        """Keep the active chat's copy in the list (before another chat becomes active); it moves up
+        the list only if it changed since a switch showed it."""
         self.note_active(saved)
         self.current.saved = saved or {}
-        self.current.updated = time.time()
+        if self._opened is None or _content(saved) != _content(self._opened):
+            self.current.updated = time.time()
+        self._opened = None
 
     def new(self, saved: dict) -> None:
         """New chat: the active one is kept (an empty one is reused, not piled up), a new empty one is active."""
@@ -107,7 +120,7 @@ class ChatShelf:
             return None
         self.stash(saved)
         self.active, copy, target.saved = chat_id, target.saved or {}, None
-        target.updated = time.time()
+        self._opened = copy
         return copy
 
     def rename(self, title: str) -> bool:
@@ -126,6 +139,7 @@ class ChatShelf:
         gone = self.current
         gone.saved = saved or {}
         self.chats.remove(gone)
+        self._opened = None
         if gone.saved.get("exchanges") or gone.renamed:  # an empty chat is not worth an Undo (nor losing one for)
             self.undo = gone
         if not self.chats:
@@ -157,7 +171,7 @@ class ChatShelf:
         elif chat.id != self.active:
             self.stash(saved)
             existing.saved = None
-        self.active = chat.id
+        self.active, self._opened = chat.id, None
         return chat.saved or {}
 
     def expire_undo(self) -> None:

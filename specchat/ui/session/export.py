@@ -37,15 +37,17 @@ def _reply_of(e: Exchange) -> dict[str, Any] | None:
     return None
 
 
-def export_json(views: SessionViews, conversation: Conversation, *, target: str, now: _dt.datetime | None = None) -> dict:
-    """The conversation as JSON-ready data (module docstring): ``{"version", "target" (the model now;
-    each reply names its own, which differs after a model switch),
+def export_json(views: SessionViews, conversation: Conversation, *, target: str, title: str = "",
+                now: _dt.datetime | None = None) -> dict:
+    """The conversation as JSON-ready data (module docstring): ``{"version", "title" (the chat's
+    name in the list, "" when none), "target" (the model now; each reply names its own, which
+    differs after a model switch),
     "exported_at" (ISO 8601, UTC), "system_prompt", "history" (what the model sees next),
     "exchanges": [{"message", "kept", "continues", "note", "reply": {…} | null}]}``."""
     when = (now or _dt.datetime.now(_dt.timezone.utc)).isoformat(timespec="seconds")
     exchanges = [{"message": e.message, "kept": e.kept, "continues": e.continues, "note": e.note or "",
                   "reply": _reply_of(e)} for e in views.exchanges]
-    return {"version": EXPORT_VERSION, "target": target, "exported_at": when, "system_prompt": conversation.system_prompt,
+    return {"version": EXPORT_VERSION, "title": title, "target": target, "exported_at": when, "system_prompt": conversation.system_prompt,
             "history": [dict(m) for m in conversation.messages], "exchanges": exchanges}
 
 
@@ -54,7 +56,8 @@ def export_markdown(data: dict) -> str:
     and reply under its own heading (a reply's label and summary in italics, its text as written).
     A reply and its continuations (Continue) are one text under the reply's heading, each part's
     label and figures listed above it, so a code block cut by the token limit reads whole."""
-    lines = [f"# Conversation with {data['target']}", "", f"_exported {data['exported_at']} from specchat_", ""]
+    title = data.get("title") or f"Conversation with {data['target']}"
+    lines = [f"# {title}", "", f"_{data['target']}, exported {data['exported_at']} from specchat_", ""]
     if data["system_prompt"].strip():
         lines += ["**System prompt:**", "", data["system_prompt"], ""]
     text: str | None = None  # the reply being written out, with its continuations
