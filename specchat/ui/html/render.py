@@ -389,7 +389,9 @@ def _css() -> str:
         if kind == "target":
             rules.append(".tok-target { background: none; }")
         else:
-            rules.append(f".tok-{kind} {{ background: {tint}; box-shadow: inset -1px 0 0 rgba(255, 255, 255, 0.7); }}")
+            # the hairline is the reply's own background (light or dark theme): a gap, never a bar
+            rules.append(f".tok-{kind} {{ background: {tint}; "
+                         "box-shadow: inset -1px 0 0 var(--background-fill-primary, rgba(255, 255, 255, 0.7)); }")
         rules.append(f".c-{kind} {{ color: {color}; font-weight: 600; }}")
     # blank tokens (spaces, indentation) are tinted only for the rare kinds, where it matters
     rules.append(".tok-ws.tok-accepted, .tok-ws.tok-target { background: none; box-shadow: none; }")
