@@ -7,24 +7,26 @@ import json
 
 import pytest
 
-from specchat.commands.bench.page import _update_sizes, format_report, summarize
+from specchat.commands.bench.page import CHAT_SCRIPT, _update_sizes, format_report, read_chat, summarize
 
 
 def _entry(method: str, **params) -> dict:
     return {"message": json.dumps({"message": {"method": method, "params": params}})}
 
 
-def test_update_sizes_count_only_the_queue_streams_and_not_the_keep_alive_pings():
+def test_update_sizes_count_the_queue_and_live_streams_and_not_the_keep_alive_pings():
     entries = [
         _entry("Network.requestWillBeSent", requestId="q1", request={"url": "http://127.0.0.1:7860/gradio_api/queue/data?session_hash=x"}),
         _entry("Network.requestWillBeSent", requestId="js", request={"url": "http://127.0.0.1:7860/assets/index.js"}),
+        _entry("Network.requestWillBeSent", requestId="l1", request={"url": "http://127.0.0.1:7860/specchat/live/k3y"}),
         _entry("Network.dataReceived", requestId="q1", dataLength=1632),
         _entry("Network.dataReceived", requestId="js", dataLength=90000),  # not an update
+        _entry("Network.dataReceived", requestId="l1", dataLength=12964),  # a reply's live update
         _entry("Network.dataReceived", requestId="q1", dataLength=39),  # a ping
         _entry("Network.dataReceived", requestId="q1", dataLength=40),
         _entry("Network.responseReceived", requestId="q1"),
     ]
-    assert _update_sizes(entries) == [1632, 40]
+    assert _update_sizes(entries) == [1632, 12964, 40]
 
 
 def _row(reply: int, page_tps: float, engine_tps: float, browser: float, update_bytes: int, same: bool) -> dict:
@@ -98,3 +100,16 @@ def test_script_from_stdin_reads_one_json_string_per_line_as_it_comes():
         next(messages)
     with pytest.raises(ValueError, match="line 1 is not a JSON string of non-blank text"):
         list(read_messages(['"  "']))
+
+
+def test_the_chat_file_is_a_json_list_of_messages(tmp_path):
+    assert len(read_chat(CHAT_SCRIPT)) == 20  # the shipped conversation
+    good = tmp_path / "count.json"
+    good.write_text('["Count from 1 to 1000, separated by spaces."]')
+    assert read_chat(good) == ["Count from 1 to 1000, separated by spaces."]
+    for text, why in (("{", "not JSON"), ('{"a": 1}', "not a JSON list"), ("[]", "not a JSON list"),
+                      ('["ok", " "]', "not a JSON list"), ("[1]", "not a JSON list")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=why):
+            read_chat(bad)

@@ -97,6 +97,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(runtime="llamacpp")
     p.add_argument("--drafters", nargs="+", choices=KIND_NAMES, default=["none", "hybrid"],
                    help="one conversation per drafter, each in a fresh app (default: none hybrid)")
+    p.add_argument("--chat", metavar="FILE", default=str(CHAT_SCRIPT),
+                   help="the conversation: a JSON list of messages (default: the shipped 20-message coding chat; "
+                        "e.g. many-short-token replies: [\"Count from 1 to 1000, separated by spaces.\"])")
     p.add_argument("--messages", type=ranged(int, 1, 200, "1..200"), default=20,
                    help="messages in the conversation (default 20; the shipped script has 20, more repeat it)")
     p.add_argument("--max-new-tokens", type=ranged(int, 16, MAX_NEW_TOKENS_LIMIT, f"16..{MAX_NEW_TOKENS_LIMIT}"),
@@ -126,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
     if lacking:
         return fail(f"the browser is missing: {', '.join(lacking)} "
                     "(apt-get install chromium chromium-driver; pip install -r requirements-bench.txt)", command="bench-page")
-    messages = json.loads(CHAT_SCRIPT.read_text())
+    try:
+        messages = read_chat(Path(args.chat))
+    except (OSError, ValueError) as exc:
+        return fail(f"--chat {args.chat}: {exc}", command="bench-page")
     messages = [messages[i % len(messages)] for i in range(args.messages)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -135,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     meta = {"command": f"{PROG} bench-page " + " ".join(sys.argv[2:]), "cpu_count": os.cpu_count(),
             "processor": cpu_name(), "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
             "window": [1440, args.window], "date": time.strftime("%Y-%m-%d %H:%M"), "runtime": args.runtime,
-            "target": args.target or "the models.yaml default",
+            "target": args.target or "the models.yaml default", "chat": args.chat,
             "engine": ("chat --script - kept loaded, each reply right before the page's" if args.lockstep
                        else "chat --script in a process of its own, right before the page's run")}
 
@@ -160,6 +166,21 @@ def run(args: argparse.Namespace) -> int:
     print(format_report(results, summarize(results)))
     print(f"\nwrote {out / 'page-bench.json'}")
     return 0
+
+
+def read_chat(path: Path) -> list[str]:
+    """The messages of a ``--chat`` file: a JSON list of non-blank strings.
+
+    Raises:
+        OSError: the file cannot be read. ValueError: it is not such a list (the message says why).
+    """
+    try:
+        messages = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, str) and m.strip() for m in messages):
+        raise ValueError('not a JSON list of messages, e.g. ["Count from 1 to 100."]')
+    return messages
 
 
 def conversation(engine: Iterator[dict], drafter: str, messages: list[str], args, out: Path, say, rows: list[dict],
