@@ -201,6 +201,8 @@ def test_code_pasted_without_fences_keeps_its_indentation_in_the_users_message()
     text = "".join(c for c, _ in _Chains(page).chars)
     assert "def add(x, y):\n\u00a0\u00a0\u00a0\u00a0return x + y" in text  # four spaces shown, no-break
     assert "  kept = 1" in text  # inside a fence the spaces are the code's own
+    nested = render_user("- a\n  - b")
+    assert nested.count("<ul>") == 2 and "\u00a0" not in nested  # a nested list stays a list
 
 
 # ---- 4. the table's tok/s ----------------------------------------------------------------------

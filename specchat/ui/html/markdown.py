@@ -120,6 +120,21 @@ def open_fence(text: str) -> str:
     return lines[start] + "\n"
 
 
+def kept_indents(text: str) -> str:
+    """``text`` with the leading spaces of each continuation line of a top-level paragraph as
+    no-break spaces: Markdown strips them (code pasted without fences would lose its indentation),
+    and keeps no-break spaces. Lines Markdown reads otherwise (code, lists, quotes, a paragraph's
+    first line) are left as they are. Same length, character for character (a token map over
+    ``text`` still fits)."""
+    lines = text.split("\n")
+    for token in MD.parse(text, {}):
+        if token.type == "paragraph_open" and token.level == 0 and token.map is not None:
+            for i in range(token.map[0] + 1, token.map[1]):
+                body = lines[i].lstrip(" ")
+                lines[i] = "\u00a0" * (len(lines[i]) - len(body)) + body
+    return "\n".join(lines)
+
+
 def code_css() -> str:
     """Pygments' colours for highlighted code, light and (under Gradio's ``.dark``) dark."""
     rules = []

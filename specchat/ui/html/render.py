@@ -19,7 +19,7 @@ from functools import lru_cache
 from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.html.markdown import Piece, block_html, code_css, render_blocks
+from specchat.ui.html.markdown import Piece, block_html, code_css, kept_indents, render_blocks
 from specchat.ui.html.static_files import static_text
 from specchat.ui.html.transcript import CSS as TRANSCRIPT_CSS
 
@@ -141,20 +141,6 @@ def render_user(text: str) -> str:
     Cached: the exchange in progress is sent again with every streamed update."""
     body = "".join(block_html(b) for b in render_blocks(kept_indents(text), [-1] * len(text), [], {}, {}))
     return f'<div class="spec-md spec-user-md">{body}</div>'
-
-
-def kept_indents(text: str) -> str:
-    """``text`` with the leading spaces of each line outside fenced code as no-break spaces, which
-    Markdown keeps (it strips a paragraph line's leading spaces). Same length, character for character."""
-    lines, fence = text.split("\n"), ""
-    for i, line in enumerate(lines):
-        body = line.lstrip(" ")
-        marker = body[:3]
-        if marker in ("```", "~~~") and (not fence or marker == fence):
-            fence = "" if fence else marker
-        elif not fence and body and len(body) < len(line):
-            lines[i] = "\u00a0" * (len(line) - len(body)) + body
-    return "\n".join(lines)
 
 
 @dataclass
