@@ -399,6 +399,9 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     # the reply's text streams through its live channel (specchat/ui/session/live.py), past Gradio's stream
     live = "return document.querySelector('#spec-chat .spec-transcript').liveUpdates || 0"
     _wait_for(lambda: d.execute_script(live) >= 2, 30, "updates on the live channel")
+    # and the stats line with it: the reply's figures while it streams (Gradio sent "generating…")
+    _wait_for(lambda: "tok/s" in d.execute_script(drive_app.PAGE_STATE)["stats"], 15, "the stats line mid-reply")
+    assert service.run_for(message)["end"] is None  # still streaming
     drive_app.button(d, "Stop").click()
     run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 30, "the run to end")
     assert run["stop"] is StopReason.CANCELLED and 8 <= run["tokens"] < 1024
@@ -533,6 +536,15 @@ def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_mo
     _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready again")
     time.sleep(3)  # the restore runs with the page's load
     assert d.execute_script(USER_TEXTS) == []
+    # a system prompt typed and not sent yet is kept too (in an empty chat: nothing else is kept)
+    box = d.find_element(By.CSS_SELECTOR, "#spec-system textarea")
+    box.clear()
+    box.send_keys("Reply in French.")
+    time.sleep(2)
+    d.refresh()
+    _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready again")
+    _wait_for(lambda: d.find_element(By.CSS_SELECTOR, "#spec-system textarea").get_attribute("value") == "Reply in French.",
+              10, "the unsent system prompt restored")
 
 
 def test_a_long_message_shows_its_prefill_and_stop_ends_it_there(served, browser):

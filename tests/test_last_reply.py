@@ -15,7 +15,7 @@ from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.ui.session.chat import ChatSession
 from specchat.ui.session.export import export_json, export_markdown
 from specchat.ui.session.last_reply import EDITED_NOTE, REGENERATED_NOTE
-from specchat.ui.session.saved import parse_settings, restore_state, settings_state
+from specchat.ui.session.saved import kept_prompt, parse_settings, restore_state, settings_state
 
 
 def _drain(session, message, ticket=None, **kw):
@@ -157,6 +157,47 @@ def test_settings_kept_in_the_browser_are_checked_one_by_one():
     assert parse_settings(bad, kinds) == {}
     assert parse_settings({**saved, "version": 99}, kinds) == {} and parse_settings("x", kinds) == {}
     assert parse_settings({**saved, "gamma": 6.0}, kinds)["gamma"] == 6  # a whole number sent as a float
+
+
+def test_the_system_prompt_box_is_kept_as_typed_into_the_kept_settings():
+    kinds = ["none", "ngram"]
+    saved = settings_state({"gamma": 5, "colours": "plain"})
+    kept = kept_prompt(saved, "Answer in French.\n  Be brief.")
+    assert parse_settings(kept, kinds) == {"gamma": 5, "colours": "plain", "system_prompt": "Answer in French.\n  Be brief."}
+    assert parse_settings(kept_prompt(None, ""), kinds) == {"system_prompt": ""}  # nothing kept before; emptied
+    assert "system_prompt" not in parse_settings({**kept, "system_prompt": ["x"]}, kinds)
+    assert "system_prompt" not in parse_settings({**kept, "system_prompt": "x" * 100_001}, kinds)
+
+
+def test_an_unsent_system_prompt_survives_a_reload_and_wins_over_the_restored_chats():
+    from specchat.ui.page import app
+
+    demo = app.build_ui(FakeService())
+    restore = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "restore")
+    page = restore.__self__.page
+    request = type("R", (), {"session_hash": "prompt-test"})()
+    typed = kept_prompt(settings_state({}), "Only haiku.")
+    assert restore({}, typed, request=request)[page.system_prompt] == "Only haiku."  # an empty chat: kept all the same
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    list(session.respond("q", ReplySettings("none", 4, False, 0.0, 1.0, 64, system_prompt="Be terse.")))
+    request = type("R", (), {"session_hash": "prompt-test-2"})()
+    assert restore(session.saved(), typed, request=request)[page.system_prompt] == "Only haiku."
+    request = type("R", (), {"session_hash": "prompt-test-3"})()
+    assert restore(session.saved(), None, request=request)[page.system_prompt] == "Be terse."  # none kept: the chat's
+
+
+def test_a_reply_after_a_reload_is_numbered_after_the_highest_restored_number():
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "q")
+    resend = session.last.regenerate()  # #2 replaces #1: the chat shows #1 (marked regenerated) and #2
+    _drain(session, resend.message, resend.ticket)
+    saved = session.saved()
+    saved["exchanges"] = saved["exchanges"][1:]  # as a chat whose #1 is gone: #2 alone
+    saved["history"] = saved["history"][-2:]
+    fresh = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    assert restore_state(fresh.views, fresh.conversation, saved) and fresh.views.reply_count == 2
+    _drain(fresh, "again")
+    assert fresh.views.exchanges[-1].reply.label.startswith("#3 ")
 
 
 def test_a_regenerated_and_a_continued_reply_survive_a_reload_with_their_marks():

@@ -59,6 +59,12 @@ def test_a_reset_folds_as_a_reset():
     assert live.fold(newer, older) == older  # a later reset drops what came before it
 
 
+def test_a_fold_keeps_the_latest_stats_line():
+    older = {"seq": 5, "epoch": "e", "reset": False, "items": {}, "stats": "<div>old</div>"}
+    assert live.fold(older, {"seq": 6, "epoch": "e", "items": {}})["stats"] == "<div>old</div>"  # none newer: kept
+    assert live.fold(older, {"seq": 6, "epoch": "e", "items": {}, "stats": "<div>new</div>"})["stats"] == "<div>new</div>"
+
+
 def test_an_update_goes_through_gradio_until_a_page_reads_the_channel():
     channel = LiveChannel()
     value = {"seq": 3, "items": []}
@@ -143,11 +149,12 @@ def _reply(handlers, monkeypatch, *, reading: bool):
 
     monkeypatch.setattr(live.LIVE, "channel", channel)
     session = handlers.sessions.get("live-test")
-    session.text_interval_s = 0.0  # every round is an update
+    session.text_interval_s = session.stats_interval_s = 0.0  # every round is an update, with the stats line
     request = type("R", (), {"session_hash": "live-test"})()
     outs = list(handlers.respond_on_page("hello", "hybrid", 4, 0.0, 1.0, 64, False, "", None, request=request))
     sent = [o[handlers.page.transcript] for o in outs if handlers.page.transcript in o]
-    return sent, published
+    stats = [o[handlers.page.stats] for o in outs if isinstance(o.get(handlers.page.stats), str)]
+    return sent, published, stats
 
 
 def _texts(values: list[dict]) -> list[str]:
@@ -157,8 +164,11 @@ def _texts(values: list[dict]) -> list[str]:
 def test_while_a_page_reads_the_channel_the_reply_streams_there_and_gradio_sends_its_start_and_end(handlers, monkeypatch):
     from test_app import REPLY_TEXT, SCRIPT
 
-    sent, published = _reply(handlers, monkeypatch, reading=True)
+    sent, published, stats = _reply(handlers, monkeypatch, reading=True)
     assert len(published) >= len(SCRIPT) - 1  # a value per round (the first rounds may fold into one)
+    # the stats line rode with each live value; Gradio sent it at the reply's start and end only
+    assert all(v["stats"].startswith('<div class="spec-stats">') for v in published)
+    assert "generating" in stats[0] and "generating" not in stats[-1] and len(stats) <= 3
     assert all(v.get("live") is None for v in sent)  # Gradio never sent a streaming update
     assert len(sent) <= 3  # the message shown, the reply's end (and its last view)
     assert _texts(sent)[-1] == REPLY_TEXT  # the end comes through Gradio, with the whole reply
@@ -170,8 +180,8 @@ def test_while_a_page_reads_the_channel_the_reply_streams_there_and_gradio_sends
 def test_while_no_page_reads_it_every_update_goes_through_gradio_saying_where_to_read(handlers, monkeypatch):
     from test_app import REPLY_TEXT, SCRIPT
 
-    sent, published = _reply(handlers, monkeypatch, reading=False)
-    assert published == []
+    sent, published, stats = _reply(handlers, monkeypatch, reading=False)
+    assert published == [] and all(isinstance(v["stats"], str) for v in sent if "live" in v)
     streaming = [v for v in sent if "live" in v]
     assert len(streaming) >= len(SCRIPT) - 1 and len({v["live"] for v in streaming}) == 1
     assert streaming[0]["live"].startswith("specchat/live/")

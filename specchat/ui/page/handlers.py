@@ -1,9 +1,8 @@
 """What each event of the page does: :class:`Handlers`, one method per listener, wired by
 :mod:`specchat.ui.page.wiring` (which event calls which method, with which inputs and outputs).
 
-The handlers hold no logic: each finds the browser session's :class:`~specchat.ui.session.chat.ChatSession`
-and turns the :class:`~specchat.ui.session.view.View` it returns into ``{component: value}`` updates
-(:meth:`Handlers.updates`, through the page's map of View fields, :data:`specchat.ui.page.layout.VIEW_OUTPUTS`).
+The handlers hold no logic: each finds the browser session's :class:`~specchat.ui.session.chat.ChatSession` and turns
+the View it returns into ``{component: value}`` updates (:meth:`Handlers.updates`, through ``layout.VIEW_OUTPUTS``).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.export import export_json, export_markdown
 from specchat.ui.session.last_reply import Resend
 from specchat.ui.session.live import LIVE
-from specchat.ui.session.saved import parse_saved, parse_settings, settings_state
+from specchat.ui.session.saved import kept_prompt, parse_saved, parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
 NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
@@ -175,16 +174,17 @@ class Handlers:
             for view in self.reply_views(session, message, drafter, gamma, temperature, top_p, max_new_tokens,
                                          adaptive, system_prompt, ticket=None if ticket is None else int(ticket)):
                 out = self.updates(session.defer(view))
-                if view.streaming and transcript in out and (value := channel.offer(out.pop(transcript))) is not None:
-                    out[transcript] = value
+                if view.streaming and transcript in out:  # the stats line rides with the text (transcript.js setStats)
+                    value = out.pop(transcript) | ({} if view.stats is None else {"stats": out.pop(self.page.stats)})
+                    if (value := channel.offer(value)) is not None:
+                        out[transcript] = value
                 if any(c in out for c in self.streamed):  # else nothing to send now
                     yield out
 
     def save_now(self, request: gr.Request = None):
         """The save tick (every SAVE_INTERVAL_S while a reply streams or a message waits): the
         browser's copy of the chat, so that a reload keeps what streamed. An event of its own: as
-        an output of the reply's stream, the copy slowed the page by a quarter (bench-page,
-        docs/BENCHMARKS.md)."""
+        an output of the reply's stream, the copy slowed the page by a quarter (bench-page, docs/BENCHMARKS.md)."""
         session = self.session_of(request)
         if not session.busy:
             return {self.page.save_tick: gr.Timer(active=False)}
@@ -283,16 +283,17 @@ class Handlers:
             return
         gr.Info(self.session_of(request).cancel_queued(exchange_id))
 
-    def restore(self, saved, request: gr.Request = None):
+    def restore(self, saved, settings=None, request: gr.Request = None):
         """A page (re)opened: the conversation this browser kept (:meth:`ChatSession.restore`), or
         the fresher one its last session held (:meth:`SessionStore.freshest`: a reload mid-reply
-        keeps the reply's last words), written back into the browser."""
+        keeps the reply's last words), written back into the browser; the system prompt's box as
+        it was left (``settings``, even unsent), else the restored conversation's."""
         session = self.session_of(request)
         view = session.restore(self.sessions.freshest(saved, session))
-        if view is None:
-            return {self.page.system_prompt: gr.skip(), self.page.saved: gr.skip()}
-        shown = {k: v for k, v in self.updates(view).items() if k in self.restored}
-        return {**shown, self.page.system_prompt: session.conversation.system_prompt, self.page.saved: session.saved()}
+        typed = parse_settings(settings, self._menu_values()).get("system_prompt")
+        prompt = typed if typed is not None else (gr.skip() if view is None else session.conversation.system_prompt)
+        shown = {} if view is None else {k: v for k, v in self.updates(view).items() if k in self.restored}
+        return {**shown, self.page.system_prompt: prompt, self.page.saved: gr.skip() if view is None else session.saved()}
 
     # -- the controls, the clicks and the panels ------------------------------------------------
     def set_pin(self, pinned, request: gr.Request = None):
@@ -326,9 +327,8 @@ class Handlers:
 
     def run_race(self, message, drafter, gamma, temperature, top_p, max_new_tokens, adaptive=True, system_prompt="",
                  request: gr.Request = None):
-        session = self.session_of(request)
+        session, race = self.session_of(request), self.page.race
         settings = self.reply_settings(drafter, gamma, temperature, top_p, max_new_tokens, adaptive, system_prompt)
-        race = self.page.race
         try:
             for view in session.race.run(session.race.message_for(message), settings):
                 yield {k: v for k, v in self.updates(view).items() if k is race} or {race: gr.skip()}
@@ -393,10 +393,11 @@ class Handlers:
                    page.model_menu: gr.Dropdown(choices=model_choices(service.target_name), value=service.target_name)}
 
     # -- the settings kept in the browser ---------------------------------------------------------
-    def keep_settings(self, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, colours):
+    def keep_settings(self, drafter, gamma, temperature, top_p, max_new_tokens, adaptive, colours, system_prompt=""):
         """A control changed: the page's settings, written into the browser (restored on a reload)."""
-        return settings_state(dict(drafter=drafter, gamma=gamma, temperature=temperature, top_p=top_p,
-                                   max_new_tokens=max_new_tokens, adaptive=adaptive, colours=colours))
+        return settings_state({name: value for name, value in locals().items() if name != "self"})
+
+    keep_prompt = staticmethod(kept_prompt)  # the system prompt's box changed (typed, or a chat shown)
 
     def restore_settings(self, saved):
         """A page (re)opened: the settings this browser kept, each that passes its check

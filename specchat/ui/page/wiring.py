@@ -85,7 +85,8 @@ LIVE = _fields(lambda f: f in PANEL_FIELDS)  # the live panels, drawn when they 
 CLEARED = _fields(lambda f: f not in ("textbox", "race", "trace_file"))  # what Clear starts over
 CHAT_SWITCHED = (*CLEARED, "trace_file", "saved", "chats_saved", "chat_list", "undo_btn", "system_prompt")  # another chat shown
 SELECTED = ("inspector", "timeline", "trace_file", "ledger", "worth", "figures")  # what a click on a token or round changes
-KEPT_SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours")  # kept across a reload
+# kept across a reload; the system prompt's box too, as typed (sent or not), restored with the conversation
+KEPT_SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours", "system_prompt")
 SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "system_prompt")  # a reply's
 
 
@@ -156,10 +157,14 @@ def events(trace_files: bool) -> list[Event]:
                    on(None, "prepare_kept_drafter", ("drafter", "active_drafter"),
                       ("drafter_status", "drafter", "active_drafter"), **MODEL, **QUIET, **PRIVATE),)),)),
         # the settings this browser kept, restored on open; each change the user makes writes them
-        # (.input: not the restore's own changes, nor the start-up pick's)
-        on("load", "restore_settings", ("settings_saved",), KEPT_SETTINGS[1:], **QUIET, **PRIVATE, **FREE),
+        # (.input: not the restore's own changes, nor the start-up pick's); the system prompt's box
+        # on every change, a chat switched included (the kept value is what the box shows), into
+        # the kept settings as they are (the controls may not be restored yet)
+        on("load", "restore_settings", ("settings_saved",), KEPT_SETTINGS[1:-1], **QUIET, **PRIVATE, **FREE),
         *[on(f"{name}.input", "keep_settings", KEPT_SETTINGS, ("settings_saved",), **QUIET, **PRIVATE, **FREE)
-          for name in KEPT_SETTINGS],
+          for name in KEPT_SETTINGS[:-1]],
+        on("system_prompt.change", "keep_prompt", ("settings_saved", "system_prompt"), ("settings_saved",), **QUIET,
+           **PRIVATE, **FREE),
         on("clear_btn.click", "clear", None, (*CLEARED, "saved", "undo_btn"), **FREE, **PRIVATE),
         # several chats: the list restored on open; New, a switch, Delete, Undo show another chat
         on("load", "restore_chats", ("chats_saved", "saved"), ("chat_list", "chats_saved"), **QUIET, **PRIVATE, **FREE),
@@ -170,8 +175,8 @@ def events(trace_files: bool) -> list[Event]:
            **PRIVATE, **FREE),
         on("unqueue.change", "cancel_queued", ("unqueue",), None, **FREE, **QUIET, **PRIVATE),
         # a page opened or reloaded shows the conversation this browser kept (none with --trace files)
-        *([] if trace_files else [on("load", "restore", ("saved",), (*RESTORED, "system_prompt", "saved"), **QUIET, **PRIVATE,
-                                     **FREE)]),
+        *([] if trace_files else [on("load", "restore", ("saved", "settings_saved"), (*RESTORED, "system_prompt", "saved"),
+                                     **QUIET, **PRIVATE, **FREE)]),
         # colours / plain and the rejected drafts: classes on the transcript, switched in the browser
         on("colours.change", None, ("colours",), None, js=SET_PLAIN_JS, **PRIVATE),
         on("pick.change", "select", ("pick",), SELECTED, **FREE, **QUIET, **PRIVATE),

@@ -8,9 +8,10 @@ of the browser's ~20 ms per update (a CPU profile of one 256-token reply: Gradio
 ~2 s, the transcript's own script ~0.2 s), CPU that the model's two threads then lack. So while a
 reply streams, its text goes to the page through a channel of its own: the page's script reads
 ``GET /specchat/live/<key>`` (server-sent events; :mod:`specchat.ui.page.live`) and applies each
-value as it applies a Gradio one. The reply's start, its end and the stats line still go through
-Gradio, and so does every update while no page reads the channel (no script, a proxy that buffers
-the stream, the route not mounted): the channel is an optimisation that falls back by itself.
+value as it applies a Gradio one, the stats line under the chat included (a value's ``stats``).
+The reply's start and its end still go through Gradio, and so does every update while no page
+reads the channel (no script, a proxy that buffers the stream, the route not mounted): the
+channel is an optimisation that falls back by itself.
 
 A value is a wired transcript *feed* (:mod:`specchat.ui.html.transcript`): the state of the
 exchanges that changed, keyed by id. A reader that falls behind gets one value: the values it has
@@ -31,11 +32,14 @@ PATH = "specchat/live/"  # the route's path, relative to the page's root (the sc
 
 def fold(older: dict, newer: dict) -> dict:
     """Two wired feed values as one, ``newer`` applied after ``older``: ``newer``'s seq and epoch,
-    the exchanges of both (``newer``'s where both carry one), and a reset if either had one (a
-    reset in ``newer`` drops what ``older`` carried: the page would have dropped it too)."""
+    the exchanges of both (``newer``'s where both carry one), the stats line (``newer``'s, else
+    ``older``'s), and a reset if either had one (a reset in ``newer`` drops what ``older`` carried:
+    the page would have dropped it too)."""
     if newer.get("reset"):
         return newer
-    return {**newer, "reset": bool(older.get("reset")), "items": {**older.get("items", {}), **newer.get("items", {})}}
+    stats = {"stats": older["stats"]} if "stats" in older and "stats" not in newer else {}
+    return {**newer, **stats, "reset": bool(older.get("reset")),
+            "items": {**older.get("items", {}), **newer.get("items", {})}}
 
 
 class LiveChannel:

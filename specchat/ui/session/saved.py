@@ -11,6 +11,7 @@ The value comes from the browser: :func:`parse_saved` checks every field.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from specchat.conversation import Conversation
@@ -146,7 +147,10 @@ def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -
             restored = Restored(item["label"], item["text"], item["summary"], item["status"], lead)
             views.add_exchange(Exchange(item["message"], restored=restored, note=item["note"] or None, kept=item["kept"],
                                         continues=item["continues"]))
-            views.reply_count += 1  # the next reply's number follows the restored ones
+            # the next reply's number follows the restored ones: after the highest a label shows (a
+            # Regenerate left gaps: #1, #3), else after as many as there are
+            shown = re.match(r"#(\d+) ", item["label"])
+            views.reply_count = max(views.reply_count + 1, int(shown.group(1)) if shown else 0)
         else:
             views.add_exchange(Exchange(item["message"], note=item["note"] or None, continues=item["continues"]))
     return True
@@ -164,7 +168,9 @@ SETTING_RANGES: dict[str, tuple[float, float] | None] = {
     "adaptive": None,
     "colours": None,
     "drafter": None,
+    "system_prompt": None,
 }
+MAX_SYSTEM_PROMPT_CHARS = 100_000  # a kept system prompt longer than this (not typed: tampered with) is not restored
 INTEGER_SETTINGS = frozenset({"gamma", "max_new_tokens"})
 COLOUR_MODES = ("colours", "plain")
 
@@ -176,10 +182,18 @@ def settings_state(values: dict[str, Any]) -> dict:
     return {"version": SAVED_VERSION, **{k: v for k, v in values.items() if k in SETTING_RANGES}}
 
 
+def kept_prompt(saved: Any, system_prompt: str) -> dict:
+    """The kept settings ``saved`` (a :func:`settings_state`; anything else counts as none) with
+    the system prompt's box as it is now: written on each change of the box, a chat shown
+    included, from the kept value rather than the controls (on a page just opened they may not
+    be restored yet)."""
+    return settings_state({**(saved if isinstance(saved, dict) else {}), "system_prompt": system_prompt})
+
+
 def parse_settings(saved: Any, drafters: list[str]) -> dict[str, Any]:
     """The settings :func:`settings_state` kept, each checked on its own: a number in its range
     (a whole one for γ and max new tokens), a bool for adaptive γ, ``"colours"`` or ``"plain"``,
-    a drafter of ``drafters``. A value that fails its check is left out (that control keeps its
+    a drafter of ``drafters``, the system prompt's box as typed (a string). A value that fails its check is left out (that control keeps its
     default); anything else than a dict of this version gives ``{}``. Never raises: the value
     comes from the browser."""
     if not isinstance(saved, dict) or saved.get("version") != SAVED_VERSION:
@@ -196,6 +210,8 @@ def parse_settings(saved: Any, drafters: list[str]) -> dict[str, Any]:
             ok = isinstance(value, bool)
         elif name == "colours":
             ok = value in COLOUR_MODES
+        elif name == "system_prompt":
+            ok = isinstance(value, str) and len(value) <= MAX_SYSTEM_PROMPT_CHARS
         else:
             ok = isinstance(value, str) and value in drafters
         if ok:

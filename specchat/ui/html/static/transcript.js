@@ -90,8 +90,23 @@ function apply(value) {
   if (value.reset) { root.replaceChildren(); shown.clear(); }
   for (const item of listed(value.items)) upsert(item);
   root.classList.toggle('spec-empty', shown.size === 0);
-  if (fresh) toBottom(); else stick();  // a new message always brings the view down
+  // a new message always brings the view down; a grown reply is followed by the ResizeObserver
+  // (below), after the browser's own layout: stick() here would force a layout of its own on every
+  // update (the largest part of the page's script time on a reply of many short tokens)
+  if (fresh) toBottom();
+  if (typeof value.stats === 'string') setStats(value.stats);
   if (typeof value.live === 'string') listen(value.live);
+}
+
+// The stats line (#spec-stats, a Gradio HTML component) rides in a live value while a reply
+// streams: each Gradio message costs the page far more than the line itself (live.py). Its own
+// element is kept (Gradio replaces it with the reply's last stats): only what it holds changes.
+function setStats(html) {
+  const line = document.querySelector('#spec-stats .spec-stats');
+  if (!line) return;
+  const t = document.createElement('template'); t.innerHTML = html;
+  const next = t.content.firstElementChild;
+  if (next && line.innerHTML !== next.innerHTML) line.replaceChildren(...next.childNodes);
 }
 
 // -- a streaming reply's text past Gradio's stream (specchat/ui/session/live.py) ----------------
