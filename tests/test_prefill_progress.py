@@ -158,3 +158,14 @@ def test_stop_during_the_prefill_ends_at_the_next_pass_and_keeps_what_was_read(l
     again = list(engine.generate(LONG, drafter, GREEDY))
     assert again[-1].num_prefilled == 599 - done.num_prefilled
     assert [e.token_id for e in again if isinstance(e, TokenEvent)] == naive_greedy(long_target, LONG, GREEDY.max_new_tokens)
+
+
+def test_the_bubble_says_what_is_left_once_the_target_has_read_the_message():
+    from specchat.core.events import PrefillEvent
+    from specchat.ui.html.waits import prefill_html
+
+    reading = prefill_html(PrefillEvent("target", 16, 33, 34, 2000.0, 3000.0))
+    assert "16 of 33 tokens · 2 s · about 3 s left" in reading
+    drafter_next = prefill_html(PrefillEvent("target", 33, 33, 34, 4000.0, 3000.0))  # a model drafter's part is left
+    assert "33 of 33 tokens · 4 s · the drafter reads it next: about 3 s" in drafter_next and "left" not in drafter_next
+    assert "left" not in prefill_html(PrefillEvent("target", 33, 33, 34, 4000.0, 0.0))  # target only: nothing left

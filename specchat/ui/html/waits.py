@@ -24,9 +24,12 @@ def prefill_html(event: PrefillEvent) -> str:
     """A long prefill's progress in the reply's bubble: a bar and ``Reading your message: 1,024 of
     7,761 tokens · 11 s · about 1 min 9 s left`` (the drafter's part: ``The drafter reads it
     too: …``); the estimate is the engine's (:attr:`PrefillEvent.remaining_ms`), left out until
-    known."""
+    known; once the target has read it all, what is left is said to be the drafter's part."""
     who = "Reading your message" if event.model == "target" else "The drafter reads it too"
     left = "" if event.remaining_ms is None else f" · about {human_duration(event.remaining_ms / 1000)} left"
+    if event.model == "target" and event.num_done >= event.num_total:  # what is left is the drafter's part, or nothing
+        left = (f" · the drafter reads it next: about {human_duration(event.remaining_ms / 1000)}"
+                if event.remaining_ms is not None and event.remaining_ms >= 500 else "")
     text = (f"{who}: {event.num_done:,} of {event.num_total:,} tokens · {human_duration(event.elapsed_ms / 1000)}"
             f"{left} · Stop cancels it")
     return (f'<div class="spec-prefill"><progress max="{event.num_total}" value="{event.num_done}"></progress>'

@@ -18,7 +18,22 @@ document.addEventListener('click', (ev) => {
   if (!box) return;
   box.value = ref + '|' + Date.now();
   box.dispatchEvent(new Event('input', {bubbles: true}));
+  showInspector();
 });
+// A click on a token brings the inspector (below the chat) into view once it shows that token's
+// round, unless it is on screen already; a round clicked in the timeline beside it leaves it be.
+function showInspector() {
+  const panel = document.getElementById('spec-inspector');
+  if (!panel) return;
+  const r = panel.getBoundingClientRect();
+  if (r.top >= 0 && r.top < window.innerHeight - 120) return;
+  const seen = new MutationObserver(() => {
+    seen.disconnect();
+    panel.scrollIntoView({behavior: 'smooth', block: 'start'});
+  });
+  seen.observe(panel, {childList: true, subtree: true, characterData: true});
+  setTimeout(() => seen.disconnect(), 5000);  // no answer (a token of a restored reply): stay
+}
 // Which panels that redraw while a reply streams are on screen ("charts", "timeline", "ledger"):
 // written into the hidden #spec-panels box when it changes, so that the server redraws a panel
 // live only while someone can see it (every panel is complete at a reply's end).
