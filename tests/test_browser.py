@@ -522,6 +522,8 @@ def test_the_conversation_survives_a_reload_and_the_system_prompt_reaches_the_mo
     assert d.execute_script(BUBBLE_TOKENS) == [run["text"]]
     assert "restored (after a reload" in d.execute_script(REPLY_TEXT)
     assert d.find_element(By.CSS_SELECTOR, "#spec-system textarea").get_attribute("value") == system
+    # the charts say why they are empty (not "send a message")
+    _wait_for(lambda: "restored as text" in d.find_element(By.CSS_SELECTOR, "#plot-alpha").text, 20, "the charts' hint")
     drive_app.screenshot(d, str(OUT / "restored.png"), width=1280)
     second, before = "And a harbour?", len(service.runs)
     drive_app.send(d, second)

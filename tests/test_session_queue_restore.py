@@ -220,6 +220,17 @@ def test_a_restored_reply_is_text_only_and_escaped():
     assert "<strong>bold</strong>" in reply and "<script>" not in reply
 
 
+def test_after_a_reload_the_charts_say_the_restored_replies_have_no_figures():
+    saved = {"version": SAVED_VERSION, "history": [], "system_prompt": "",
+             "exchanges": [{"message": "hi", "label": "#1 · none", "summary": "3 tokens", "text": "Hello!"}]}
+    s = ChatSession(FakeService())
+    s.restore(saved)
+    hints = [a.text for fig in s.views.figures() for a in fig.layout.annotations]
+    assert len(hints) == 4 and all("restored as text: their figures are not kept" in h for h in hints)
+    empty = ChatSession(FakeService())  # nothing restored: each chart's own hint
+    assert not any("restored" in a.text for fig in empty.views.figures() for a in fig.layout.annotations)
+
+
 def test_queued_bubbles_are_carried_while_the_models_load():
     fake = FakeService()
     fake.ready = threading.Event()  # still loading

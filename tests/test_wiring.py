@@ -77,7 +77,7 @@ def test_each_event_updates_what_the_policy_says(demo):
     assert _outputs(demo, "set_panels") == [*plots, "spec-timeline", "spec-ledger", "plot-worth", "Timer"]
     assert _outputs(demo, "clear") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector",
                                        "spec-timeline", "spec-ledger", "plot-worth", "BrowserState", "spec-undo"]
-    assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", "spec-system", "BrowserState"]
+    assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-system", "BrowserState"]
 
 
 def test_every_handler_is_wired_and_every_event_has_its_handler(demo):

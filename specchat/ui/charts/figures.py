@@ -242,16 +242,20 @@ def speed_figure(metrics: SpeculationMetrics) -> go.Figure:
 
 
 def all_figures(
-    metrics: SpeculationMetrics, num_speculative_tokens: int | None = None, *, reply: str | None = None
+    metrics: SpeculationMetrics, num_speculative_tokens: int | None = None, *, reply: str | None = None,
+    hint: str | None = None,
 ) -> tuple[go.Figure, go.Figure, go.Figure, go.Figure]:
     """The four figures of one reply, in display order: α over rounds, by position, speed, theory;
-    ``reply`` (e.g. "reply #6") starts each title, so that the charts say which reply they show."""
+    ``reply`` (e.g. "reply #6") starts each title, so that the charts say which reply they show;
+    ``hint`` replaces each figure's own hint when ``metrics`` has no rounds (e.g. after a reload)."""
     figures = (
         acceptance_rate_figure(metrics),
         acceptance_by_position_figure(metrics),
         speed_figure(metrics),
         theory_figure(metrics, num_speculative_tokens),
     )
+    if hint and not metrics.rounds:
+        figures = tuple(empty_figure(fig.layout.title.text, hint) for fig in figures)  # type: ignore[assignment]
     if reply:
         for fig in figures:
             fig.layout.title.text = f"{reply} · {fig.layout.title.text}"

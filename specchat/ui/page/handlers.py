@@ -29,7 +29,7 @@ from specchat.ui.session.saved import kept_prompt, parse_saved, parse_settings, 
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
 NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
-RESTORED = ("transcript", "stats", "table")  # what a reopened page shows of the conversation its browser kept
+RESTORED = ("transcript", "stats", "table", "figures")  # what a reopened page shows of the conversation its browser kept
 
 
 def _toast(level: str, text: str) -> None:

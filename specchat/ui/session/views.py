@@ -31,6 +31,8 @@ from specchat.ui.session.reply import Exchange, Reply
 from specchat.ui.session.view import LIVE_PANELS, View
 
 CHART_SCOPES = ("this reply", "whole conversation")
+# the charts' hint when the chat holds only replies restored as text (after a reload, another chat shown)
+RESTORED_FIGURES = "The replies above were restored as text: their figures are not kept. The next reply draws here"
 LIVE_TIMELINE_ROUNDS = 24  # rows of the timeline sent while a reply streams (all of them at its end)
 
 
@@ -113,7 +115,8 @@ class SessionViews:
             return charts.conversation_figures([(r.number, r.drafter, r.metrics) for r in self.replies])
         reply = self.focus()
         if reply is None:
-            return charts.all_figures(SpeculationMetrics())
+            restored = any(e.restored is not None for e in self.exchanges)
+            return charts.all_figures(SpeculationMetrics(), hint=RESTORED_FIGURES if restored else None)
         return charts.all_figures(reply.metrics, reply=f"reply #{reply.number}")
 
     def view(self, *, figures: bool = True, transcript: dict | None = None, panels: set[str] | None = None) -> View:
