@@ -397,8 +397,11 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     d = browser(url)
     _set_slider(d, "max new tokens", 1024)
     message = "Write a long story about a lighthouse keeper, in ten paragraphs."
+    stop_bg = "return getComputedStyle(document.getElementById('spec-stop')).backgroundColor"
+    idle = d.execute_script(stop_bg)
     drive_app.send(d, message)
     _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 8, 60, "tokens to stream")
+    assert d.execute_script(stop_bg) != idle  # Stop is red only while there is something to stop
     # the reply's text streams through its live channel (specchat/ui/session/live.py), past Gradio's stream
     live = "return document.querySelector('#spec-chat .spec-transcript').liveUpdates || 0"
     _wait_for(lambda: d.execute_script(live) >= 2, 30, "updates on the live channel")
@@ -409,6 +412,7 @@ def test_stop_keeps_the_partial_reply_and_the_next_message_works(served, browser
     run = _wait_for(lambda: (r := service.run_for(message))["end"] is not None and r, 30, "the run to end")
     assert run["stop"] is StopReason.CANCELLED and 8 <= run["tokens"] < 1024
     drive_app.wait_done(d, 30)
+    assert d.execute_script(stop_bg) == idle
     drive_app.screenshot(d, str(OUT / "stopped.png"), width=1280)
     _assert_shows(d, run["text"])  # the partial reply stays on the page, whole
     assert "stopped" in d.execute_script(REPLY_TEXT)

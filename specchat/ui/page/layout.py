@@ -351,7 +351,7 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
         # a component the browser holds (a gr.State lives on the server, read when the reply starts:
         # by then a later Send may have replaced it), so each reply gets its own message's id
         ticket = gr.Number(None, visible=False, precision=0, label="ticket")
-        stop = gr.Button("Stop", variant="stop", scale=1, min_width=70)
+        stop = gr.Button("Stop", variant="stop", scale=1, min_width=70, elem_id="spec-stop")
     stats = gr.HTML(stats_html(None), elem_id="spec-stats")
     # what the person can do to the last reply (specchat.ui.session.last_reply), and the export
     with gr.Row(equal_height=True, elem_id="spec-actions"):
