@@ -108,6 +108,19 @@ def test_a_pause_note_gives_the_break_even_once_the_sample_carries_one():
                                  "(2 target steps, 1 drafting round)")
 
 
+def test_a_pause_despite_an_alpha_over_the_break_even_says_why():
+    """The same costs (α* = 0.25), every draft accepted (α = 1.00) and a pause: the note says the
+    controller judged its latest rounds of one source, not the reply's pooled α."""
+    step, drafted = _round(0, 0, 0, 0.0, 10.0), _round(0, 1, 1, 1.0, 11.5)
+    paused = _round(0, 0, 0, 0.0, 10.0, paused=True, predicted=0.8)
+    note = _reply(step, drafted, drafted, drafted, step, paused).pause_note()
+    assert note.endswith("pays from α ≥ 0.25; this reply's α 1.00 clears that over all its drafts, but the controller "
+                         "pauses on the latest rounds of the drafting source at hand alone (a hybrid's lookup and model "
+                         "are judged apart), and there it predicted a loss")
+    low = _reply(step, _round(0, 1, 0, 1.0, 11.5), _round(0, 1, 0, 1.0, 11.5), _round(0, 1, 0, 1.0, 11.5), step, paused)
+    assert low.pause_note().endswith("pays from α ≥ 0.25")  # α 0.00 under it: nothing to explain
+
+
 def test_timings_that_disagree_give_no_break_even():
     """A pass over 2 positions timed at 0.34 target steps (a busy moment during the target steps):
     no "pays at any acceptance rate" from it."""

@@ -191,7 +191,25 @@ def pause_words(metrics) -> str | None:
     if predicted is not None:
         note += f" (where it paused, its controller predicted at best {predicted:.2f}× for every γ)"
     words = break_even_words(metrics)
-    return f"{note}: here {words}" if words else note
+    if not words:
+        return note
+    even, alpha = _drafted_break_even(metrics), metrics.acceptance_rate
+    if even is not None and even.acceptance is not None and alpha is not None and alpha >= even.acceptance:
+        # the reply's pooled α clears the break-even, yet it paused: say why, or it reads as a contradiction
+        words += (f"; this reply's α {alpha:.2f} clears that over all its drafts, but the controller pauses on the "
+                  "latest rounds of the drafting source at hand alone (a hybrid's lookup and model are judged apart), "
+                  "and there it predicted a loss")
+    return f"{note}: here {words}"
+
+
+def _drafted_break_even(metrics):
+    """The break-even :func:`break_even_words` states in numbers (a :class:`BreakEven`), or None
+    where it states none (too few timed rounds, timings that disagree, nothing drafted)."""
+    drafting = sum(1 for r in metrics.rounds if r.num_drafted)
+    if not drafting or metrics.num_target_only_rounds < MIN_TARGET_STEPS or drafting < MIN_DRAFTING_ROUNDS:
+        return None
+    even = metrics.costs.break_even(max(1, round(metrics.mean_num_speculative_tokens)))
+    return None if even is None or even.verify_cost < MIN_VERIFY_STEPS else even
 
 
 def best_gamma(metrics, max_gamma: int = SHOWN_MAX_GAMMA) -> tuple[int, float] | None:
