@@ -111,3 +111,20 @@ def test_the_static_files_are_what_the_page_gets():
     used = {*head, "transcript.js", "set_plain.js", "set_rejected.js", "page.css", "inspector.css",
             "ledger.css", "transcript.css"}
     assert {p.name for p in STATIC.iterdir()} == used
+
+
+def test_restoring_every_kept_setting_updates_only_the_listeners_outputs(demo):
+    """A browser that kept every setting (the system prompt's box too): each handler that reads
+    them on load returns only components its listener lists (Gradio refuses the whole update
+    otherwise, and every setting is lost: a tester saw γ, T and max tokens reset on each reload)."""
+    from specchat.ui.session.saved import kept_prompt, settings_state
+
+    kept = kept_prompt(settings_state({"drafter": "none", "gamma": 4, "temperature": 0.7, "top_p": 0.9,
+                                       "max_new_tokens": 32, "adaptive": False, "colours": "plain"}), "Be brief.")
+    for name in ("restore_settings", "restore"):
+        block = next(fn for fn in demo.fns.values() if fn.name == name)
+        request = type("R", (), {"session_hash": f"kept-{name}"})()
+        out = block.fn(kept) if name == "restore_settings" else block.fn({}, kept, request=request)
+        assert set(out) <= set(block.outputs), name
+        if name == "restore_settings":
+            assert len(out) == 6  # γ, T, top-p, max tokens, adaptive, colours (the drafter once the models are ready)

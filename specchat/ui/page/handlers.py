@@ -405,7 +405,7 @@ class Handlers:
         are ready (:meth:`apply_startup_pick`)."""
         kept = parse_settings(saved, self._menu_values())
         page = self.page
-        out = {getattr(page, name): value for name, value in kept.items() if name != "drafter"}
+        out = {getattr(page, name): value for name, value in kept.items() if name not in ("drafter", "system_prompt")}
         return out or {page.gamma: gr.skip()}
 
     def _menu_values(self) -> list[str]:
