@@ -241,6 +241,21 @@ def test_enter_sends_shift_enter_breaks_esc_stops_and_up_recalls(served, browser
     run = _wait_for(lambda: len(service.runs) > before + 1 and (r := service.runs[-1])["end"] is not None and r, 30,
                     "Esc to stop it")
     assert run["message"] == message and run["stop"] is StopReason.CANCELLED
+    drive_app.wait_done(d, 30)
+    # text typed and not sent survives a reload; once sent, it is not put back
+    box.send_keys("Say hi.")
+    for sent in (False, True):
+        d.refresh()
+        _wait_for(lambda: "ready" in d.execute_script(drive_app.PAGE_STATE)["status"], 60, "page ready again")
+        box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
+        if sent:
+            time.sleep(3)
+            assert box.get_attribute("value") == ""
+            break
+        _wait_for(lambda b=box: b.get_attribute("value") == "Say hi.", 10, "the unsent text put back")
+        box.send_keys(Keys.ENTER)
+        _wait_for(lambda: "Say hi." in d.execute_script(SENT_TEXTS), 30, "the draft sent")
+        drive_app.wait_done(d, 120)
 
 
 THEME = """return [document.body.classList.contains('dark'), localStorage.getItem('specchat-theme'),

@@ -87,6 +87,8 @@ def test_acceptance_rate_series(metrics):
     assert list(per_round.x) == [2, 3, 5, 6]  # the target-only rounds have no ratio
     assert list(per_round.y) == pytest.approx([2 / 3, 1.0, 0.5, 0.75], abs=1e-4)
     assert "0.77" in fig.layout.title.text
+    # the γ axis ticks whole numbers only (γ ≤ 4 here): 0.5 steps formatted "d" read 0, 1, 1, 2
+    assert fig.layout.yaxis2.tick0 == 0 and fig.layout.yaxis2.dtick == 1
 
 
 def test_speed_series_and_bars(metrics):

@@ -10,6 +10,8 @@ module of figures.
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 
 from specchat.core import evidence
@@ -109,6 +111,7 @@ def acceptance_rate_figure(metrics: SpeculationMetrics) -> go.Figure:
         yaxis2=dict(
             title=dict(text="γ", font=dict(size=11)), overlaying="y", side="right", showgrid=False,
             rangemode="tozero", range=[0, max(gamma_y, default=1) * 1.1 + 0.5], color=GAMMA_COLOR, tickformat="d",
+            tick0=0, dtick=max(1, math.ceil(max(gamma_y, default=1) / 5)),  # whole steps: "d" of 0.5 steps read 0, 1, 1, 2
         ),
     )
 

@@ -1,7 +1,8 @@
 // The keyboard. Enter sends and Shift+Enter starts a new line (Gradio's textbox does both); Esc
 // stops the streaming reply (what the Stop button does, and only while a reply streams or a
 // message waits); ↑ in the empty message box puts the last message sent back into it, the caret
-// at its end. lastSent and putBack are kept apart for an edit-and-resend to reuse.
+// at its end. lastSent and putBack are kept apart for an edit-and-resend to reuse. Text typed and
+// not sent survives a reload (below).
 (function keys() {
   const box = () => document.querySelector('#spec-input textarea');
   // the text of the last message in the transcript, as typed (its bubble carries it in data-text;
@@ -33,4 +34,26 @@
       if (putBack(lastSent())) ev.preventDefault();
     }
   });
+  // What is typed in the message box and not sent yet is kept in this browser (localStorage) and
+  // put back after a reload. A Send (Enter, the button) forgets it: the box is emptied by the
+  // server then, which fires no input event.
+  const DRAFT = 'specchat-draft';
+  const keep = (text) => { try { if (text) localStorage.setItem(DRAFT, text); else localStorage.removeItem(DRAFT); } catch (e) { /* private mode */ } };
+  document.addEventListener('input', (ev) => { if (ev.target === box()) keep(ev.target.value); }, true);
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target === box()) keep('');
+  }, true);
+  document.addEventListener('click', (ev) => {
+    const b = ev.target.closest?.('button');
+    if (b && b.textContent.trim() === 'Send' && b.closest('.row')?.querySelector('#spec-input')) keep('');
+  }, true);
+  let tries = 0;
+  const restore = setInterval(() => {
+    const b = box();
+    if (!b && ++tries < 100) return;
+    clearInterval(restore);
+    let draft = null;
+    try { draft = localStorage.getItem(DRAFT); } catch (e) { /* private mode */ }
+    if (b && draft && !b.value) putBack(draft);
+  }, 200);
 })();
