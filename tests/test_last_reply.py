@@ -416,3 +416,23 @@ def test_a_reload_mid_reply_restores_what_the_closed_tab_held_not_the_older_brow
     assert new.copy_key != old.copy_key  # the new tab writes copies of its own
     assert store.freshest({"version": 1, "key": "someone-else"}, new) == {"version": 1, "key": "someone-else"}
     assert store.freshest("not a dict", new) == "not a dict"
+
+
+def test_regenerate_answers_a_last_message_left_unanswered_by_a_reload():
+    """The page reloaded while the last message waited ("not answered"): Regenerate sends that
+    message, in its place, not the one answered before it."""
+    from specchat.ui.session.saved import SAVED_VERSION
+
+    saved = {"version": SAVED_VERSION, "system_prompt": "",
+             "history": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}],
+             "exchanges": [{"message": "q1", "label": "#1 · none", "summary": "", "text": "a1"},
+                           {"message": "q2", "note": "not answered: the page was reloaded while it waited"}]}
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    assert session.restore(saved) is not None
+    old = session.views.exchanges[1]
+    resend = session.last.regenerate()
+    assert resend.message == "q2" and [i.get("removed") for i in resend.view.transcript["items"]] == [None, True]
+    _drain(session, resend.message, resend.ticket)
+    assert [e.message for e in session.views.exchanges] == ["q1", "q2"] and old not in session.views.exchanges
+    assert session.views.exchanges[0].note is None  # the answered one is not marked regenerated
+    assert session.history[:2] == saved["history"] and session.history[2] == {"role": "user", "content": "q2"}

@@ -23,6 +23,7 @@ from typing import NamedTuple
 from specchat.conversation import Conversation
 from specchat.ui.session.queue import MessageQueue
 from specchat.ui.session.reply import Exchange
+from specchat.ui.session.saved import UNANSWERED
 from specchat.ui.session.view import View
 from specchat.ui.session.views import SessionViews
 
@@ -84,8 +85,16 @@ class LastReply:
 
     def regenerate(self) -> Resend:
         """Send the last message again (the old reply stays, marked; after a Continue, the reply
-        and its continuations are marked together)."""
+        and its continuations are marked together). A last message that was never answered (the
+        page reloaded while it waited or before its reply wrote anything) is sent in its place."""
         with self._lock:
+            tail = self.views.exchanges[-1] if self.views.exchanges else None
+            if (tail is not None and not self.queue.busy and tail.reply is None and tail.restored is None
+                    and (tail.note or "").startswith(UNANSWERED)):  # (a message Stop cancelled stays cancelled)
+                self.views.exchanges.remove(tail)
+                ticket, _ = self.queue.note(tail.message)
+                return Resend(tail.message, ticket, View(transcript=self.views.feed(*self._queued(ticket),
+                                                                                    removed=(tail.id,))))
             last, why = self._last("Regenerate")
             if last is None:
                 return Resend(None, None, View(toasts=(("info", why),)))

@@ -67,6 +67,9 @@ def parse_saved(saved: Any) -> dict | None:
     return {"history": turns, "exchanges": items, "system_prompt": system}
 
 
+UNANSWERED = "not answered: the page was reloaded"  # a message kept across a reload before its reply (Regenerate sends it)
+
+
 def saved_state(views: SessionViews, conversation: Conversation) -> dict:
     """The conversation as the page keeps it in the browser (Gradio's ``BrowserState``, written
     when a message is sent, every few seconds while a reply streams, after each reply and on
@@ -91,7 +94,7 @@ def saved_state(views: SessionViews, conversation: Conversation) -> dict:
             history += [{"role": "user", "content": e.message}, {"role": "assistant", "content": r.renderer.text}]
         elif e.queued or streaming:  # kept as typed, marked unanswered
             when = "while it waited" if e.queued else "while its reply was being written"
-            items.append({"message": e.message, "note": f"not answered: the page was reloaded {when}"})
+            items.append({"message": e.message, "note": f"{UNANSWERED} {when}"})
         elif e.reply is not None:
             r = e.reply
             items.append({"message": e.message, "label": r.label, "text": r.renderer.text,
