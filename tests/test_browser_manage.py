@@ -96,6 +96,9 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
     _click(d, "spec-edit")
     _wait_for(lambda: len(d.execute_script(USER_TEXTS)) == 3, 20, "the last exchange taken back")
     assert d.find_element("css selector", "#spec-input textarea").get_attribute("value") == follow
+    # with the caret in the box, at its end: ready to edit
+    caret = "const a = document.activeElement; return [a.closest('#spec-input') !== null, a.selectionStart, a.value.length];"
+    _wait_for(lambda: (c := d.execute_script(caret))[0] and c[1] == c[2], 5, "the caret in the box")
 
     # a reload keeps the settings (drafter none, 24 tokens) and the chat with its marks
     time.sleep(2)  # the browser's copies are written as each event ends

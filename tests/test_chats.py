@@ -221,3 +221,15 @@ def test_showing_a_chat_does_not_move_it_in_the_list_a_new_message_does(monkeypa
     assert titles() == [NEW_TITLE, "c", "b", "a"]
     shelf.switch(a, copy("b", "b2"))  # a message sent in b: b goes to the top
     assert titles() == ["b", NEW_TITLE, "c", "a"]
+    # a reload: the list as the browser kept it, the active chat's copy noted again; nothing moves,
+    # not even when the chat is left afterwards unchanged
+    shelf = ChatShelf.parse(shelf.state())
+    shelf.note_active(copy("a"))
+    assert titles() == ["b", NEW_TITLE, "c", "a"]
+    shelf.switch(b, copy("a"))
+    assert titles() == ["b", NEW_TITLE, "c", "a"]
+    # a message in the active chat moves it up at once (the page notes the copy on Send)
+    shelf.note_active(copy("b", "b2", "b3"))
+    shelf.switch(a, copy("b", "b2", "b3"))
+    shelf.note_active(copy("a", "a2"))
+    assert titles() == ["a", "b", NEW_TITLE, "c"]

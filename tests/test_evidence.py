@@ -146,3 +146,12 @@ def test_contradictions_are_found():
     assert evidence.contradictions("With the costs measured in this reply the best is γ = 16", m)
     thin = _metrics([80.0, 80.0], [(1, 1, 0.0, 50.0)])
     assert evidence.contradictions("1.21× ±0.02 against 2 target steps timed in this reply", thin)
+
+
+def test_a_speedup_held_back_for_its_scatter_says_by_how_much_over_the_limit():
+    """An interval a hair over ±10 % reads "±10.1 %", never "±10 %" (held back at the limit it names)."""
+    held = evidence.MeasuredSpeedup(1.2, 125, 0.1004)
+    assert not held.shown and held.text() == (
+        "speedup held back (timing: 125 target steps too scattered, 95 % interval ±10.1 %, over the ±10 % a speedup "
+        "is shown within (a busy machine?))")
+    assert evidence.MeasuredSpeedup(1.2, 125, 0.1).shown

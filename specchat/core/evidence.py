@@ -95,7 +95,7 @@ class MeasuredSpeedup:
 
     def basis(self) -> str:
         """What the figure rests on: ``12 target-only steps timed in this reply`` or why it is held
-        back (``timing: 2 target steps of the 3 needed``, ``… scatter ±14 %``)."""
+        back (``timing: 2 target steps of the 3 needed``, ``… too scattered, 95 % interval ±14.2 %, …``)."""
         steps = f"{self.num_steps} target step{'s' if self.num_steps != 1 else ''}"
         if self.value is None:
             return "no target-only step timed in this reply"
@@ -103,8 +103,9 @@ class MeasuredSpeedup:
             return f"timing: {steps} of the {MIN_TARGET_STEPS} needed"
         if self.half_width is None:
             return f"timing: {steps} with no spread to judge them by"
-        if self.half_width > MAX_HALF_WIDTH:
-            return f"timing: {steps} scatter ±{self.half_width * 100:.0f} % (a busy machine?)"
+        if self.half_width > MAX_HALF_WIDTH:  # (one decimal: "±10 %" over a ±10 % limit read as a contradiction)
+            return (f"timing: {steps} too scattered, 95 % interval ±{math.ceil(self.half_width * 1000) / 10:.1f} %, over the "
+                    f"±{MAX_HALF_WIDTH * 100:.0f} % a speedup is shown within (a busy machine?)")
         return f"against {steps} timed in this reply (95 % interval)"
 
     def text(self) -> str:

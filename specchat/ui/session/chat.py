@@ -17,6 +17,7 @@ Handlers get a :class:`View` (what to change on the page, ``None`` = leave it) a
 from __future__ import annotations
 
 import dataclasses
+import os
 import secrets
 import threading
 import time
@@ -40,7 +41,11 @@ from specchat.ui.session.store import SessionStore
 from specchat.ui.session.view import STREAMED_FIELDS, View
 from specchat.ui.session.views import CHART_SCOPES, SessionViews
 
-TEXT_INTERVAL_S = 0.25  # the reply's text refresh while streaming (4 Hz)
+# The reply's text refresh while streaming: 4 Hz where the browser has cores to spare, 2.5 Hz on a
+# machine of 4 cores or fewer, where the browser's drawing of each update takes CPU from the
+# model's threads (on 2 cores every update stalls one of llama.cpp's two threads, and so both:
+# docs/BENCHMARKS.md, "The page's speed").
+TEXT_INTERVAL_S = 0.25 if (os.cpu_count() or 1) > 4 else 0.4
 STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; the reader cannot follow faster)
 # While a reply streams, the charts, the timeline and the ledger redraw every 3 s, each only while
 # it is on screen (the page says so: SessionViews.panels_visible); the last update of a reply

@@ -64,9 +64,10 @@ class ChatShelf:
     active: str = ""
     undo: Chat | None = None
     _ids: Any = field(default_factory=itertools.count, repr=False)
-    # what the active chat held when a switch showed it: left unchanged, it keeps its place in the
-    # list (a click does not move a chat under the pointer); None: it counts as changed
-    _opened: Any = field(default=None, repr=False)
+    # what the active chat's copy held when last noted (shown by a switch, restored by a reload, a
+    # message, a reply): a chat moves up the list when its content changes, and only then (a click
+    # or a reload does not move a chat under the pointer); None: not noted yet
+    _seen: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not self.chats:
@@ -91,26 +92,29 @@ class ChatShelf:
         return chat
 
     def note_active(self, saved: dict) -> None:
-        """The active chat's copy changed (a reply, a reload): its title follows its first message."""
+        """The active chat's copy as it is now (a message, a reply, a reload): its title follows its
+        first message, and it moves up the list if its content changed since it was last noted."""
         chat = self.current
         if not chat.renamed:
             chat.title = title_of(saved)
+        content = _content(saved)
+        if self._seen is not None and content != self._seen:
+            chat.updated = time.time()
+        self._seen = content
 
     def stash(self, saved: dict) -> None:
         """Keep the active chat's copy in the list (before another chat becomes active); it moves up
-        the list only if it changed since a switch showed it."""
+        the list only if it changed since it was last noted."""
         self.note_active(saved)
         self.current.saved = saved or {}
-        if self._opened is None or _content(saved) != _content(self._opened):
-            self.current.updated = time.time()
-        self._opened = None
+        self._seen = None
 
     def new(self, saved: dict) -> None:
         """New chat: the active one is kept (an empty one is reused, not piled up), a new empty one is active."""
         if not (saved or {}).get("exchanges") and not self.current.renamed:
             return
         self.stash(saved)
-        self.active = self._new().id
+        self.active, self._seen = self._new().id, _content({})
 
     def switch(self, chat_id: str, saved: dict) -> dict | None:
         """Make ``chat_id`` active: returns its copy (to restore), or None if there is no such chat
@@ -120,7 +124,7 @@ class ChatShelf:
             return None
         self.stash(saved)
         self.active, copy, target.saved = chat_id, target.saved or {}, None
-        self._opened = copy
+        self._seen = _content(copy)
         return copy
 
     def rename(self, title: str) -> bool:
@@ -139,7 +143,7 @@ class ChatShelf:
         gone = self.current
         gone.saved = saved or {}
         self.chats.remove(gone)
-        self._opened = None
+        self._seen = None
         if gone.saved.get("exchanges") or gone.renamed:  # an empty chat is not worth an Undo (nor losing one for)
             self.undo = gone
         if not self.chats:
@@ -147,6 +151,7 @@ class ChatShelf:
             return {}
         nxt = max(self.chats, key=lambda c: c.updated)
         self.active, copy, nxt.saved = nxt.id, nxt.saved or {}, None
+        self._seen = _content(copy)
         return copy
 
     def cleared(self, saved: dict) -> None:
@@ -171,7 +176,7 @@ class ChatShelf:
         elif chat.id != self.active:
             self.stash(saved)
             existing.saved = None
-        self.active, self._opened = chat.id, None
+        self.active, self._seen = chat.id, _content(chat.saved)
         return chat.saved or {}
 
     def expire_undo(self) -> None:

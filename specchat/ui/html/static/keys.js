@@ -47,6 +47,16 @@
     const b = ev.target.closest?.('button');
     if (b && b.textContent.trim() === 'Send' && b.closest('.row')?.querySelector('#spec-input')) keep('');
   }, true);
+  // Edit puts the last message into the box (from the server): the caret goes there, at its end
+  document.addEventListener('click', (ev) => {
+    if (!ev.target.closest?.('#spec-edit')) return;
+    let waited = 0;
+    const focus = setInterval(() => {
+      const b = box();
+      if (b && b.value) { clearInterval(focus); b.focus(); b.setSelectionRange(b.value.length, b.value.length); }
+      else if ((waited += 100) > 5000) clearInterval(focus);
+    }, 100);
+  }, true);
   let tries = 0;
   const restore = setInterval(() => {
     const b = box();
