@@ -358,7 +358,7 @@ def test_worth_words_with_the_measured_costs():
     4.6046·80/170 = 2.167, γ = 8 → 4.8372·80/180 = 2.150, so the best is γ = 7 at 2.17×."""
     thin = _metrics(_rounds())  # 6 judged drafts and one timed target step: no best γ from that
     assert worth_words("sibling", thin.acceptance_rate, thin.cost_ratio, thin) == (
-        "sibling: α = 0.83 > c = 0.125, above the line: some γ speeds decoding up (6 judged draft(s): too few for a "
+        "sibling: α = 0.83 > c = 0.125, above the line: by the textbook rule some γ speeds decoding up (6 judged draft(s): too few for a "
         "best γ).")
     m = _metrics(_rounds() * 3)  # the same reply three times over: 18 judged drafts, 3 target steps
     words = worth_words("sibling", m.acceptance_rate, m.cost_ratio, m)
@@ -426,3 +426,15 @@ def test_prefill_line_says_how_much_was_reused():
     assert "Prefill 0.90 s for 23 new prompt tokens (376 reused from the conversation's kept cache)" in html
     first = count_ledger(_rounds(), prefill_ms=900.0, num_prefilled=399, num_prompt_tokens=400)
     assert "for 399 new prompt tokens," in ledger_html(first, _metrics(_rounds()), title="t", drafter="x")
+
+
+def test_the_ledger_holds_the_speedup_back_as_the_stats_line_does():
+    """One timed target step (80 ms; 8 tokens in 360 ms: N·t₁/D = 1.78×) is too few (3 needed): the
+    headline gives no "faster" or "slower" and says why, in the stats line's words."""
+    rounds = _rounds()
+    m = _metrics(rounds)
+    assert m.measured_speedup == pytest.approx(8 * 80.0 / 360.0)
+    html = ledger_html(count_ledger(rounds, sizes=SIZES, alpha=m.acceptance_rate), m, title="t", drafter="sibling")
+    head = html.split('spec-ledger-headline">')[1].split("</div>")[0]
+    assert "faster" not in head and "slower" not in head
+    assert head.endswith("(the speedup is held back: timing: 1 target step of the 3 needed).")

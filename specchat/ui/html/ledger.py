@@ -91,7 +91,7 @@ def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, met
         return f"{drafter}: α = {alpha:.2f}; c needs a timed target-only step (a longer reply has one)."
     supported = metrics is None or evidence.supports_prediction(metrics)
     if alpha > cost_ratio:
-        words = f"{drafter}: α = {alpha:.2f} > c = {cost_ratio:.3f}, above the line: some γ speeds decoding up"
+        words = f"{drafter}: α = {alpha:.2f} > c = {cost_ratio:.3f}, above the line: by the textbook rule some γ speeds decoding up"
         if supported:
             best, speedup = evidence.textbook_best(alpha, cost_ratio)
             words += f" (textbook best γ = {best}, S = {speedup:.2f}×)."
@@ -113,8 +113,10 @@ def worth_words(drafter: str, alpha: float | None, cost_ratio: float | None, met
     return words
 
 
-def headline(ledger: Ledger, speedup: float | None) -> str:
-    """The ledger's sentence: how much faster, for how much arithmetic."""
+def headline(ledger: Ledger, speedup: float | None, held: str | None = None) -> str:
+    """The ledger's sentence: how much faster, for how much arithmetic. ``speedup``: the measured
+    one where its sample carries it (:func:`specchat.core.evidence.measured_speedup`), else None
+    and ``held`` says why (its basis: the stats line holds the figure back in the same words)."""
     arithmetic = ledger.arithmetic
     if ledger.target_passes == 0:
         return "The ledger fills in as the reply's rounds come in."
@@ -124,8 +126,9 @@ def headline(ledger: Ledger, speedup: float | None) -> str:
         speedup = None
     if speedup is None or arithmetic is None:
         if arithmetic is not None:
+            why = f"the speedup is held back: {held}" if held else "the speedup needs a timed target-only step"
             return (f"{arithmetic:.2f}× the arithmetic of target-only decoding for {ledger.reads_factor:.2f}× fewer "
-                    "target weight reads (the speedup needs a timed target-only step).")
+                    f"target weight reads ({why}).")
         if speedup is not None:
             pace = f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
             return (f"{pace} than target-only (measured), for {ledger.reads_factor:.2f}× fewer target passes; the "
@@ -140,6 +143,15 @@ def headline(ledger: Ledger, speedup: float | None) -> str:
                 "compute for memory bandwidth.")
     return (f"{1 / speedup:.2f}× slower, doing {arithmetic:.2f}× the arithmetic: here the drafting and the wider "
             "verify passes cost more time than the saved weight reads.")
+
+
+def _shown_speedup(metrics: SpeculationMetrics) -> tuple[float | None, str | None]:
+    """(the measured speedup where its sample carries it, else None; why it is held back, else None):
+    the ledger says what the stats line says (a tester read "1.39× slower" above "speedup –")."""
+    measured = evidence.measured_speedup(metrics)
+    if measured.shown:
+        return measured.value, None
+    return None, measured.basis() if measured.value is not None else None
 
 
 def ledger_html(
@@ -159,7 +171,7 @@ def ledger_html(
     return (
         '<div class="spec-ledger">'
         f'<div class="spec-ledger-title">{html.escape(title)}</div>'
-        f'<div class="spec-ledger-headline">{html.escape(headline(ledger, metrics.measured_speedup))}</div>'
+        f'<div class="spec-ledger-headline">{html.escape(headline(ledger, *_shown_speedup(metrics)))}</div>'
         f"{_ledger_table(ledger)}"
         f'<div class="spec-muted">{_c_hat_source(ledger, drafter)}</div>'
         f'<div class="spec-ledger-limits">{_limits(ledger, running)}</div>'
