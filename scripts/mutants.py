@@ -1489,8 +1489,8 @@ MUTANTS = [
         "reply-end-sent-only-live",
         21,
         "specchat/ui/page/handlers.py",
-        "if view.streaming and transcript in out and",
-        "if transcript in out and",
+        "if view.streaming and transcript in out:",
+        "if transcript in out:",
         "the reply's start and end go to the live channel too: a page whose stream ended early never gets the end",
     ),
 ]
