@@ -162,21 +162,27 @@ def break_even_sentence(even: BreakEven, *, measured: MeasuredSpeedup | None = N
 def break_even_words(metrics) -> str | None:
     """The break-even of the γ this reply drafted (its mean, rounded) at this reply's costs, when
     its sample carries one; else why not; None when the reply drafted nothing."""
+    return _break_even(metrics)[0]
+
+
+def _break_even(metrics) -> tuple[str | None, BreakEven | None]:
+    """(:func:`break_even_words`, the :class:`BreakEven` it states in numbers, or None where it
+    states none: too few timed rounds, timings that disagree, nothing drafted)."""
     drafting = sum(1 for r in metrics.rounds if r.num_drafted)
     if not drafting:
-        return None
+        return None, None
     steps = metrics.num_target_only_rounds
     if steps < MIN_TARGET_STEPS or drafting < MIN_DRAFTING_ROUNDS:
         return (f"too few timed rounds to say where drafting pays ({steps} target step{'s' * (steps != 1)}, "
-                f"{drafting} drafting round{'s' * (drafting != 1)})")
+                f"{drafting} drafting round{'s' * (drafting != 1)})"), None
     gamma = max(1, round(metrics.mean_num_speculative_tokens))  # the γ this reply drafted
     even = metrics.costs.break_even(gamma)
     if even is None:
-        return None
+        return None, None
     if even.verify_cost < MIN_VERIFY_STEPS:
         return (f"the timings disagree (a pass over {gamma + 1} positions timed at {even.verify_cost:.2f} target "
-                "steps): the machine's load changed during the reply, so no break-even is given")
-    return break_even_sentence(even, measured=measured_speedup(metrics))
+                "steps): the machine's load changed during the reply, so no break-even is given"), None
+    return break_even_sentence(even, measured=measured_speedup(metrics)), even
 
 
 def pause_words(metrics) -> str | None:
@@ -191,10 +197,10 @@ def pause_words(metrics) -> str | None:
     predicted = metrics.paused_speedup
     if predicted is not None:
         note += f" (where it paused, its controller predicted at best {predicted:.2f}× for every γ)"
-    words = break_even_words(metrics)
+    words, even = _break_even(metrics)
     if not words:
         return note
-    even, alpha = _drafted_break_even(metrics), metrics.acceptance_rate
+    alpha = metrics.acceptance_rate
     if even is not None and even.acceptance is not None and alpha is not None and alpha >= even.acceptance:
         # the reply's pooled α clears the break-even, yet it paused: say why, or it reads as a contradiction
         words += (f"; this reply's α {alpha:.2f} clears that over all its drafts, but the controller pauses on the "
@@ -202,15 +208,6 @@ def pause_words(metrics) -> str | None:
                   "and there it predicted a loss")
     return f"{note}: here {words}"
 
-
-def _drafted_break_even(metrics):
-    """The break-even :func:`break_even_words` states in numbers (a :class:`BreakEven`), or None
-    where it states none (too few timed rounds, timings that disagree, nothing drafted)."""
-    drafting = sum(1 for r in metrics.rounds if r.num_drafted)
-    if not drafting or metrics.num_target_only_rounds < MIN_TARGET_STEPS or drafting < MIN_DRAFTING_ROUNDS:
-        return None
-    even = metrics.costs.break_even(max(1, round(metrics.mean_num_speculative_tokens)))
-    return None if even is None or even.verify_cost < MIN_VERIFY_STEPS else even
 
 
 def best_gamma(metrics, max_gamma: int = SHOWN_MAX_GAMMA) -> tuple[int, float] | None:

@@ -98,10 +98,15 @@ class SessionViews:
         the transcript shows, in one piece (for a reader of the session, not for streaming)."""
         return feed_messages({"items": [e.item() for e in self.exchanges]})
 
+    @property
+    def has_restored(self) -> bool:
+        """Whether the chat shows replies restored as text (their figures were not kept)."""
+        return any(e.restored is not None for e in self.exchanges)
+
     def stats(self) -> str:
         reply = self.latest
         if reply is None:
-            return stats_html(None, restored=any(e.restored is not None for e in self.exchanges))
+            return stats_html(None, restored=self.has_restored)
         return stats_html(reply.metrics, label=reply.label, running=reply.running)
 
     def table(self) -> str:
@@ -115,8 +120,7 @@ class SessionViews:
             return charts.conversation_figures([(r.number, r.drafter, r.metrics) for r in self.replies])
         reply = self.focus()
         if reply is None:
-            restored = any(e.restored is not None for e in self.exchanges)
-            return charts.all_figures(SpeculationMetrics(), hint=RESTORED_FIGURES if restored else None)
+            return charts.all_figures(SpeculationMetrics(), hint=RESTORED_FIGURES if self.has_restored else None)
         return charts.all_figures(reply.metrics, reply=f"reply #{reply.number}")
 
     def view(self, *, figures: bool = True, transcript: dict | None = None, panels: set[str] | None = None) -> View:

@@ -21,8 +21,7 @@
     return true;
   }
   const busy = () => document.querySelector('#spec-chat .spec-running, #spec-chat .spec-unqueue');
-  const stopButton = () => [...document.querySelectorAll('button')].find(
-    (b) => b.textContent.trim() === 'Stop' && b.closest('.row')?.querySelector('#spec-input'));
+  const stopButton = () => document.getElementById('spec-stop');
   document.addEventListener('keydown', (ev) => {
     if (ev.defaultPrevented || ev.isComposing || ev.altKey || ev.ctrlKey || ev.metaKey) return;
     if (ev.key === 'Escape') {
