@@ -5,6 +5,7 @@ and on the real model, greedy text against greedy text."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 from test_app import REPLY_TEXT, SCRIPT, FakeService
@@ -373,6 +374,8 @@ def test_a_continue_cut_inside_code_exports_as_one_reply_and_restores_as_code():
     assert restore_state(fresh.views, fresh.conversation, saved)
     blocks = fresh.views.exchanges[1].item()["reply"]["blocks"]
     assert isinstance(blocks[0], dict) and blocks[0]["head"].startswith('<div class="spec-code" data-lang="python">')
+    first_line = blocks[0]["lines"][0]  # the line it was cut on, "y = " muted (the reply above's), then its "2"
+    assert re.sub(r"<[^>]+>", "", first_line) == "y = 2" and 'class="spec-lead"' in first_line
     assert "Done." in blocks[1] and fresh.saved()["exchanges"][1]["text"] == more  # the lead is not saved
     assert "lead" not in fresh.saved()["exchanges"][1]
     # live: Continue of a restored reply cut inside the code block streams its reply as code
@@ -383,7 +386,7 @@ def test_a_continue_cut_inside_code_exports_as_one_reply_and_restores_as_code():
     resend = live.last.continue_()
     list(live.respond(resend.message, settings(), resend.ticket))
     reply = live.views.exchanges[-1].reply
-    assert reply.renderer.text == REPLY_TEXT and reply.renderer.lead == "```python\n"
+    assert reply.renderer.text == REPLY_TEXT and reply.renderer.lead == "```python\ny = "
     assert isinstance(reply.parts()["blocks"][0], dict)  # the continuation's text is inside the code block
 
 

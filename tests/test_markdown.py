@@ -169,6 +169,41 @@ def test_open_fence_is_the_line_of_a_code_block_left_open_by_commonmarks_closing
     assert open_fence("plain text") == "" and open_fence("") == ""
 
 
+def test_a_continuations_lead_is_the_open_fence_then_the_line_cut_mid_way():
+    from specchat.ui.html.markdown import continuation_lead
+
+    assert continuation_lead("Fruits:\n\n1. Apple\n2. Banana\n10") == "10"  # a list item's number, cut
+    assert continuation_lead("Here:\n\n```python\nx = 1\ny =") == "```python\ny ="  # the code line goes on
+    assert continuation_lead("```python\nx = 1\n") == "```python\n"  # cut at a line's end inside code
+    assert continuation_lead("```py") == "```py"  # cut on the fence line: it is that line, once
+    assert continuation_lead("A paragraph.\n") == "" and continuation_lead("") == ""
+    assert continuation_lead("- one\n- tw") == "- tw" and continuation_lead("| a | b |\n| 1 |") == "| 1 |"
+    assert continuation_lead("## Sec") == "## Sec" and continuation_lead("4) x") == "4) x"
+    assert continuation_lead("One.\n\nTwo half") == "" and continuation_lead("1, 2, 3, 4") == ""  # paragraphs
+
+
+def test_a_continuation_of_a_cut_numbered_list_keeps_its_numbers_and_shows_the_lead_muted():
+    # the reply above ended "…\n3. Cherry is a red fr": CommonMark would read "4. Date" after a
+    # paragraph as text (only a list starting at 1 may interrupt one); read after the lead it is item 4
+    r = ReplyRenderer(key=2)
+    r.continue_inside("3. Cherry is a red fr")
+    for i, (text, kind) in enumerate([("uit", A), (".\n", B), ("4", A), (". Date", T)]):
+        r.add_token(TokenEvent(i, kind, text, 0.9, None if kind is T else 0.8, None, None, None, 0, 0, 4))
+    assert r.text == "uit.\n4. Date"
+    (block,) = r.blocks()
+    html_ = block_html(block)
+    assert html_.startswith('<ol start="3">') and html_.count("<li>") == 2
+    assert '<span class="spec-lead" title="written in the reply above">Cherry is a red fr</span>' in html_
+    assert visible(html_).split() == ["Cherry", "is", "a", "red", "fruit.", "Date"]
+    assert "tok-accepted tref-2-0" in html_ and "tok-target tref-2-3" in html_
+
+    after_ten = ReplyRenderer(key=1)
+    after_ten.continue_inside("10")  # the reply above ended "…9. Lemon\n10"
+    after_ten.add_token(TokenEvent(0, A, ". Orange", 0.9, 0.8, None, None, None, 0, 0, 4))
+    (item,) = after_ten.blocks()
+    assert block_html(item).startswith('<ol start="10">') and visible(block_html(item)).strip() == "Orange"
+
+
 def test_a_continuation_cut_inside_a_code_block_renders_as_code_with_its_tokens():
     r = ReplyRenderer(key=3)
     r.continue_inside("```python\n")

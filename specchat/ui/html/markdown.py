@@ -37,6 +37,9 @@ CODE_STYLE_LIGHT = "default"
 CODE_STYLE_DARK = "github-dark"
 _TAG = re.compile(r"(<[^>]*>)")
 _LANG = re.compile(r"^[\w+#.-]{1,32}$")
+LEAD = -3
+"""``tok_at`` of a character of a Continue's lead (:func:`continuation_lead`): written in the reply
+above, shown muted (``spec-lead``) and belonging to no token of this one."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,31 @@ def open_fence(text: str) -> str:
             and len(body[-1]) - len(body[-1].lstrip(" ")) < 4):
         return ""
     return lines[start] + "\n"
+
+
+_STRUCTURED_LINE = re.compile(r"^\s*(?:[-*+](?:\s|$)|\d{1,9}(?:[.)](?:\s|$)|$)|#{1,6}(?:\s|$)|\|)")
+"""A line whose start gives it its Markdown structure: a list item (or its number alone, cut before
+the dot), a heading, a table row."""
+
+
+def continuation_lead(text: str) -> str:
+    """What a Continue's bubble reads before its own text, so that its Markdown renders as the
+    reply it writes on (``text``: that reply so far): the fence line of a code block ``text``
+    leaves open (:func:`open_fence`: the code goes on as code), then ``text``'s last line when it
+    was cut mid-line inside that code, or on a line its start structures (a list item, a heading,
+    a table row: :data:`_STRUCTURED_LINE`). Shown muted (:data:`LEAD`), it names the line the
+    Continue picks up and keeps its structure: after ``"…9. Lemon\n10"`` the Continue's
+    ``". Orange"`` renders as item 10 of a numbered list, not as a paragraph reading ". Orange";
+    after ``"3. Cherry is a red fr"`` its ``"uit.\n4. Date…"`` as items 3 and 4 (CommonMark lets
+    only a list starting at 1 interrupt a paragraph: "4. Date" after a paragraph is text). A
+    paragraph cut mid-line is not repeated (it can be long; the Continue's text goes on alone)."""
+    fence = open_fence(text)
+    tail = "" if text.endswith("\n") else text.rsplit("\n", 1)[-1]
+    if fence and tail and fence == tail + "\n":  # cut on the fence line itself: it is the tail
+        return tail
+    if not fence and not _STRUCTURED_LINE.match(tail):
+        tail = ""
+    return fence + tail
 
 
 def kept_indents(text: str) -> str:
@@ -286,6 +314,9 @@ def _flush(parts: list[str], run: list[str], piece: int, pieces: Sequence[Piece]
     if not run:
         return
     text = html.escape("".join(run), quote=False)
+    if piece == LEAD:
+        parts.append(f'<span class="spec-lead" title="written in the reply above">{text}</span>')
+        return
     if piece < 0:
         parts.append(text)
         return

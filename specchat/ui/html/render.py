@@ -19,7 +19,7 @@ from functools import lru_cache
 from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.html.markdown import Piece, block_html, code_css, kept_indents, render_blocks
+from specchat.ui.html.markdown import LEAD, Piece, block_html, code_css, kept_indents, render_blocks
 from specchat.ui.html.static_files import static_text
 from specchat.ui.html.transcript import CSS as TRANSCRIPT_CSS
 
@@ -163,14 +163,16 @@ class ReplyRenderer:
     key: int | None = None  # the reply's number: spans get the class tref-key-index
     num_tokens: int = 0
     rejected: dict[int, str] = field(default_factory=dict)  # piece index → the drafts thrown away before it
-    lead: str = ""  # Markdown read before the text but not part of it (:meth:`continue_inside`)
+    lead: str = ""  # a Continue's: Markdown read before the text, not part of it (:meth:`continue_inside`)
     _resampled_piece: int | None = None
     _cache: dict = field(default_factory=dict)
 
     def continue_inside(self, lead: str) -> None:
-        """Render the text as if ``lead`` came before it: a Continue of a reply cut inside a code
-        block passes that block's fence line (:func:`specchat.ui.html.markdown.open_fence`), so its
-        code goes on as code. Before the first token; ``text`` stays the reply's own.
+        """Render the text as if ``lead`` came before it: a Continue passes the end of the reply it
+        writes on (:func:`specchat.ui.html.markdown.continuation_lead`: an open code block's fence
+        line, the line cut mid-way), so its code goes on as code and a list item keeps its number.
+        The lead's characters show muted (:data:`~specchat.ui.html.markdown.LEAD`). Before the
+        first token; ``text`` stays the reply's own.
 
         Raises:
             ValueError: tokens were added already.
@@ -178,7 +180,7 @@ class ReplyRenderer:
         if self.pieces or self.text:
             raise ValueError("continue_inside comes before the reply's first token")
         self.lead = lead
-        self.tok_at = array("i", [-1] * len(lead))
+        self.tok_at = array("i", [LEAD] * len(lead))
 
     def _add_piece(self, text: str, kind: str, ref_class: str, title: str) -> None:
         start = len(self.lead) + len(self.text)  # pieces and tok_at count the lead's characters too

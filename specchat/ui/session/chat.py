@@ -29,7 +29,7 @@ from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
 from specchat.core.events import PrefillEvent, RoundEvent
 from specchat.service_api import ChatServiceProtocol
-from specchat.ui.html.markdown import open_fence
+from specchat.ui.html.markdown import continuation_lead
 from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.last_reply import LastReply
 from specchat.ui.session.prefetch import IDLE, Prefetched
@@ -376,8 +376,8 @@ class ChatSession:
         else:  # the bubble shown since it was sent, marked queued: its reply starts
             exchange.reply, exchange.queued, exchange.note = reply, False, None
         exchange.prefix = prefix
-        if prefix:  # a Continue of a reply cut inside a code block goes on as code
-            reply.renderer.continue_inside(open_fence(prefix))
+        if prefix:  # a Continue reads as the reply it writes on (code goes on as code, a list keeps its numbers)
+            reply.renderer.continue_inside(continuation_lead(prefix))
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
         # the browser together (a message that waited), and the transcript must not miss its end
         before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()

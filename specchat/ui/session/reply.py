@@ -21,7 +21,7 @@ from specchat.core.config import GenerationConfig
 from specchat.core.events import DoneEvent, DrafterFailedEvent, Event, PrefillEvent, RoundEvent, StopReason, TokenEvent
 from specchat.core.metrics import SpeculationMetrics
 from specchat.ui.html.ledger import ledger_html
-from specchat.ui.html.markdown import render_blocks
+from specchat.ui.html.markdown import LEAD, render_blocks
 from specchat.ui.html.render import (
     ReplyRenderer,
     exchange_note_html,
@@ -257,7 +257,7 @@ class Restored:
     text: str
     summary: str
     status: str = ""
-    lead: str = ""  # a Continue's: the code fence it reopens (ReplyRenderer.continue_inside); not saved
+    lead: str = ""  # a Continue's: the end of the reply it writes on (ReplyRenderer.continue_inside); not saved
 
     def saved(self) -> dict[str, str]:
         """The fields the browser keeps (:func:`~specchat.ui.session.saved.saved_state`)."""
@@ -267,7 +267,7 @@ class Restored:
         """The bubble, as :meth:`Reply.parts` gives it: the text as Markdown (after ``lead``), and
         a note saying it was restored."""
         source = self.lead + self.text
-        blocks = render_blocks(source, [-1] * len(source), [], {}, {}) if self.text else []
+        blocks = render_blocks(source, [LEAD] * len(self.lead) + [-1] * len(self.text), [], {}, {}) if self.text else []
         note = ('<div class="spec-notice">restored (after a reload, or from another chat of the list): the text only; '
                 'token colours, charts and the inspector cover the replies made since</div>')
         return {"label": self.label, "notices": note, "blocks": blocks,

@@ -16,7 +16,7 @@ from typing import Any
 
 from specchat.conversation import Conversation
 from specchat.core.config import MAX_NUM_SPECULATIVE_TOKENS, MAX_TEMPERATURE
-from specchat.ui.html.markdown import open_fence
+from specchat.ui.html.markdown import continuation_lead
 from specchat.ui.html.render import reply_summary
 from specchat.ui.session.reply import Exchange, Restored
 from specchat.ui.session.views import SessionViews
@@ -145,7 +145,7 @@ def restore_state(views: SessionViews, conversation: Conversation, saved: Any) -
     reply_so_far = ""  # the reply a Continue writes on (with the continuations before it)
     for item in data["exchanges"]:
         if item.get("label"):
-            lead = open_fence(reply_so_far) if item["continues"] else ""
+            lead = continuation_lead(reply_so_far) if item["continues"] else ""
             reply_so_far = reply_so_far + item["text"] if item["continues"] else item["text"]
             restored = Restored(item["label"], item["text"], item["summary"], item["status"], lead)
             views.add_exchange(Exchange(item["message"], restored=restored, note=item["note"] or None, kept=item["kept"],
