@@ -378,7 +378,7 @@ MARKDOWN_TAGS = {"p", "em", "strong", "code", "pre", "ul", "ol", "li", "h1", "h2
                  "hr", "br", "a", "s", "table", "thead", "tbody", "tr", "th", "td", "button"}
 APP_CLASS = re.compile(
     r"spec-(text|text spec-reply|notice|status|error|label|summary|note|md|md spec-user-md|code|code-bar|code-lang|copy|line"
-    r"|rejected-run|dots)|tok tok-(accepted|resampled|bonus|target)( tok-ws)?( tref-\d+-\d+)?|tok-(rejected|unjudged)"
+    r"|rejected-run|dots|lead)|tok tok-(accepted|resampled|bonus|target)( tok-ws)?( tref-\d+-\d+)?|tok-(rejected|unjudged)"
     r"|language-[\w+#.-]+|[a-z]{1,3}[0-9]?"  # the last: Pygments' token classes (k, nf, s1, …)
 )
 
@@ -386,7 +386,7 @@ APP_CLASS = re.compile(
 def _assert_only_app_markup(page: _Page, *, markdown: bool = False):
     assert page.other == []
     for tag, attrs in page.elements:
-        assert tag in ("div", "span") or (markdown and tag in MARKDOWN_TAGS), tag
+        assert tag in ("div", "span", "wbr") or (markdown and tag in MARKDOWN_TAGS), tag
         allowed = {"class", "title"} | ({"href", "target", "rel", "type", "data-lang", "start"} if markdown else set())
         assert set(attrs) <= allowed, attrs  # never onerror, style, src
         if "href" in attrs:

@@ -221,3 +221,14 @@ def test_a_continuation_cut_inside_a_code_block_renders_as_code_with_its_tokens(
         pass
     else:
         raise AssertionError("a lead after the first token must be refused")
+
+
+def test_a_comma_in_text_may_break_a_line_but_not_in_code():
+    """"1,2,3,…" has no break opportunity of its own (UAX #14: no break between a comma and a
+    digit): each comma outside code is followed by <wbr>, which adds no character to the text."""
+    r = ReplyRenderer(key=0)
+    for i, text in enumerate(["1,2", ",3", "\n\n```\n", "a,b", "\n```"]):
+        r.add_token(TokenEvent(i, A, text, 0.9, 0.8, None, None, None, 0, 0, 4))
+    para, code = r.blocks()
+    assert para.count(",<wbr>") == 2 and visible(para).strip() == "1,2,3"
+    assert "<wbr>" not in block_html(code) and [visible(line) for line in code["lines"]] == ["a,b"]

@@ -296,24 +296,30 @@ def weave(block_html: str, source: str, start: int, end: int, tok_at: Sequence[i
                 piece = tok_at[q] if q < len(tok_at) else -1
                 p = q + 1
                 while pending and pieces[pending[0]].start <= q:  # this token's (or an earlier one's) drafts
-                    _flush(parts, run, run_piece, pieces)
+                    _flush(parts, run, run_piece, pieces, not in_pre)
                     run, run_piece = [], -2
                     parts.append(rejected[pending.pop(0)])
             if piece != run_piece:
-                _flush(parts, run, run_piece, pieces)
+                _flush(parts, run, run_piece, pieces, not in_pre)
                 run, run_piece = [], piece
             run.append(ch)
-        _flush(parts, run, run_piece, pieces)
+        _flush(parts, run, run_piece, pieces, not in_pre)
         last_text = len(parts)
     if pending:
         parts[last_text:last_text] = [rejected[k] for k in pending]
     return "".join(parts)
 
 
-def _flush(parts: list[str], run: list[str], piece: int, pieces: Sequence[Piece]) -> None:
+def _flush(parts: list[str], run: list[str], piece: int, pieces: Sequence[Piece], wraps: bool = True) -> None:
+    """Append ``run`` (characters of one piece, or of none) to ``parts`` as HTML. Where text wraps
+    (``wraps``: not code), a comma is followed by ``<wbr>``: "1,2,3,…,200" has no break
+    opportunity of its own, and the transcript's ``overflow-wrap: anywhere`` then broke it
+    mid-number; ``<wbr>`` adds no character (a copy of the text is unchanged)."""
     if not run:
         return
     text = html.escape("".join(run), quote=False)
+    if wraps:
+        text = text.replace(",", ",<wbr>")
     if piece == LEAD:
         parts.append(f'<span class="spec-lead" title="written in the reply above">{text}</span>')
         return
