@@ -56,7 +56,7 @@ FAMILY = {
     17: ["tests/test_adaptive.py", "tests/test_timing.py"],
     18: ["tests/test_events.py", "tests/test_trace.py", "tests/test_app.py", "tests/test_audit.py"],
     19: ["tests/test_prefill_progress.py", "tests/test_session_queue_restore.py"],
-    20: ["tests/test_last_reply.py", "tests/test_chats.py", "tests/test_conversation.py"],
+    20: ["tests/test_last_reply.py", "tests/test_chats.py", "tests/test_conversation.py", "tests/test_markdown.py"],
     21: ["tests/test_live.py"],
 }
 KIND_NAMES = {
@@ -79,7 +79,7 @@ KIND_NAMES = {
     17: "adaptive γ's pause (γ = 0 with probes: the decision, the probe budget, the probe's costs)",
     18: "token kinds (a round with no draft commits a target token, never a bonus; old traces read so)",
     19: "a long prefill in passes (Stop in it), a queued message's own cancel, the conversation restored",
-    20: "the last reply (Regenerate, Edit, Continue), several chats (Delete, Undo) and the settings kept",
+    20: "the last reply (Regenerate, Edit, Continue and how it renders), several chats (Delete, Undo), the settings kept, commas that wrap",
     21: "a streaming reply's live channel (the latest value only, Gradio while no page reads it, the reply's end)",
 }
 
@@ -1456,9 +1456,25 @@ MUTANTS = [
         "continuation-outside-its-code-block",
         20,
         "specchat/ui/session/chat.py",
-        "            reply.renderer.continue_inside(open_fence(prefix))\n",
+        "            reply.renderer.continue_inside(continuation_lead(prefix))\n",
         "            pass\n",
         "a Continue of a reply cut inside a code block renders its code as plain text",
+    ),
+    Mutant(
+        "continuation-without-the-line-it-picks-up",
+        20,
+        "specchat/ui/html/markdown.py",
+        "    if not fence and not _STRUCTURED_LINE.match(tail):\n",
+        "    if True:\n",
+        "a Continue of a reply cut inside a numbered list renders its items as a paragraph",
+    ),
+    Mutant(
+        "commas-without-a-break",
+        20,
+        "specchat/ui/html/markdown.py",
+        "    if wraps:\n        text = text.replace(\",\", \",<wbr>\")\n",
+        "    pass\n",
+        "a run of numbers separated by commas wraps mid-number",
     ),
     # -- 21. a streaming reply's live channel ------------------------------------------------------
     Mutant(
