@@ -402,11 +402,12 @@ def _assert_only_app_markup(page: _Page, *, markdown: bool = False):
             ), attrs["title"]
 
 
-def _markdown_text(source: str) -> str:
-    """What markdown-it alone shows of ``source`` (the reference: weaving tokens in changes no text)."""
-    from specchat.ui.html.markdown import MD
+def _markdown_text(source: str, *, user: bool = False) -> str:
+    """What markdown-it alone shows of ``source`` (the reference: weaving tokens in changes no text);
+    ``user``: a person's message (emphasis off)."""
+    from specchat.ui.html.markdown import MD, USER_MD
 
-    return re.sub(r"\n+", "\n", _Page(MD.render(source)).text)
+    return re.sub(r"\n+", "\n", _Page((USER_MD if user else MD).render(source)).text)
 
 
 @pytest.mark.parametrize("text", [*HOSTILE, "".join(HOSTILE)])
@@ -417,7 +418,7 @@ def test_user_message_html_stays_text(text):
     page = _Page(render_user(text))
     _assert_only_app_markup(page, markdown=True)
     assert page.elements[0] == ("div", {"class": "spec-md spec-user-md"})
-    assert re.sub(r"\n+", "\n", page.text) == _markdown_text(kept_indents(text))
+    assert re.sub(r"\n+", "\n", page.text) == _markdown_text(kept_indents(text), user=True)
 
 
 def _token(i: int, text: str) -> TokenEvent:

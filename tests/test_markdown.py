@@ -232,3 +232,14 @@ def test_a_comma_in_text_may_break_a_line_but_not_in_code():
     para, code = r.blocks()
     assert para.count(",<wbr>") == 2 and visible(para).strip() == "1,2,3"
     assert "<wbr>" not in block_html(code) and [visible(line) for line in code["lines"]] == ["a,b"]
+
+
+def test_a_persons_message_shows_names_as_typed_not_as_emphasis():
+    """A new user's message "…withdraw and __repr__ methods." showed a bold "repr": a person's
+    message is Markdown without emphasis (code blocks, lists and links stay)."""
+    from specchat.ui.html.render import render_user
+
+    shown = render_user("Add __repr__ and *args to it:\n\n- one\n\n```py\nx = 1\n```")
+    assert "<strong>" not in shown and "<em>" not in shown
+    assert visible(shown).startswith("Add __repr__ and *args to it:") and "<li>one</li>" in shown
+    assert 'data-lang="py"' in shown

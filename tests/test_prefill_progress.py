@@ -64,19 +64,19 @@ class _CountingRuntime:
 def test_passes_are_sized_to_about_a_second_at_the_measured_rate():
     runtime = _CountingRuntime()
     steps = list(prefill_in_chunks(runtime, list(range(1000)), clock=runtime.clock))
-    # 64 first; 10 ms a token = 100 tokens/s, so 1.5 s holds 150 tokens, rounded down to 128 (a
-    # multiple of the least pass, 64)
-    assert PREFILL_FIRST_CHUNK == 64 and runtime.passes == [64] + [128] * 7 + [40]  # the last pass: what is left
-    assert [done for done, _ in steps] == [64, 192, 320, 448, 576, 704, 832, 960, 1000]
-    assert steps[0][1] == pytest.approx(0.64) and steps[-1][1] == pytest.approx(0.40)
-    # 2 ms a token: 500 tokens/s, 750 in 1.5 s, rounded down to 704
+    # 32 first; 10 ms a token = 100 tokens/s, so 1.5 s holds 150 tokens, rounded down to 144 (a
+    # multiple of the least pass, 16)
+    assert PREFILL_FIRST_CHUNK == 32 and runtime.passes == [32] + [144] * 6 + [104]  # the last pass: what is left
+    assert [done for done, _ in steps] == [32, 176, 320, 464, 608, 752, 896, 1000]
+    assert steps[0][1] == pytest.approx(0.32) and steps[-1][1] == pytest.approx(1.04)
+    # 2 ms a token: 500 tokens/s, 750 in 1.5 s, rounded down to 736
     fast = _CountingRuntime(ms_per_token=2.0)
     list(prefill_in_chunks(fast, list(range(3000)), clock=fast.clock))
-    assert fast.passes == [64, 704, 704, 704, 704, 120]
-    # 30 ms a token (a slow CPU: 33 tokens/s): 50 tokens in 1.5 s, so passes of the least, 64 (1.9 s)
-    slow = _CountingRuntime(ms_per_token=30.0)
-    list(prefill_in_chunks(slow, list(range(300)), clock=slow.clock))
-    assert slow.passes == [64, 64, 64, 64, 44]
+    assert fast.passes == [32, 736, 736, 736, 736, 24]
+    # 100 ms a token (a busy slow CPU: 10 tokens/s): 15 tokens in 1.5 s, so passes of the least, 16 (1.6 s)
+    slow = _CountingRuntime(ms_per_token=100.0)
+    list(prefill_in_chunks(slow, list(range(100)), clock=slow.clock))
+    assert slow.passes == [32, 16, 16, 16, 16, 4]
 
 
 def test_a_prefill_in_passes_leaves_the_same_states_as_one_pass(long_target):

@@ -168,6 +168,9 @@ def test_a_paused_reply_says_why_in_its_summary_with_hand_computed_costs():
     even = metrics.break_even()
     assert even.draft_cost == pytest.approx(0.5) and even.verify_cost == pytest.approx(1.6)
     assert even.round_cost == pytest.approx(2.1) and even.never_pays and even.acceptance is None
+    one = SpeculationMetrics()
+    one.update(event(0, 0, 0.0, 10.0))
+    assert reply_summary(one).startswith("1 token · ") and reply_summary(metrics).startswith("6 tokens · ")
     assert reply_summary(metrics).endswith(
         "drafting paused in 2 of 6 rounds: here drafting one token costs c = 0.50 target steps and the verify pass "
         "over 2 positions 1.60: a round of γ = 1 costs 2.10 target steps and commits at most 2 tokens, so no "

@@ -23,12 +23,13 @@ from specchat.core.runtime import ModelRuntime, synced_now
 
 # A Stop waits for the pass under way, so no pass may be long: the first is small, and each later
 # one is sized to take about PREFILL_CHUNK_S at the rate measured so far.
-PREFILL_FIRST_CHUNK = 64  # tokens in a long prefill's first forward pass
+PREFILL_FIRST_CHUNK = 32  # tokens in a long prefill's first forward pass
 PREFILL_CHUNK_S = 1.5
 # tokens per pass, at least / at most (multiples of the least): llama.cpp on 2 cores read 101
-# tokens/s in passes of 64 and 113 in passes of 128 (Qwen2.5-Coder 1.5B Q4_K_M, an Intel Xeon); on a
-# 2-core AMD EPYC a pass of 128 took about 3.5 s, which a Stop had to wait out (64: about 1.7 s)
-PREFILL_CHUNK_LIMITS = (64, 2048)
+# tokens/s in passes of 64 and 113 in passes of 128 (Qwen2.5-Coder 1.5B Q4_K_M, an Intel Xeon), so
+# a fast machine keeps passes of 128 or more; a 2-core AMD EPYC with another app running read
+# 10-13 tokens/s, where a pass of 128 took 3.5-6 s that a Stop had to wait out
+PREFILL_CHUNK_LIMITS = (16, 2048)
 
 
 def prefill_in_chunks(

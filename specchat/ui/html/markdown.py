@@ -100,6 +100,9 @@ def _markdown() -> MarkdownIt:
 
 
 MD = _markdown()
+USER_MD = _markdown().disable("emphasis")
+"""A person's own message: the same Markdown without emphasis, so that what they type shows as typed:
+``__repr__`` or ``*args`` outside backticks is a name, not bold or italic text (a new user's try)."""
 
 
 def open_fence(text: str) -> str:
@@ -175,7 +178,7 @@ def code_css() -> str:
 
 
 def render_blocks(source: str, tok_at: Sequence[int], pieces: Sequence[Piece], rejected: dict[int, str],
-                  cache: dict) -> list[str | dict]:
+                  cache: dict, md: MarkdownIt = MD) -> list[str | dict]:
     """The reply's HTML, one item per top-level block, tokens woven in: a string, or for a code
     block its lines (:func:`code_lines`; :func:`block_html` makes any item a string).
 
@@ -187,9 +190,10 @@ def render_blocks(source: str, tok_at: Sequence[int], pieces: Sequence[Piece], r
             hides them unless "show rejected drafts" is on).
         cache: kept by the caller between calls for the same reply: a block whose lines and
             tokens are unchanged is not rendered again (the same string object comes back).
+        md: the parser (:data:`MD` for a reply; :data:`USER_MD` for a person's message).
     """
     env: dict = {}
-    tokens = MD.parse(source, env)
+    tokens = md.parse(source, env)
     line_starts = [0] + [m.end() for m in re.finditer("\n", source)]
 
     def char_of(line: int) -> int:
@@ -212,7 +216,7 @@ def render_blocks(source: str, tok_at: Sequence[int], pieces: Sequence[Piece], r
         key = (start, end, marks, len(env.get("references", {})))
         cached = cache.get(key)
         if cached is None:
-            woven = _add_code_bars(weave(MD.renderer.render(block, MD.options, env), source, start, end, tok_at,
+            woven = _add_code_bars(weave(md.renderer.render(block, md.options, env), source, start, end, tok_at,
                                          pieces, rejected))
             cached = cache[key] = code_lines(woven) if block[0].type in ("fence", "code_block") else woven
         out.append(cached)

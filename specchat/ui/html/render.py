@@ -19,7 +19,7 @@ from functools import lru_cache
 from specchat.core import evidence
 from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.core.metrics import SpeculationMetrics
-from specchat.ui.html.markdown import LEAD, Piece, block_html, code_css, kept_indents, render_blocks
+from specchat.ui.html.markdown import LEAD, USER_MD, Piece, block_html, code_css, kept_indents, render_blocks
 from specchat.ui.html.static_files import static_text
 from specchat.ui.html.transcript import CSS as TRANSCRIPT_CSS
 
@@ -135,11 +135,12 @@ def rejected_run_html(trace, position: int) -> str:
 
 @lru_cache(maxsize=256)
 def render_user(text: str) -> str:
-    """A user message as Markdown, by the replies' renderer (:func:`render_blocks` with no tokens):
+    """A user message as Markdown, by the replies' renderer (:func:`render_blocks` with no tokens)
+    without emphasis (:data:`~specchat.ui.html.markdown.USER_MD`: ``__repr__`` shows as typed):
     raw HTML off, so HTML in the message stays text; fenced code highlighted, with its copy button;
     outside fences each line keeps its indentation (code pasted without fences reads as typed).
     Cached: the exchange in progress is sent again with every streamed update."""
-    body = "".join(block_html(b) for b in render_blocks(kept_indents(text), [-1] * len(text), [], {}, {}))
+    body = "".join(block_html(b) for b in render_blocks(kept_indents(text), [-1] * len(text), [], {}, {}, USER_MD))
     return f'<div class="spec-md spec-user-md">{body}</div>'
 
 
@@ -278,7 +279,7 @@ def reply_summary(metrics: SpeculationMetrics) -> str:
     target-only steps timed during this reply`` (parts not measured say so)."""
     if not metrics.rounds:
         return "no tokens"
-    parts = [f"{metrics.num_committed} tokens"]
+    parts = [f"{metrics.num_committed} token{'' if metrics.num_committed == 1 else 's'}"]
     if metrics.acceptance_rate is not None:
         parts.append(f"α {metrics.acceptance_rate:.2f}")
     parts.append(f"{metrics.mean_tokens_per_round:.2f} tokens/round")
