@@ -314,7 +314,7 @@ def weave(block_html: str, source: str, start: int, end: int, tok_at: Sequence[i
     return "".join(parts)
 
 
-def _flush(parts: list[str], run: list[str], piece: int, pieces: Sequence[Piece], wraps: bool = True) -> None:
+def _flush(parts: list[str], run: list[str], piece: int, pieces: Sequence[Piece], wraps: bool) -> None:
     """Append ``run`` (characters of one piece, or of none) to ``parts`` as HTML. Where text wraps
     (``wraps``: not code), a comma is followed by ``<wbr>``: "1,2,3,…,200" has no break
     opportunity of its own, and the transcript's ``overflow-wrap: anywhere`` then broke it
