@@ -73,10 +73,16 @@ def test_passes_are_sized_to_about_a_second_at_the_measured_rate():
     fast = _CountingRuntime(ms_per_token=2.0)
     list(prefill_in_chunks(fast, list(range(3000)), clock=fast.clock))
     assert fast.passes == [32, 736, 736, 736, 736, 24]
-    # 100 ms a token (a busy slow CPU: 10 tokens/s): 15 tokens in 1.5 s, so passes of the least, 16 (1.6 s)
+    # 100 ms a token (a busy slow CPU: 10 tokens/s): 15 tokens in 1.5 s, so passes of the least, 16
+    # (1.6 s); the last takes the 4 a pass of 16 would leave
     slow = _CountingRuntime(ms_per_token=100.0)
     list(prefill_in_chunks(slow, list(range(100)), clock=slow.clock))
-    assert slow.passes == [32, 16, 16, 16, 16, 4]
+    assert slow.passes == [32, 16, 16, 16, 20]
+    # a short message is one pass; no pass is shorter than 16 unless the whole prefill is
+    for n, passes in [(5, [5]), (38, [38]), (47, [47]), (48, [32, 16]), (60, [32, 28])]:
+        short = _CountingRuntime(ms_per_token=100.0)
+        list(prefill_in_chunks(short, list(range(n)), clock=short.clock))
+        assert short.passes == passes, n
 
 
 def test_a_prefill_in_passes_leaves_the_same_states_as_one_pass(long_target):

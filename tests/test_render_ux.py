@@ -183,12 +183,14 @@ def test_the_header_the_explanation_and_the_legend_say_what_the_css_draws_for_ta
 
 # ---- 3. the user's message as Markdown -----------------------------------------------------------
 def test_a_users_message_is_markdown_its_code_highlighted_and_its_html_text():
-    message = "Rename `x` in **this**:\n\n```python\ndef f(x):\n    return x\n```\n<b>hi</b> & <img src=x onerror=alert(1)>"
+    message = "Rename `x` in **this** and __repr__:\n\n```python\ndef f(x):\n    return x\n```\n<b>hi</b> & <img src=x onerror=alert(1)>"
     page = render_user(message)
     chains = _Chains(page)
     text = "".join(c for c, _ in chains.chars)
-    assert "```" not in text and "**" not in text  # the fences and the stars are Markdown, not text
-    assert "<code>x</code>" in page and "<strong>this</strong>" in page
+    assert "```" not in text  # the fences are Markdown, not text
+    # a person's stars and underscores show as typed (a name such as __repr__ is not bold "repr")
+    assert "Rename x in **this** and __repr__:" in text and "<strong>" not in page and "<em>" not in page
+    assert "<code>x</code>" in page
     assert _pygments(chains.around("def")) == "k" and _pygments(chains.around("return")) == "k"
     assert text.endswith("<b>hi</b> & <img src=x onerror=alert(1)>\n")  # the HTML is the text shown
     assert "&lt;b&gt;hi&lt;/b&gt; &amp; &lt;img src=x onerror=alert(1)&gt;" in page  # escaped, so inert

@@ -40,7 +40,8 @@ def prefill_in_chunks(
 
     The first pass feeds :data:`PREFILL_FIRST_CHUNK` tokens; each later one as many as the rate
     measured on the pass before would feed in :data:`PREFILL_CHUNK_S` seconds, within
-    :data:`PREFILL_CHUNK_LIMITS`. Between passes the caller can report progress and stop (a long
+    :data:`PREFILL_CHUNK_LIMITS`; a pass that would leave fewer tokens than the least pass takes
+    them along (a 38-token message is one pass, not 32 and 6). Between passes the caller can report progress and stop (a long
     prompt on a CPU reads at ~100 tokens/s: minutes for a long document). The KV states are those
     of one pass over all the ids: position i depends on tokens 0…i alone (causal attention),
     whichever pass computed it; llama.cpp itself feeds a long prompt in batches of ``n_batch``.
@@ -53,7 +54,8 @@ def prefill_in_chunks(
     low, high = PREFILL_CHUNK_LIMITS
     done, size = 0, PREFILL_FIRST_CHUNK
     while done < len(token_ids):
-        chunk = token_ids[done: done + size]
+        left = len(token_ids) - done
+        chunk = token_ids[done: done + (left if left - size < low else size)]  # no tail shorter than the least
         start = clock()
         runtime.forward(chunk, num_logits=0)
         seconds = clock() - start
