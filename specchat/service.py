@@ -1,8 +1,6 @@
 """Loaded models + prompts → event streams: the one object the app and the CLI talk to.
-
-Holds the target, its tokenizer, the engine and every drafter loaded so far. Switching the
-drafter never reloads the target. Generation is serialised by a lock (one at a time).
-"""
+Holds the target, its tokenizer, the engine and every drafter loaded so far. Switching the drafter
+never reloads the target. Generation is serialised by a lock (one at a time)."""
 
 from __future__ import annotations
 
@@ -30,6 +28,7 @@ from specchat.errors import SpecchatError
 from specchat.progress import BOARD
 from specchat.runtimes import llamacpp, loading, select
 from specchat.runtimes.chat import Message, build_chat_prompt, eos_token_ids
+from specchat.runtimes.compute_thread import torch_beside_llamacpp, torch_for_models
 from specchat.service_api import ChatServiceProtocol, Notice, Pick  # noqa: F401 (Notice, the protocol: re-exported)
 
 if TYPE_CHECKING:
@@ -110,9 +109,8 @@ class ChatService:
         its drafter and warms up. ``drafter_model`` is not carried over.
 
         Raises:
-            RegistryError, ValueError, ModelSourceError, OSError: not a model, or a runtime it cannot
-                run on, or its files cannot be loaded (nothing changes).
-        """
+            RegistryError, ValueError, ModelSourceError, OSError: not a model, or a runtime it
+                cannot run on, or its files cannot be loaded (nothing changes)."""
         fresh = ChatService(target=target, registry=self.registry, **{**self._options, "drafter_model": None})  # type: ignore[arg-type]
         fresh.load()  # before the old models go: a file that is not a model changes nothing
         with self._lock, self._load_lock:
@@ -181,12 +179,14 @@ class ChatService:
             if self.engine is not None:
                 return
             if self.runtime == "llamacpp":
+                torch_beside_llamacpp()  # (one OpenMP pool for llama.cpp: runtimes/compute_thread.py)
                 BOARD.stage(f"Loading target {self.target_name} on llama.cpp (its GGUF as it is, no conversion)")
                 runtime, self.tokenizer = select.load_llamacpp(self.target_entry, threads=self.threads)
                 self.target_path = runtime.weights.path
                 eos = runtime.weights.end_of_generation_ids() | eos_token_ids(None, self.tokenizer)
                 self.engine = SpeculativeEngine(runtime, self.tokenizer, eos_token_ids=eos)
                 return
+            torch_for_models()
             BOARD.stage(f"Preparing target {self.target_name} (the first start converts it once)")
             self.target_path = loading.ensure_local(self.target_entry)
             BOARD.stage(f"Loading target {self.target_name}")

@@ -44,6 +44,19 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 @pytest.fixture(autouse=True)
+def _torch_threads_as_they_were():
+    """A service that loads a target on llama.cpp makes PyTorch single-threaded
+    (specchat.runtimes.compute_thread): the tests after it run with PyTorch's threads as before."""
+    from specchat.runtimes import compute_thread
+
+    threads = torch.get_num_threads()
+    yield
+    compute_thread._torch_threads.clear()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
 def _no_hidden_drafter_failure(request, monkeypatch):
     """The engine falls back to target-only when a drafter raises, and the reply is still
     right: that would hide a drafter bug from every test that checks only the reply. So any

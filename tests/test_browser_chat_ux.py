@@ -116,7 +116,7 @@ def _toggle_rejected(d) -> None:
         5, "the rejected drafts to switch")
 
 
-def test_the_view_follows_a_reply_stops_where_the_reader_scrolls_and_jumps_back(served, browser):
+def test_the_view_follows_a_reply_stops_where_the_reader_scrolls_and_jumps_back(served, browser, monkeypatch):
     """After Send, the message and the reply growing under it are in view; scrolled up, the view
     stays put and offers "jump to the latest", which goes back and follows again; a resize of the
     window keeps a following view at the bottom."""
@@ -126,6 +126,9 @@ def test_the_view_follows_a_reply_stops_where_the_reader_scrolls_and_jumps_back(
     _send_and_finish(d, STORY)  # a reply taller than the transcript: the case that jumped
     d.execute_script(SAMPLER)
     _set_slider(d, "max new tokens", 1024)
+    # still streaming after the ~20 s this test watches it, on any machine (a fast one had written
+    # all 1024 tokens before the test looked)
+    monkeypatch.setattr(service, "round_delay_s", 0.03)
     drive_app.send(d, "Write a long story about a sailor who finds a map, in ten paragraphs.")
     _wait_for(lambda: d.execute_script(STREAMING) == 2, 60, "the reply to stream")
     samples = [s for s in _samples(d, 6) if s["users"] == 2]

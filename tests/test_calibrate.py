@@ -108,7 +108,7 @@ def test_the_menu_says_what_each_calibrated_drafter_costs_here():
                                                                  DrafterTiming("int4", 5.0, 0.45, 0.9, 140.0)],
                          32, "2026-12-06T00:00:00Z")
     assert record.cost_ratio("sibling") == pytest.approx(0.44) and record.cost_ratio("int4") == pytest.approx(1.54)
-    assert menu_label("sibling", record) == "sibling · c 0.44 here"
+    assert menu_label("sibling", record) == "sibling · costs 0.44 target steps a token here"
     assert menu_label("int4", record) == "int4 · costs 1.54 target steps a token here: cannot pay"
     assert menu_label("ngram", record) == "ngram" and menu_label("sibling", None) == "sibling"
 
@@ -124,8 +124,8 @@ def test_the_menu_says_what_each_calibrated_drafter_costs_here():
 
     assert drafter_menu(Service(), Service.kinds, True) == [
         ("auto: picked by measurement", "auto"), ("none", "none"), ("ngram", "ngram"),
-        ("int4 · costs 1.54 target steps a token here: cannot pay", "int4"), ("sibling · c 0.44 here", "sibling"),
-        ("hybrid (lookup, then sibling) · c 0.44 here", "hybrid")]
+        ("int4 · costs 1.54 target steps a token here: cannot pay", "int4"), ("sibling · costs 0.44 target steps a token here", "sibling"),
+        ("hybrid (lookup, then sibling) · costs 0.44 target steps a token here", "hybrid")]
     assert drafter_cost_note(Service(), "int4") == ("int4 · costs 1.54 target steps a token here: cannot pay "
                                                     "(calibrated 2026-12-06)")
     assert drafter_cost_note(Service(), "sibling") is None

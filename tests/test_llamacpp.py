@@ -435,3 +435,25 @@ def test_ggmls_quantizer_makes_a_copy_of_the_chosen_types_close_to_the_weights(g
     w2 = gguf.quants.dequantize(back.data, back.tensor_type)
     error = float(((w2 - w) ** 2).mean() ** 0.5 / (w ** 2).mean() ** 0.5)
     assert w2.shape == w.shape and 0.0 < error < 0.5, error
+
+
+def test_every_decode_runs_on_the_one_compute_thread_whichever_thread_asks(engine, monkeypatch):
+    """The app decodes each reply in a thread of its own: the passes themselves all run on the
+    process's one compute thread (specchat.runtimes.compute_thread), so libgomp keeps one pool."""
+    from specchat.runtimes.compute_thread import THREAD_NAME
+
+    lib = engine.target._lib
+    decode, seen = lib.llama_decode, []
+
+    def recording(ctx, batch):
+        seen.append(threading.current_thread().name)
+        return decode(ctx, batch)
+
+    monkeypatch.setattr(lib, "llama_decode", recording)
+    replies = []
+    threads = [threading.Thread(target=lambda: replies.append(reply(engine, CHAT_PROMPT, None)[0])) for _ in range(2)]
+    for t in threads:  # one after the other (the engine is not shared between replies at once)
+        t.start()
+        t.join(60)
+    assert len(replies) == 2 and replies[0] == replies[1] and len(replies[0]) == NUM_TOKENS  # greedy: one reply
+    assert len(seen) >= 2 * NUM_TOKENS and set(seen) == {THREAD_NAME}

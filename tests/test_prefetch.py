@@ -1,10 +1,11 @@
 """Prefetched: a reply's events computed in a thread while the handler's last update is sent."""
 
 import threading
+import time
 
 import pytest
 
-from specchat.ui.session.prefetch import Prefetched
+from specchat.ui.session.prefetch import IDLE, Prefetched
 
 
 def test_items_arrive_in_order_and_the_stream_runs_ahead_of_the_reader():
@@ -94,3 +95,71 @@ def test_close_while_paused_releases_the_stream():
     assert next(items) == "timing next"
     items.close()
     assert items.join(5)
+
+
+# -- waking the reader only when it has something to do -------------------------------------------
+def _held_stream(items, go, then=()):
+    """``items`` at once, then (after ``go`` is set) ``then``, then wait for ever (no end to wake the reader)."""
+    def stream():
+        yield from items
+        go.wait(10)
+        yield from then
+        threading.Event().wait(30)
+    return stream
+
+
+def test_an_item_that_does_not_wake_the_reader_waits_for_one_that_does():
+    go, round_ends = threading.Event(), threading.Event()
+
+    def stream():
+        go.wait(10)
+        yield from ["token", "token"]
+        round_ends.wait(10)
+        yield "round"
+        threading.Event().wait(30)
+
+    items = Prefetched(stream, threading.Event(), wakes=lambda item: item == "round")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(items.next_or_idle(10)), daemon=True)
+    reader.start()
+    time.sleep(0.1)  # the reader waits
+    go.set()
+    reader.join(0.5)
+    assert reader.is_alive() and got == []  # two tokens came and did not wake it
+    round_ends.set()
+    reader.join(5)
+    assert got == ["token"]  # woken by the round: the items queued before it come first
+    assert [items.next_or_idle(0), items.next_or_idle(0)] == ["token", "round"]  # already queued: at once
+
+
+def test_the_reader_sleeps_through_items_until_quiet_until_and_then_reads_them_all():
+    go = threading.Event()
+    items = Prefetched(_held_stream([], go, ["a", "b"]), threading.Event())
+    threading.Timer(0.1, go.set).start()  # both items come 0.1 s into the reader's 0.6 s of quiet
+    start = time.monotonic()
+    first = items.next_or_idle(5, quiet_until=start + 0.6)
+    assert first == "a" and time.monotonic() - start >= 0.6
+    assert items.next_or_idle(0, quiet_until=time.monotonic() + 5) == "b"  # queued: returned at once
+    assert items.next_or_idle(0.05) is IDLE
+
+
+def test_the_pause_before_a_timing_round_and_the_end_wake_a_quiet_reader_at_once():
+    go = threading.Event()
+    items = Prefetched(_held_stream([], go, ["timing next", "after"]), threading.Event(),
+                       pause_after=lambda item: item == "timing next")
+    threading.Timer(0.1, go.set).start()
+    start = time.monotonic()
+    assert items.next_or_idle(10, quiet_until=start + 8) == "timing next"
+    assert time.monotonic() - start < 4  # woken by the pause, not by the 8 s of quiet
+    ended = Prefetched(lambda: iter(["last"]), threading.Event())
+    start = time.monotonic()
+    assert ended.next_or_idle(10, quiet_until=start + 8) == "last" and time.monotonic() - start < 4
+    with pytest.raises(StopIteration):
+        ended.next_or_idle(10, quiet_until=time.monotonic() + 8)
+
+
+def test_queued_says_whether_an_item_waits_unread():
+    items = Prefetched(lambda: iter([1, 2, 3]), threading.Event())
+    assert items.join(5)  # the whole stream is queued
+    assert items.queued(lambda item: item == 3) and not items.queued(lambda item: item == 4)
+    assert list(items) == [1, 2, 3] and not items.queued(lambda item: True)

@@ -337,7 +337,7 @@ def test_no_page_update_just_before_a_timing_round():
     that target-only step and bias t₁, so the session holds it until after that round."""
     from specchat.core.events import RoundEvent
 
-    fake = FakeService(rounds=2)
+    fake = FakeService(rounds=2, delay_s=0.02)  # rounds apart: each is read before the next (none drawn instead)
     base = fake.stream_chat
 
     def stream(history, message, **kw):

@@ -332,15 +332,15 @@ def _measure(service: CalibratedService, prompt_ids: list[int], kinds: list[str]
 
 def menu_label(kind: str, calibration: Calibration | None) -> str:
     """The drafter menu's entry for ``kind``, with what it costs on this machine when calibrated:
-    ``sibling · c 0.41 here``, or for a drafter whose step costs more than a target step
-    ``int4 · costs 1.54 target steps a token here: cannot pay`` (S(γ) > 1 needs α > c, and α <= 1);
+    ``sibling · costs 0.41 target steps a token here`` (c, the cost ratio), or for a drafter whose
+    step costs more than a target step ``int4 · costs 1.54 target steps a token here: cannot pay`` (S(γ) > 1 needs α > c, and α <= 1);
     the hybrid's is its model part's (``hybrid_part``), its lookup rounds cost nothing."""
     c = calibration.cost_ratio(kind) if calibration is not None else None
     if c is None:
         return kind
     if c >= 1.0:
         return f"{kind} · costs {c:.2f} target steps a token here: cannot pay"
-    return f"{kind} · c {c:.2f} here"
+    return f"{kind} · costs {c:.2f} target steps a token here"
 
 
 def pick(calibration: Calibration | None, available: list[str], runtime: str = "transformers") -> str:

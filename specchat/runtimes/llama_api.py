@@ -28,6 +28,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specchat.runtimes.compute_thread import on_compute_thread
+
 logger = logging.getLogger(__name__)
 
 XLLAMACPP_VERSION = "2026.10.11549"
@@ -252,7 +254,7 @@ def load_xllamacpp() -> LlamaLibrary:
     if _library is None:
         lib = LlamaLibrary(library_path())
         _check_layout(lib)
-        lib.llama_backend_init()
+        on_compute_thread(lib.llama_backend_init)  # (ggml's CPU set-up: on the thread that decodes)
         _library = lib
     return _library
 
@@ -404,7 +406,7 @@ def library():
                 import llama_cpp
 
                 lib = llama_cpp
-                lib.llama_backend_init()
+                on_compute_thread(lib.llama_backend_init)
                 callback_type = lib.llama_log_callback
 
             @callback_type

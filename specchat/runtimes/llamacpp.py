@@ -9,7 +9,11 @@ What the seam needs maps onto llama.cpp's C API one to one, as in llama.cpp's ow
 * a rollback after a rejection = ``llama_memory_seq_rm(mem, 0, n, -1)`` (drop positions ≥ n of
   sequence 0); llama.cpp refuses (returns false) a partial removal it cannot do, e.g. on a
   recurrent model, and we raise :class:`~specchat.core.runtime.CacheRollbackError` then;
-* the prefix cache = the ids the context holds, kept as far as they match the next prompt.
+* the prefix cache = the ids the context holds, kept as far as they match the next prompt;
+* every ``llama_decode`` (and every load, which may run parallel regions too) runs on the
+  process's one compute thread (:mod:`specchat.runtimes.compute_thread`), whichever thread asks:
+  libgomp keeps an OpenMP pool per thread that ever used one, and more pooled threads than CPUs
+  make its barriers sleep.
 
 The weights (:class:`LlamaCppModel`) are loaded once and shared: each runtime is one llama.cpp
 context (KV cache) on them, so a drafter on the target's own weights (the hybrid's model part)
@@ -34,6 +38,7 @@ import numpy as np
 import torch
 
 from specchat.core.runtime import CacheRollbackError, ModelSize, common_prefix
+from specchat.runtimes.compute_thread import on_compute_thread
 from specchat.runtimes.llama_api import (  # noqa: F401 (re-exported: which library, and whether it can run)
     LIBRARIES,
     LIBRARY_ENV,
@@ -251,7 +256,7 @@ class LlamaCppModel:
             params.use_extra_bufts = False
         self._lib = lib
         with ctrl_c_after_the_call():
-            self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
+            self.ptr = on_compute_thread(lib.llama_model_load_from_file, str(self.path).encode(), params)
         if not self.ptr:
             raise RuntimeError(f"llama.cpp could not load {self.path} (not a GGUF file, damaged, or an architecture "
                                "this llama.cpp build does not support)")
@@ -332,7 +337,7 @@ class LlamaCppRuntime:
             params.type_k = params.type_v = lib.GGML_TYPE_F32
             params.flash_attn_type = lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
         with ctrl_c_after_the_call():
-            self.ctx = lib.llama_init_from_model(self.weights.ptr, params)
+            self.ctx = on_compute_thread(lib.llama_init_from_model, self.weights.ptr, params)
         if not self.ctx:
             raise RuntimeError(f"llama.cpp could not create a context of {self.context_length} positions for "
                                f"{self.weights.path.name} (out of memory?)")
@@ -389,7 +394,7 @@ class LlamaCppRuntime:
                 batch.logits[i] = wanted
                 scored += wanted
             batch.n_tokens = len(chunk)
-            status = lib.llama_decode(self.ctx, batch)
+            status = on_compute_thread(lib.llama_decode, self.ctx, batch)  # one OpenMP pool: compute_thread
             if status != 0:
                 self._remove_from(start)  # leave the cache as it was before this call
                 raise RuntimeError(f"llama_decode failed with status {status} ({len(chunk)} tokens at position "

@@ -343,10 +343,10 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
     )
     with gr.Row(equal_height=True):
         textbox = gr.Textbox(
-            show_label=False, placeholder="Message (Enter sends, Shift+Enter = new line)",
+            show_label=False, placeholder="Message (Shift+Enter: new line)",
             lines=1, max_lines=8, scale=8, container=False, elem_id="spec-input",
         )
-        send = gr.Button("Send", variant="primary", scale=1, min_width=70)
+        send = gr.Button("Send", variant="primary", scale=1, min_width=70, elem_id="spec-send")
         pending = gr.Textbox(visible=False, label="message")
         # a component the browser holds (a gr.State lives on the server, read when the reply starts:
         # by then a later Send may have replaced it), so each reply gets its own message's id

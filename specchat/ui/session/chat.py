@@ -9,9 +9,8 @@ shows, rendered from the replies of :mod:`specchat.ui.session.reply`), the queue
 holds what changes the conversation: sending (and waiting behind a reply that streams), Stop,
 Clear, streaming one reply (wait for the models, stream, finish), opening a trace file.
 
-Handlers get a :class:`View` (what to change on the page, ``None`` = leave it) and turn it into
-``{component: value}`` updates. One :class:`ChatSession` per browser session, kept by a
-:class:`SessionStore` and dropped when the tab closes.
+Handlers turn a :class:`View` (what to change on the page, ``None`` = leave it) into updates. One
+ChatSession per browser session, kept by a :class:`SessionStore`, dropped when the tab closes.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from typing import Any, NamedTuple
 
 from specchat.analysis.ledger import ModelSizes
 from specchat.conversation import Conversation, ReplySettings, StreamFn, Turn
-from specchat.core.events import PrefillEvent, RoundEvent
+from specchat.core.events import PrefillEvent, RoundEvent, TokenEvent
 from specchat.service_api import ChatServiceProtocol
 from specchat.ui.html.markdown import continuation_lead
 from specchat.ui.session.chats import ChatShelf
@@ -41,19 +40,20 @@ from specchat.ui.session.store import SessionStore
 from specchat.ui.session.view import STREAMED_FIELDS, View
 from specchat.ui.session.views import CHART_SCOPES, SessionViews
 
-# The reply's text refresh while streaming: 4 Hz where the browser has cores to spare, 2.5 Hz on a
-# machine of 4 cores or fewer, where the browser's drawing of each update takes CPU from the
-# model's threads (on 2 cores every update stalls one of llama.cpp's two threads, and so both:
-# docs/BENCHMARKS.md, "The page's speed").
+# The reply's text refresh while streaming: 4 Hz, or 2.5 Hz on 4 cores or fewer, where drawing each
+# update stalls one of llama.cpp's threads, and so both (docs/BENCHMARKS.md, "The page's speed").
 TEXT_INTERVAL_S = 0.25 if (os.cpu_count() or 1) > 4 else 0.4
 STATS_INTERVAL_S = 1.0  # the stats line under the chat while streaming (1 Hz; the reader cannot follow faster)
-# While a reply streams, the charts, the timeline and the ledger redraw every 3 s, each only while
-# it is on screen (the page says so: SessionViews.panels_visible); the last update of a reply
-# always redraws them. The browser draws on the same CPU as the models: redrawing five
-# plotly figures every 2 s took the browser from 15 % to 20 % of a core on a 2-core machine
-# (specchat bench-page), CPU that llama.cpp's two threads then did not get.
+# While a reply streams, the charts, the timeline and the ledger redraw every 3 s, each only while on
+# screen (SessionViews.panels_visible), and at the reply's end: redrawing five plotly figures every
+# 2 s took the browser from 15 % to 20 % of a core on 2 cores (bench-page), CPU llama.cpp lost.
 PLOT_INTERVAL_S = 3.0
 KEPT_LIVE_CHATS = 8  # chats set aside in this tab whose replies keep their events (colours, charts) when shown again
+
+
+def _drawn(item: Any) -> bool:  # an item a reply's update may be drawn at
+    return isinstance(item, PrefillEvent) or (isinstance(item, RoundEvent) and not item.timing_next)
+
 
 AUTO = "auto"  # the drafter menu's "picked by measurement": the service's start-up pick (ChatSession.resolve_drafter)
 
@@ -447,12 +447,15 @@ class ChatSession:
             more = {} if turn.continue_from is None else {"continue_from": turn.continue_from}
             return self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel, **more)
 
-        stream = Prefetched(start, run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next)
+        # the reader sleeps through tokens and, after a draw, until the next is due (Prefetched)
+        stream = Prefetched(start, run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next,
+                            wakes=lambda item: not isinstance(item, TokenEvent))
+        quiet_until = None  # time.monotonic() of the next draw due (None: the first is drawn at once)
         try:
             holding = False  # the last item announced a timing round: draw nothing until the next item
             while True:
                 try:
-                    item = stream.next_or_idle(max(self.text_interval_s, 0.05))
+                    item = stream.next_or_idle(max(self.text_interval_s, 0.05), quiet_until=quiet_until)
                 except StopIteration:
                     break
                 if item is IDLE:  # no round ended meanwhile (a long round, a prefill pass): show messages sent since
@@ -471,9 +474,9 @@ class ChatSession:
                 # so the counts agree), at most every text_interval_s, or to show a toast; never
                 # just before a timing round, whose target-only step the browser's drawing on
                 # the same CPU would slow (t₁ would read high and every speedup with it)
-                drawable = (isinstance(item, RoundEvent) and not item.timing_next) or (
-                    isinstance(item, PrefillEvent) and reply.prefill is not None)  # a long prefill's progress
-                if toast is None and (not drawable or now - last_text < self.text_interval_s):
+                # (a long prefill's progress too; a later round already queued is drawn instead)
+                drawable = _drawn(item) and (isinstance(item, RoundEvent) or reply.prefill is not None)
+                if toast is None and (not drawable or now - last_text < self.text_interval_s or stream.queued(_drawn)):
                     continue
                 panels = {}
                 if (self.views.panels_visible and now - last_plot >= self.plot_interval_s
@@ -481,6 +484,7 @@ class ChatSession:
                     last_plot = now
                     panels = self.views.panel_views(self.views.panels_visible, live=True)
                 last_text = now
+                quiet_until = time.monotonic() + self.text_interval_s
                 stats = None
                 if now - last_stats >= self.stats_interval_s:
                     stats, last_stats = self.views.stats(), now

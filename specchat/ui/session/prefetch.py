@@ -13,11 +13,19 @@ which every speedup on the page is measured against), the thread waits until the
 taken every event so far and asked for more, so that no update of this reply is being prepared
 while the target-only step is timed (the same rule the handler follows when it never draws just
 before a timing round).
+
+The reader is woken only when it has something to do. A handler that draws at most every 0.4 s
+has nothing to do with the ~40 events a second a reply makes in between (a token and a round's
+end each); woken for each, its thread took the CPU ~40 times a second from llama.cpp's two
+threads on a 2-core machine. So :meth:`Prefetched.next_or_idle` can be told to sleep until the
+next draw is due (``quiet_until``) and, after that, to wake only for items that could be drawn
+(``wakes``); the pause before a timing round and the stream's end wake it at once.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,6 +43,9 @@ class Prefetched:
             checks it between rounds).
         pause_after: ``pause_after(item)`` True: once ``item`` is queued, the thread waits until
             the reader has taken it and asked for the next item (or :meth:`close`).
+        wakes: ``wakes(item)`` False: ``item`` does not wake a reader waiting in
+            :meth:`next_or_idle` (it is queued and returned with the next item that does, or at
+            the reader's timeout). Every item wakes it by default.
 
     Iterating re-raises, in the reader's thread, any exception the stream raised, after the
     items it produced before it. :meth:`close` does not wait for the thread: a stream in the
@@ -43,15 +54,18 @@ class Prefetched:
     """
 
     def __init__(self, make_stream: Callable[[], Iterator[Any]], cancel: threading.Event, *,
-                 pause_after: Callable[[Any], bool] = lambda item: False, name: str = "specchat-stream"):
+                 pause_after: Callable[[Any], bool] = lambda item: False,
+                 wakes: Callable[[Any], bool] = lambda item: True, name: str = "specchat-stream"):
         self._make_stream = make_stream
         self._cancel = cancel
         self._pause_after = pause_after
+        self._wakes = wakes
         self._items: deque = deque()
         self._cond = threading.Condition()
         self._reading = False  # the reader holds an item it has not finished with
         self._finished = False
         self._closed = False
+        self._listening = True  # a waiting reader is to be woken by the next item that wakes it
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._produce, name=name, daemon=True)
         self._thread.start()
@@ -65,8 +79,10 @@ class Prefetched:
                     if self._closed:
                         break
                     self._items.append(item)
-                    self._cond.notify_all()
-                    if self._pause_after(item):
+                    pause = self._pause_after(item)
+                    if pause or (self._listening and self._wakes(item)):
+                        self._cond.notify_all()
+                    if pause:
                         while (self._items or self._reading) and not self._closed:
                             self._cond.wait()
         except BaseException as exc:  # handed to the reader, which raises it
@@ -88,19 +104,35 @@ class Prefetched:
     def __next__(self) -> Any:
         return self.next_or_idle(None)
 
-    def next_or_idle(self, timeout: float | None) -> Any:
+    def next_or_idle(self, timeout: float | None, *, quiet_until: float | None = None) -> Any:
         """Like ``next()``, but when no item comes within ``timeout`` seconds return
         :data:`IDLE` (the reader may then do something else, e.g. show a message sent meanwhile,
         and ask again); ``timeout`` None waits for an item (``next()``). Raises StopIteration at
-        the end, and the stream's error after its items."""
+        the end, and the stream's error after its items.
+
+        ``quiet_until`` (a ``time.monotonic()`` time): until then only the stream's pause
+        (``pause_after``), its end or :meth:`close` wake the reader; items that come meanwhile
+        are returned after it (at ``quiet_until``, or at ``timeout`` if that is sooner). Items
+        already queued are returned at once either way. After ``quiet_until`` (or without it) the
+        first item that ``wakes`` wakes the reader."""
         with self._cond:
             self._reading = False  # the reader is done with the item before: it asks for the next
             self._cond.notify_all()
-            if timeout is None:
-                while not self._items and not self._finished:
-                    self._cond.wait()
-            elif not self._items and not self._finished:
-                self._cond.wait(timeout)
+            start = time.monotonic()
+            end = None if timeout is None else start + timeout
+            while not self._items and not self._finished:
+                now = time.monotonic()
+                if end is not None and now >= end:
+                    break
+                if quiet_until is not None and now < quiet_until:
+                    # not woken by an item: by the pause, the end, close, or the time (then the
+                    # items queued meanwhile, if any, end the loop)
+                    self._listening = False
+                    self._cond.wait((quiet_until if end is None else min(quiet_until, end)) - now)
+                    continue
+                self._listening = True
+                self._cond.wait(None if end is None else end - now)
+            self._listening = True
             if self._items:
                 self._reading = True
                 return self._items.popleft()
@@ -110,6 +142,11 @@ class Prefetched:
                 error, self._error = self._error, None
                 raise error
             raise StopIteration
+
+    def queued(self, predicate: Callable[[Any], bool]) -> bool:
+        """Whether an item for which ``predicate`` is True waits in the queue (made, not yet read)."""
+        with self._cond:
+            return any(predicate(item) for item in self._items)
 
     def close(self) -> None:
         """Stop reading: set ``cancel`` and let the thread end on its own (items still queued

@@ -43,8 +43,7 @@
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target === box()) keep('');
   }, true);
   document.addEventListener('click', (ev) => {
-    const b = ev.target.closest?.('button');
-    if (b && b.textContent.trim() === 'Send' && b.closest('.row')?.querySelector('#spec-input')) keep('');
+    if (ev.target.closest?.('#spec-send')) keep('');
   }, true);
   // Edit puts the last message into the box (from the server): the caret goes there, at its end
   document.addEventListener('click', (ev) => {

@@ -175,8 +175,7 @@ root.addEventListener('scroll', () => {
 jump.addEventListener('click', toBottom);
 // a Send (the button, or Enter in the message box) brings the view down at once
 document.addEventListener('click', (ev) => {
-  const b = ev.target.closest('button');
-  if (b && b.textContent.trim() === 'Send' && b.closest('.row')?.querySelector('#spec-input')) toBottom();
+  if (ev.target.closest?.('#spec-send')) toBottom();
 }, true);
 document.addEventListener('keydown', (ev) => {
   if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target.closest?.('#spec-input')) toBottom();
