@@ -32,6 +32,13 @@ def run() -> None:
     except KeyboardInterrupt:  # Ctrl-C while Python imports the command line: one line, as cli.main says it
         print("\npython -m specchat: interrupted", file=sys.stderr)
         status = INTERRUPTED
+    except Exception:
+        # a Ctrl-C inside a C extension's own start-up surfaces as another error (PyTorch's
+        # _C._initExtension: "TypeError: expected a message argument"): still the Ctrl-C's end
+        if not ctrl_c.came_while_starting():
+            raise
+        print("\npython -m specchat: interrupted", file=sys.stderr)
+        status = INTERRUPTED
     else:
         status = main()
     if status == INTERRUPTED:

@@ -244,14 +244,17 @@ def test_a_rejected_draft_leaves_no_trace_in_the_cache(engine):
 
 
 def _ctrl_c_once_the_main_thread_is_inside(function_name: str, timeout: float = 30.0) -> None:
-    """From another thread: send SIGINT to this process once the main thread's innermost Python
-    frame is on the line that calls llama.cpp's ``function_name`` (so the call is under way in C)."""
+    """From another thread: send SIGINT to this process once one of the main thread's Python frames
+    is on the line that calls llama.cpp's ``function_name`` (so the call is under way in C, on the
+    compute thread, while the main thread waits for it)."""
     main, end = threading.main_thread().ident, time.monotonic() + timeout
     while time.monotonic() < end:
         frame = sys._current_frames().get(main)
-        if frame is not None and function_name in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
-            os.kill(os.getpid(), signal.SIGINT)
-            return
+        while frame is not None:
+            if function_name in linecache.getline(frame.f_code.co_filename, frame.f_lineno):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            frame = frame.f_back
         time.sleep(0.0002)
 
 

@@ -322,6 +322,34 @@ def test_a_ctrl_c_a_library_swallowed_while_starting_ends_the_command_as_interru
         cli.main([])
 
 
+def test_a_ctrl_c_inside_pytorchs_start_up_ends_the_command_as_interrupted(monkeypatch, capsys):
+    """A Ctrl-C inside PyTorch's C start-up (``_C._initExtension``) surfaced as "TypeError: expected
+    a message argument" while the command line was imported (seen about once in 12 starts with a
+    Ctrl-C 0.3 s in): with the Ctrl-C noted it ends as interrupted; without one the error is raised."""
+    import builtins
+
+    import specchat.__main__ as entry
+
+    real_import, ended = builtins.__import__, []
+
+    def importing(name, *args, **kwargs):
+        if name == "specchat.commands.cli":
+            raise TypeError("expected a message argument")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", importing)
+    monkeypatch.setattr(entry, "_end_as_interrupted", lambda: ended.append(True))
+    monkeypatch.setattr(ctrl_c, "watch", lambda: None)
+    monkeypatch.setattr(ctrl_c, "_state", {"starting": True, "seen": 1})
+    with pytest.raises(SystemExit) as exit_:
+        entry.run()
+    assert exit_.value.code == 130 and ended == [True]
+    assert capsys.readouterr().err.strip() == "python -m specchat: interrupted"
+    monkeypatch.setattr(ctrl_c, "_state", {"starting": True, "seen": 0})
+    with pytest.raises(TypeError, match="expected a message argument"):
+        entry.run()
+
+
 def test_a_swallowed_ctrl_c_ends_the_start_and_later_ones_are_the_commands(monkeypatch):
     """The start's end raises KeyboardInterrupt once a Ctrl-C came during it; after the start a
     Ctrl-C still raises (the prompt's and Stop's handling) but no longer marks the start."""

@@ -438,8 +438,8 @@ class ChatSession:
     def _stream_reply(self, turn: Turn, reply: Reply, run: Run, exchange: Exchange) -> Iterator[View]:
         """Stream the engine's events into ``reply`` (and ``turn``), yielding throttled Views.
 
-        The engine computes the next round while the page's last update is on its way
-        (:class:`Prefetched`); a timing round waits until nothing of this reply is being drawn."""
+        The engine computes on while an update is on its way (:class:`Prefetched`; this thread sleeps
+        through tokens and until the next draw is due); a timing round waits until nothing is drawn."""
         last_stats = last_plot = self.clock()
         last_text = float("-inf")  # the first round is drawn at once: the first tokens are not held back
 
@@ -447,7 +447,6 @@ class ChatSession:
             more = {} if turn.continue_from is None else {"continue_from": turn.continue_from}
             return self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel, **more)
 
-        # the reader sleeps through tokens and, after a draw, until the next is due (Prefetched)
         stream = Prefetched(start, run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next,
                             wakes=lambda item: not isinstance(item, TokenEvent))
         quiet_until = None  # time.monotonic() of the next draw due (None: the first is drawn at once)
@@ -474,9 +473,10 @@ class ChatSession:
                 # so the counts agree), at most every text_interval_s, or to show a toast; never
                 # just before a timing round, whose target-only step the browser's drawing on
                 # the same CPU would slow (t₁ would read high and every speedup with it)
-                # (a long prefill's progress too; a later round already queued is drawn instead)
+                # (a long prefill's progress too; with an interval, a later round already queued is drawn instead)
                 drawable = _drawn(item) and (isinstance(item, RoundEvent) or reply.prefill is not None)
-                if toast is None and (not drawable or now - last_text < self.text_interval_s or stream.queued(_drawn)):
+                later = self.text_interval_s > 0 and stream.queued(_drawn)
+                if toast is None and (not drawable or now - last_text < self.text_interval_s or later):
                     continue
                 panels = {}
                 if (self.views.panels_visible and now - last_plot >= self.plot_interval_s
