@@ -29,13 +29,11 @@ def run() -> None:
     ctrl_c.watch()
     try:
         from specchat.commands.cli import main
-    except KeyboardInterrupt:  # Ctrl-C while Python imports the command line: one line, as cli.main says it
-        print("\npython -m specchat: interrupted", file=sys.stderr)
-        status = INTERRUPTED
-    except Exception:
-        # a Ctrl-C inside a C extension's own start-up surfaces as another error (PyTorch's
-        # _C._initExtension: "TypeError: expected a message argument"): still the Ctrl-C's end
-        if not ctrl_c.came_while_starting():
+    except (KeyboardInterrupt, Exception) as exc:
+        # Ctrl-C while Python imports the command line: one line, as cli.main says it. Inside a C
+        # extension's own start-up it surfaces as another error (PyTorch's _C._initExtension:
+        # "TypeError: expected a message argument"): still the Ctrl-C's end, once one was noted
+        if not isinstance(exc, KeyboardInterrupt) and not ctrl_c.came_while_starting():
             raise
         print("\npython -m specchat: interrupted", file=sys.stderr)
         status = INTERRUPTED

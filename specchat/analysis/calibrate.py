@@ -333,7 +333,8 @@ def _measure(service: CalibratedService, prompt_ids: list[int], kinds: list[str]
 def menu_label(kind: str, calibration: Calibration | None) -> str:
     """The drafter menu's entry for ``kind``, with what it costs on this machine when calibrated:
     ``sibling · costs 0.41 target steps a token here`` (c, the cost ratio), or for a drafter whose
-    step costs more than a target step ``int4 · costs 1.54 target steps a token here: cannot pay`` (S(γ) > 1 needs α > c, and α <= 1);
+    step costs more than a target step ``int4 · costs 1.54 target steps a token here: cannot pay``
+    (S(γ) > 1 needs α > c, and α <= 1);
     the hybrid's is its model part's (``hybrid_part``), its lookup rounds cost nothing."""
     c = calibration.cost_ratio(kind) if calibration is not None else None
     if c is None:

@@ -41,10 +41,10 @@ def prefill_in_chunks(
     The first pass feeds :data:`PREFILL_FIRST_CHUNK` tokens; each later one as many as the rate
     measured on the pass before would feed in :data:`PREFILL_CHUNK_S` seconds, within
     :data:`PREFILL_CHUNK_LIMITS`; a pass that would leave fewer tokens than the least pass takes
-    them along (a 38-token message is one pass, not 32 and 6). Between passes the caller can report progress and stop (a long
-    prompt on a CPU reads at ~100 tokens/s: minutes for a long document). The KV states are those
-    of one pass over all the ids: position i depends on tokens 0…i alone (causal attention),
-    whichever pass computed it; llama.cpp itself feeds a long prompt in batches of ``n_batch``.
+    them along (a 38-token message is one pass, not 32 and 6). Between passes the caller can
+    report progress and stop (a long prompt on a CPU reads at ~100 tokens/s: minutes for a long
+    document). The KV states are those of one pass over all the ids: position i depends on tokens
+    0…i alone (causal attention), whichever pass computed it; llama.cpp itself feeds a long prompt in batches of ``n_batch``.
     Measured with llama.cpp on a 2-core CPU (Qwen2.5-Coder 1.5B Q4_K_M, 2,048 tokens): one pass
     20.95 s, passes of 256 tokens 21.18 s.
 

@@ -16,10 +16,10 @@ before a timing round).
 
 The reader is woken only when it has something to do. A handler that draws at most every 0.4 s
 has nothing to do with the ~40 events a second a reply makes in between (a token and a round's
-end each); woken for each, its thread took the CPU ~40 times a second from llama.cpp's two
-threads on a 2-core machine. So :meth:`Prefetched.next_or_idle` can be told to sleep until the
-next draw is due (``quiet_until``) and, after that, to wake only for items that could be drawn
-(``wakes``); the pause before a timing round and the stream's end wake it at once.
+end each), so :meth:`Prefetched.next_or_idle` can be told to sleep until the next draw is due
+(``quiet_until``) and, after that, to wake only for items that could be drawn (``wakes``); the
+pause before a timing round and the stream's end wake it at once. (Measured on a 2-core machine,
+the ~40 wake-ups a second did not slow decoding by themselves: ~5 a second is simply less work.)
 """
 
 from __future__ import annotations
