@@ -602,8 +602,8 @@ def test_clear_mid_stream_empties_the_chat_for_good(served, browser):
     message = "Write a long poem about the sea."
     drive_app.send(d, message)
     _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 5, 60, "tokens to stream")
-    # a toast at the bottom right can sit over Clear (seen once, on a busy machine): closed first, as
-    # a person would
+    # toasts are closed first, as a person would (before page.css put them at the top centre, one at
+    # the bottom right sat over Clear once, on a busy machine)
     for close in d.find_elements("css selector", "[data-testid=toast-close]"):
         d.execute_script("arguments[0].click();", close)
     drive_app.button(d, "Clear chat").click()
