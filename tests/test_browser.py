@@ -145,6 +145,7 @@ REPLY_TEXT = "const b = document.querySelectorAll('#spec-chat .message.bot, #spe
     "return b.length ? b[b.length - 1].innerText : '';"
 # textContent, not innerText: an exchange scrolled out of the window has `content-visibility: auto`
 # and innerText reads '' for it (the window scrolled to a control below the chat hid the first bubbles)
+QUEUED_NOTE = "queued: sent when the reply before it ends"  # under a message that waits (no toast)
 USER_TEXTS = ("return [...document.querySelectorAll('#spec-chat [data-testid=user]')]"
               ".map(e => e.textContent.trim().replace(/\\s*\\n\\s*/g, '\\n\\n'));")
 
@@ -465,8 +466,7 @@ def test_a_message_sent_while_a_reply_streams_waits_and_nothing_typed_is_lost(se
     box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
     box.send_keys(second, Keys.ENTER)
     _wait_for(lambda: box.get_attribute("value") == "", 10, "the box to empty")
-    toast = "return [...document.querySelectorAll('.toast-body, [data-testid=toast-body]')].map(e => e.innerText).join(' ')"
-    _wait_for(lambda: "is queued" in d.execute_script(toast), 10, "the 'queued' notice")
+    _wait_for(lambda: QUEUED_NOTE in " ".join(d.execute_script(USER_TEXTS)), 10, "the 'queued' note in the chat")
     box.send_keys("a draft I am still typing")
     _wait_for(lambda: any(r["message"] == second and r["end"] for r in service.runs), 240, "the second reply")
     drive_app.wait_done(d, 60)
@@ -882,9 +882,9 @@ def test_one_stop_stops_the_reply_and_cancels_the_waiting_message(served, browse
     _wait_for(lambda: d.execute_script(drive_app.PAGE_STATE)["tokens"] >= 5, 60, "tokens to stream")
     box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
     box.send_keys(second, Keys.ENTER)
-    toast = "return [...document.querySelectorAll('.toast-body, [data-testid=toast-body]')].map(e => e.innerText).join(' ')"
-    _wait_for(lambda: "is queued" in d.execute_script(toast), 10, "the 'queued' notice")
+    _wait_for(lambda: QUEUED_NOTE in " ".join(d.execute_script(USER_TEXTS)), 10, "the 'queued' note in the chat")
     drive_app.button(d, "Stop").click()
+    toast = "return [...document.querySelectorAll('.toast-body, [data-testid=toast-body]')].map(e => e.innerText).join(' ')"
     _wait_for(lambda: "cancelled and not sent" in d.execute_script(toast), 10, "the Stop notice")
     _wait_for(lambda: "not sent" in " ".join(d.execute_script(USER_TEXTS)), 60, "the cancelled message shown")
     time.sleep(2)
@@ -898,25 +898,37 @@ def test_one_stop_stops_the_reply_and_cancels_the_waiting_message(served, browse
 
 
 def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(served, browser):
+    """At 820 px: no sideways scrolling; a warning's toast sits at the top centre (page.css) and
+    covers none of the drafter menu, the message box, Send and Stop (at Gradio's bottom right it
+    covered the settings); a queued message is said in the chat, not by a toast (one covered Stop
+    on a scrolled page)."""
     url, service = served
     d = browser(url)
     d.set_window_size(820, 1000)
     time.sleep(1)
     assert d.execute_script("return document.documentElement.scrollWidth") <= 820
+    toasts = "return [...document.querySelectorAll('.toast-body, [data-testid=toast-body]')]" \
+        ".map(t => JSON.parse(JSON.stringify(t.getBoundingClientRect())));"
+    drive_app.button(d, "Send").click()  # an empty box: a warning's toast
+    rects = _wait_for(lambda: d.execute_script(toasts), 10, "a toast")
+    time.sleep(0.5)  # its entrance animation
+    rects = d.execute_script(toasts)
+    assert all(r["top"] <= 40 for r in rects), rects
+    for covered in ("#spec-drafter input", "#spec-input textarea", "#spec-send", "#spec-stop"):
+        box = d.execute_script(f"return JSON.parse(JSON.stringify(document.querySelector('{covered}').getBoundingClientRect()));")
+        for rect in rects:
+            overlap = not (rect["right"] <= box["left"] or box["right"] <= rect["left"]
+                           or rect["bottom"] <= box["top"] or box["bottom"] <= rect["top"])
+            assert not overlap, (covered, rect, box)
+    for close in d.find_elements("css selector", "[data-testid=toast-close]"):
+        d.execute_script("arguments[0].click();", close)
+    _wait_for(lambda: not d.execute_script(toasts), 10, "the toast to close")
     _set_slider(d, "max new tokens", 48)
     drive_app.send(d, "Name three rivers.")
     box = d.find_element(By.CSS_SELECTOR, "#spec-input textarea")
-    box.send_keys("Name three mountains.", Keys.ENTER)  # a second message: a 'queued' toast
-    toast = "const t = document.querySelector('.toast-body, [data-testid=toast-body]'); " \
-        "return t && JSON.stringify(t.getBoundingClientRect());"
-    import json
-
-    rect = json.loads(_wait_for(lambda: d.execute_script(toast), 10, "a toast"))
-    for covered in ("#spec-drafter input", "#spec-stop"):  # nor Stop, which a queued message's reader may want
-        box = d.execute_script(f"return JSON.parse(JSON.stringify(document.querySelector('{covered}').getBoundingClientRect()));")
-        overlap = not (rect["right"] <= box["left"] or box["right"] <= rect["left"]
-                       or rect["bottom"] <= box["top"] or box["bottom"] <= rect["top"])
-        assert not overlap, (covered, rect, box)
+    box.send_keys("Name three mountains.", Keys.ENTER)  # a second message: queued
+    _wait_for(lambda: QUEUED_NOTE in " ".join(d.execute_script(USER_TEXTS)), 10, "the 'queued' note in the chat")
+    assert not d.execute_script(toasts)  # nothing over the page (Stop was under the toast on this scrolled page)
     drive_app.wait_done(d, 120)
     _wait_for(lambda: any(r["message"] == "Name three mountains." and r["end"] for r in service.runs), 120,
               "the second reply")

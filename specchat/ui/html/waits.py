@@ -39,6 +39,7 @@ def prefill_html(event: PrefillEvent) -> str:
 def queued_note_html(exchange_id: int) -> str:
     """Under a message that waits for the reply before it: "queued" and its own cancel button (a
     click writes the id into the page's hidden #spec-unqueue box, :data:`specchat.ui.page.layout.CLICK_JS`)."""
-    return (f'<div class="spec-note spec-queued">queued: sent when the reply before it ends '
+    return (f'<div class="spec-note spec-queued" title="Stop ends the streaming reply and withdraws every '
+            f'queued message">queued: sent when the reply before it ends '
             f'<button type="button" class="spec-unqueue qref-{int(exchange_id)}" '
             f'title="cancel this message (the reply streaming now goes on)">cancel</button></div>')

@@ -72,13 +72,11 @@ class Handlers:
         """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
         can type the next message while this one waits or streams; the message goes on in
         ``pending``, its id in ``ticket``; the panel tick starts if a live panel is on screen. If a reply is streaming,
-        the message is shown in the chat, marked queued (the streaming reply's next update
-        carries it: ChatSession.note_sent), and a toast says so."""
+        the message is shown in the chat, marked queued with its own cancel button (the streaming
+        reply's next update carries it: ChatSession.note_sent). No toast: one covered Stop or the
+        drafter menu on a scrolled narrow page, and the chat already says it."""
         session = self.session_of(request)
         sent = session.note_sent(message)
-        if sent.waits and message and message.strip():
-            gr.Info("Your message is queued (in the chat, marked queued): it is sent when the current reply ends. "
-                    "Its own cancel button withdraws it; Stop ends the reply and withdraws every queued message.")
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
         saved = session.saved()
         session.shelf.note_active(saved)  # a new chat is named after its first message at once
