@@ -92,6 +92,12 @@ def test_edit_takes_the_last_exchange_back_and_refuses_while_a_reply_streams():
     assert view.textbox == "second" and [e.message for e in session.views.exchanges] == ["first"]
     assert "#1" in view.stats and "#2" not in view.stats  # the stats line shows the reply now latest
     assert [m["content"] for m in session.history] == ["first", REPLY_TEXT]
+    taken_back = next(item["id"] for item in view.transcript["items"] if item.get("removed"))
+    # sent again at once (within the 5 s a reply that just ended rides along with the next one's
+    # first update): the exchange taken back is not drawn again (it was, next to the new one)
+    views = list(session.respond("second, edited", settings()))
+    drawn = {item["id"] for v in views if v.transcript for item in v.transcript["items"]}
+    assert taken_back not in drawn and [e.message for e in session.views.exchanges] == ["first", "second, edited"]
     stream = session.respond("third", settings())
     next(stream)  # streaming now
     refused = session.last.edit()

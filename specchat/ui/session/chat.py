@@ -379,8 +379,10 @@ class ChatSession:
         if prefix:  # a Continue reads as the reply it writes on (code goes on as code, a list keeps its numbers)
             reply.renderer.continue_inside(continuation_lead(prefix))
         # the reply before, if it ended a moment ago: its last update and this one's first may reach
-        # the browser together (a message that waited), and the transcript must not miss its end
-        before = (self._settled[0],) if self._settled and self.clock() - self._settled[1] < 5.0 else ()
+        # the browser together (a message that waited), and the transcript must not miss its end;
+        # not once it has left the chat (Edit or Regenerate took it back: it would be drawn again)
+        settled = self._settled if self._settled and self._settled[0] in self.views.exchanges else None
+        before = (settled[0],) if settled and self.clock() - settled[1] < 5.0 else ()
         if self.service.loading:
             reply.phase = Phase.WAITING
             yield View(transcript=self.views.feed(*self._carry(*before, exchange)), stats=self.views.stats())
@@ -504,17 +506,5 @@ class ChatSession:
         yield self.views.view(transcript=self.views.feed(*self._carry(exchange)), panels=self.views.panels_visible)
 
 
-__all__ = [
-    "CHART_SCOPES",
-    "Sent",
-    "Ticket",
-    "SAVED_VERSION",
-    "ChatSession",
-    "Exchange",
-    "Phase",
-    "Reply",
-    "ReplySettings",
-    "SessionStore",
-    "View",
-    "parse_saved",
-]
+__all__ = ["CHART_SCOPES", "Sent", "Ticket", "SAVED_VERSION", "ChatSession", "Exchange", "Phase", "Reply",
+           "ReplySettings", "SessionStore", "View", "parse_saved"]
