@@ -99,12 +99,21 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
     # with the caret in the box, at its end: ready to edit
     caret = "const a = document.activeElement; return [a.closest('#spec-input') !== null, a.selectionStart, a.value.length];"
     _wait_for(lambda: (c := d.execute_script(caret))[0] and c[1] == c[2], 5, "the caret in the box")
+    # sent again at once, edited: one new exchange (the one taken back was drawn again beside it
+    # when sent within 5 s of the reply before)
+    edited, before = follow + " Really.", len(service.runs)
+    d.find_element("css selector", "#spec-input textarea").send_keys(" Really.", Keys.ENTER)
+    _wait_for(lambda: _ended(service, edited, before), 120, "the edited message's reply")
+    drive_app.wait_done(d, 30)
+    time.sleep(1)
+    users = d.execute_script(USER_TEXTS)
+    assert len(users) == 4 and users[-1] == edited and follow not in users, users
 
     # a reload keeps the settings (drafter none, 24 tokens) and the chat with its marks
     time.sleep(2)  # the browser's copies are written as each event ends
     d.refresh()
     _ready(d)
-    _wait_for(lambda: len(d.execute_script(USER_TEXTS)) == 3, 20, "the chat restored")
+    _wait_for(lambda: len(d.execute_script(USER_TEXTS)) == 4, 20, "the chat restored")
     assert d.execute_script(USER_TEXTS)[0].endswith(REGENERATED_NOTE)
     _wait_for(lambda: d.execute_script(SLIDER_VALUE, "max new tokens") == "24", 20, "max new tokens restored")
     _wait_for(lambda: d.execute_script(DRAFTER) == "none", 30, "the drafter restored")

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from specchat.core.events import TokenEvent, TokenKind
+from specchat.core.events import DoneEvent, StopReason, TokenEvent, TokenKind
 from specchat.ui.html.markdown import block_html
 from specchat.ui.html.render import CSS, ReplyRenderer, render_user, table_html
 from specchat.ui.session.reply import Restored
@@ -308,3 +308,18 @@ def test_the_terminals_bonus_colour_reads_on_black_in_true_colour_and_in_256():
         shown = f"#{t.red:02x}{t.green:02x}{t.blue:02x}"
         assert _contrast(colour, "#000000") >= 4.5 and _contrast(shown, "#000000") >= 4.5, (kind, colour, shown)
         assert _contrast(colour, "#ffffff") >= 3.0, (kind, colour)
+
+
+def test_a_reply_that_ends_its_turn_before_a_token_says_so_not_an_empty_bubble():
+    """A Continue of a reply that ended by itself often gets the end of turn at once: the bubble
+    says nothing was written (it showed a bare "…"); a cut or stopped reply keeps its own words."""
+    empty = ReplyRenderer(key=1)
+    empty.finish(DoneEvent(StopReason.EOS, (), (), "", 0.0, 0.0, 0))
+    assert "nothing written: the model ended its turn at once" in empty.status_html()
+    written = live("Hello there.")
+    written.finish(DoneEvent(StopReason.EOS, (1, 2, 3), (), "", 0.0, 0.0, 0))
+    assert written.status_html() == ""  # a reply that ended by itself, as usual: nothing to say
+    cut = ReplyRenderer(key=2)
+    cut.finish(DoneEvent(StopReason.MAX_NEW_TOKENS, (), (), "", 0.0, 0.0, 0))
+    assert "max new tokens reached" in cut.status_html()
+
