@@ -800,6 +800,22 @@ MUTANTS = [
         "the page is redrawn just before a timing round, whose target-only step the drawing then slows",
     ),
     Mutant(
+        "first-text-waits-an-interval",
+        11,
+        "specchat/ui/session/chat.py",
+        "                if reply.renderer.shows_text:",
+        "                if True:",
+        "a code reply's first line waits a text interval behind its opening fence (an empty code block shown meanwhile)",
+    ),
+    Mutant(
+        "edited-exchange-drawn-again",
+        20,
+        "specchat/ui/session/chat.py",
+        "settled = self._settled if self._settled and self._settled[0] in self.views.exchanges else None",
+        "settled = self._settled",
+        "a message sent right after Edit shows the exchange Edit took back again, beside the new one",
+    ),
+    Mutant(
         "clear-keeps-queued-messages",
         11,
         "specchat/ui/session/queue.py",

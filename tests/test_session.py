@@ -7,6 +7,7 @@ below is computed by hand from that script.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -105,6 +106,30 @@ def test_streaming_is_throttled_and_ends_with_a_complete_view():
     # the reply's end comes first alone (transcript and stats), then every panel
     assert views[-2].transcript and views[-2].stats and views[-2].figures is None
     assert s.history[-1]["content"] == REPLY_TEXT * 8
+
+
+def test_a_reply_is_drawn_round_by_round_until_it_shows_text_then_throttled(monkeypatch):
+    """The first rounds of a code reply ("```", "python\n") show an empty code block: each is drawn
+    at once until a line of code shows, not a text interval later (on the page the first text came
+    a median 0.4 s after the engine's, docs/BENCHMARKS.md); then at most one draw per interval."""
+    import test_app
+    from test_app import A, B, T
+
+    monkeypatch.setattr(test_app, "SCRIPT", [(0, 0, [("```", T)]), (1, 1, [("python\n", A), ("def", B)]),
+                                             (1, 1, [(" f", A), ("(x)", B)]), (1, 1, [(":", A), ("\n", B)])])
+    clock = [0.0]
+
+    def tick():  # 1 ms a stream item on the clock that throttles: every round within one text interval
+        clock[0] += 0.001
+        return clock[0]
+
+    s = ChatSession(FakeService(delay_s=0.05), text_interval_s=0.4, stats_interval_s=0, plot_interval_s=0, clock=tick)
+    views = [v for v in run(s) if v.streaming and v.transcript]
+    drawn = ["".join(t for b in v.transcript["items"][-1]["reply"]["blocks"] if isinstance(b, dict)
+                     for t in re.findall(r">([^<]+)</span>", "".join(b["lines"]))) for v in views]
+    # the fence alone, then at once the round that shows the first line (or, on a slow machine, a
+    # later round already waiting), then nothing more within the interval
+    assert len(drawn) == 2 and drawn[0] == "" and drawn[1].startswith("def"), drawn
 
 
 def test_one_stop_stops_the_reply_and_cancels_the_message_waiting_behind_it():

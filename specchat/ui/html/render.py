@@ -234,6 +234,12 @@ class ReplyRenderer:
         block that has not changed since the last call is the same object."""
         return render_blocks(self.lead + self.text, self.tok_at, self.pieces, self.rejected, self._cache)
 
+    @property
+    def shows_text(self) -> bool:
+        """Whether the bubble shows any of the text yet: a paragraph, or a code block with a line
+        (a code block opened by its fence alone, or whitespace, shows none)."""
+        return any(isinstance(b, str) or (isinstance(b, dict) and b.get("lines")) for b in self.blocks())
+
     def notices_html(self) -> str:
         return "".join(f'<div class="spec-notice">{escape_text(n)}</div>' for n in self.notices)
 

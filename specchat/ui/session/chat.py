@@ -443,7 +443,7 @@ class ChatSession:
         The engine computes on while an update is on its way (:class:`Prefetched`; this thread sleeps
         through tokens and until the next draw is due); a timing round waits until nothing is drawn."""
         last_stats = last_plot = self.clock()
-        last_text = float("-inf")  # the first round is drawn at once: the first tokens are not held back
+        last_text = float("-inf")  # drawn at once until the reply shows text: the first tokens are not held back
 
         def start() -> Iterator[Any]:
             more = {} if turn.continue_from is None else {"continue_from": turn.continue_from}
@@ -485,8 +485,8 @@ class ChatSession:
                         and self.views.focus() is reply):
                     last_plot = now
                     panels = self.views.panel_views(self.views.panels_visible, live=True)
-                last_text = now
-                quiet_until = time.monotonic() + self.text_interval_s
+                if reply.renderer.shows_text:  # until then (a code block's fence alone, say) each round is drawn at once
+                    last_text, quiet_until = now, time.monotonic() + self.text_interval_s
                 stats = None
                 if now - last_stats >= self.stats_interval_s:
                     stats, last_stats = self.views.stats(), now
