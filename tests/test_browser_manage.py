@@ -224,8 +224,11 @@ def test_the_model_menu_loads_another_target_and_refuses_a_path_that_is_not_a_mo
     try:
         _pick_model(d, "smollm2-135m-instruct")
         _wait_for(lambda: service.target_name == "smollm2-135m-instruct", 20, "the switch to start")
-        _wait_for(lambda: "ready" in d.find_element("css selector", "#spec-drafter-status").text
-                  and not service.loading, 300, "the new target loaded and its drafter picked")
+        # the status says "ready" before the switch too (the old target's drafter) and nothing loads
+        # while the new target is read: the pick's own words say the switch is through
+        status = lambda: d.find_element("css selector", "#spec-drafter-status").text  # noqa: E731
+        _wait_for(lambda: "ready" in (t := status()) and "picked by measurement:" in t and not service.loading,
+                  300, "the new target loaded and its drafter picked")
         assert service.startup_error is None and service.picked is not None
         assert "smollm2-135m-instruct" in d.find_element("css selector", ".spec-subtitle").text
         # the menu shows the pick's label: its name, then its cost here once the calibration timed it
