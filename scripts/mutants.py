@@ -803,7 +803,7 @@ MUTANTS = [
         "first-text-waits-an-interval",
         11,
         "specchat/ui/session/chat.py",
-        "                if reply.renderer.shows_text:",
+        "                if quiet_until is not None or reply.renderer.shows_text:",
         "                if True:",
         "a code reply's first line waits a text interval behind its opening fence (an empty code block shown meanwhile)",
     ),

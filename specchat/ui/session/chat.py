@@ -485,7 +485,9 @@ class ChatSession:
                         and self.views.focus() is reply):
                     last_plot = now
                     panels = self.views.panel_views(self.views.panels_visible, live=True)
-                if reply.renderer.shows_text:  # until then (a code block's fence alone, say) each round is drawn at once
+                # each round drawn at once until the reply shows text (a code block's fence alone does not);
+                # asked only until then: it parses the reply's Markdown, as the feed below does again
+                if quiet_until is not None or reply.renderer.shows_text:
                     last_text, quiet_until = now, time.monotonic() + self.text_interval_s
                 stats = None
                 if now - last_stats >= self.stats_interval_s:
