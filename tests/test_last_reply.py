@@ -166,6 +166,35 @@ def test_settings_kept_in_the_browser_are_checked_one_by_one():
     assert parse_settings({**saved, "gamma": 6.0}, kinds)["gamma"] == 6  # a whole number sent as a float
 
 
+def test_a_slider_box_typed_into_keeps_the_nearest_value_in_range_without_an_error():
+    """Typing 48 into max new tokens sends 4 first (each keystroke is an .input): the kept settings
+    hold the value the box shows once left (16, the range's low end), and no range check raises
+    (its toast covered the page in CI, 12ae0d7)."""
+    import asyncio
+
+    from gradio.state_holder import SessionState
+
+    from specchat.ui.page import app
+
+    demo = app.build_ui(FakeService())
+    keep = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "keep_settings"]
+    assert len(keep) == 7  # one per control (the system prompt's box has its own listener)
+    values = {"drafter": "ngram", "gamma": 12, "temperature": 0.0, "top_p": 1.0, "max_new_tokens": 4,
+              "adaptive": True, "colours": "colours", "system_prompt": ""}
+
+    def kept(**typed):
+        out = asyncio.run(demo.process_api(block_fn=keep[4], inputs=list({**values, **typed}.values()),
+                                           state=SessionState(demo), request=None))
+        return out["data"][0]
+
+    assert kept()["max_new_tokens"] == 16  # 4, below 16
+    assert kept(max_new_tokens=48)["max_new_tokens"] == 48
+    assert kept(max_new_tokens=99999)["max_new_tokens"] == 4096
+    assert kept(gamma=2.6)["gamma"] == 3 and kept(temperature=-1)["temperature"] == 0.0
+    assert "max_new_tokens" not in kept(max_new_tokens=None)  # the box emptied to type anew
+    assert settings_state({"top_p": float("nan"), "gamma": True}) == {"version": 1}
+
+
 def test_the_system_prompt_box_is_kept_as_typed_into_the_kept_settings():
     kinds = ["none", "ngram"]
     saved = settings_state({"gamma": 5, "colours": "plain"})

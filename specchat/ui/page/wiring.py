@@ -161,7 +161,10 @@ def events(trace_files: bool) -> list[Event]:
         # on every change, a chat switched included (the kept value is what the box shows), into
         # the kept settings as they are (the controls may not be restored yet)
         on("load", "restore_settings", ("settings_saved",), KEPT_SETTINGS[1:-1], **QUIET, **PRIVATE, **FREE),
-        *[on(f"{name}.input", "keep_settings", KEPT_SETTINGS, ("settings_saved",), **QUIET, **PRIVATE, **FREE)
+        # unchecked (preprocess=False): a slider's box sends each keystroke (48 sends 4 first) and
+        # Gradio's range check would raise a toast; settings_state keeps the nearest value in range
+        *[on(f"{name}.input", "keep_settings", KEPT_SETTINGS, ("settings_saved",), **QUIET, **PRIVATE, **FREE,
+             preprocess=False)
           for name in KEPT_SETTINGS[:-1]],
         on("system_prompt.change", "keep_prompt", ("settings_saved", "system_prompt"), ("settings_saved",), **QUIET,
            **PRIVATE, **FREE),

@@ -181,8 +181,24 @@ COLOUR_MODES = ("colours", "plain")
 def settings_state(values: dict[str, Any]) -> dict:
     """The page's settings as the browser keeps them (a second ``BrowserState``, written on each
     change of a control): ``{"version": 1, "gamma": 12, "temperature": 0.0, …}``, the controls of
-    :data:`SETTING_RANGES` that ``values`` has."""
-    return {"version": SAVED_VERSION, **{k: v for k, v in values.items() if k in SETTING_RANGES}}
+    :data:`SETTING_RANGES` that ``values`` has.
+
+    A slider's value comes as its box holds it, keystroke by keystroke (typing 48 sends 4 first):
+    a number out of range is kept as the nearest end of the range, which the box shows once
+    left; γ and max new tokens are rounded to a whole number; anything else (the box emptied,
+    NaN) is left out (until the box holds a number again)."""
+    out: dict[str, Any] = {"version": SAVED_VERSION}
+    for name, value in values.items():
+        if name not in SETTING_RANGES:
+            continue
+        bounds = SETTING_RANGES[name]
+        if bounds is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                continue
+            value = min(max(value, bounds[0]), bounds[1])
+            value = round(value) if name in INTEGER_SETTINGS else value
+        out[name] = value
+    return out
 
 
 def kept_prompt(saved: Any, system_prompt: str) -> dict:
