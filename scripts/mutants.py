@@ -816,6 +816,14 @@ MUTANTS = [
         "a message sent right after Edit shows the exchange Edit took back again, beside the new one",
     ),
     Mutant(
+        "edit-takes-back-any-exchange",
+        20,
+        "specchat/ui/session/last_reply.py",
+        "if last is not None and editing is not None and self._chain(last)[0].id != editing:",
+        "if False:",
+        "an edited message sent after Regenerate answered meanwhile takes back that newer exchange, not the one edited",
+    ),
+    Mutant(
         "clear-keeps-queued-messages",
         11,
         "specchat/ui/session/queue.py",

@@ -204,10 +204,12 @@ REPLY_STATUS = """const b = document.querySelectorAll('#spec-chat [data-testid=b
 return b.length ? b[b.length - 1].querySelector('.spec-status-slot').innerText : '';"""
 # the messages as typed (each bubble's data-text: the bubble itself shows them as Markdown)
 SENT_TEXTS = "return [...document.querySelectorAll('#spec-chat [data-testid=user]')].map(e => e.dataset.text);"
+EDIT_NOTE = "const n = document.getElementById('spec-edit-note'); return n && !n.hidden ? n.textContent : '';"
+EDITED_MARKS = "return document.querySelectorAll('#spec-chat .spec-ex.spec-editing').length;"
 BOX_STATE = "const b = document.querySelector('#spec-input textarea'); return [b.value, b.selectionStart, b.selectionEnd];"
 
 
-def test_enter_sends_shift_enter_breaks_esc_stops_and_up_recalls(served, browser):
+def test_enter_sends_shift_enter_breaks_esc_stops_and_up_edits(served, browser):
     url, service = served
     d = browser(url)
     _set_slider(d, "max new tokens", 1024)
@@ -227,23 +229,29 @@ def test_enter_sends_shift_enter_breaks_esc_stops_and_up_recalls(served, browser
     assert run["message"] == message and run["stop"] is StopReason.CANCELLED and run["tokens"] < 1024
     drive_app.wait_done(d, 30)
     assert "stopped" in d.execute_script(REPLY_STATUS)
-    # ↑ in the empty box: the last message back, to edit, the caret at its end
+    # ↑ in the empty box: the last message back, to edit, the caret at its end; the exchange stays, marked
     assert box.get_attribute("value") == ""
     box.click()
     box.send_keys(Keys.ARROW_UP)
     assert d.execute_script(BOX_STATE) == [message, len(message), len(message)]
+    assert "Editing your last message" in d.execute_script(EDIT_NOTE) and d.execute_script(EDITED_MARKS) == 1
+    drive_app.screenshot(d, "test-output/browser/editing.png", width=1280)
     box.send_keys(Keys.HOME, Keys.ARROW_UP)  # ↑ in a box with text moves the caret, nothing else
     assert box.get_attribute("value") == message
-    ActionChains(d).send_keys(Keys.ESCAPE).perform()  # Esc with nothing streaming: nothing happens
+    ActionChains(d).send_keys(Keys.ESCAPE).perform()  # Esc with nothing streaming: the edit cancelled
+    assert box.get_attribute("value") == "" and d.execute_script(EDITED_MARKS) == 0 and not d.execute_script(EDIT_NOTE)
     time.sleep(1)
-    assert len(service.runs) == before + 1
-    box.send_keys(Keys.END, Keys.ENTER)  # the recalled text reached Gradio's value: Enter sends it as it is
-    _wait_for(lambda: d.execute_script(SENT_TEXTS) == [message, message], 30, "the recalled message to be sent")
-    _wait_for(lambda: d.execute_script(STREAMING) == 2, 90, "its reply to stream")
+    assert len(service.runs) == before + 1 and d.execute_script(SENT_TEXTS) == [message]
+    box.send_keys(Keys.ARROW_UP)  # again, and sent edited: it replaces the exchange (and its stopped reply)
+    edited = message + " Keep it short."
+    box.send_keys(Keys.END, " Keep it short.", Keys.ENTER)
+    _wait_for(lambda: d.execute_script(SENT_TEXTS) == [edited], 30, "the edited message in place of the first")
+    _wait_for(lambda: d.execute_script(STREAMING) == 1, 90, "its reply to stream")
+    assert d.execute_script(EDITED_MARKS) == 0 and not d.execute_script(EDIT_NOTE)
     box.send_keys(Keys.ESCAPE)  # Esc in the message box stops it too
     run = _wait_for(lambda: len(service.runs) > before + 1 and (r := service.runs[-1])["end"] is not None and r, 30,
                     "Esc to stop it")
-    assert run["message"] == message and run["stop"] is StopReason.CANCELLED
+    assert run["message"] == edited and run["stop"] is StopReason.CANCELLED and run["history"] == []
     drive_app.wait_done(d, 30)
     # text typed and not sent survives a reload; once sent, it is not put back
     box.send_keys("Say hi.")

@@ -92,18 +92,21 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
     markdown = urllib.request.urlopen(next(h for h in links if h.endswith(".md")), timeout=10).read().decode()
     assert urllib.parse.unquote(markdown).count("## You") == 3 and second["text"] in markdown
 
-    # Edit: the last exchange taken back, its message in the box
+    # Edit: the last message in the box; its exchange stays, marked, until the edited message is sent
     _click(d, "spec-edit")
-    _wait_for(lambda: len(d.execute_script(USER_TEXTS)) == 3, 20, "the last exchange taken back")
-    assert d.find_element("css selector", "#spec-input textarea").get_attribute("value") == follow
+    _wait_for(lambda: d.find_element("css selector", "#spec-input textarea").get_attribute("value") == follow, 10,
+              "the last message in the box")
+    marked = "return [...document.querySelectorAll('#spec-chat .spec-ex.spec-editing [data-testid=user]')].map(e => e.dataset.text);"
+    assert len(d.execute_script(USER_TEXTS)) == 4 and d.execute_script(marked) == [follow]
     # with the caret in the box, at its end: ready to edit
     caret = "const a = document.activeElement; return [a.closest('#spec-input') !== null, a.selectionStart, a.value.length];"
     _wait_for(lambda: (c := d.execute_script(caret))[0] and c[1] == c[2], 5, "the caret in the box")
-    # sent again at once, edited: one new exchange (the one taken back was drawn again beside it
-    # when sent within 5 s of the reply before)
+    # sent at once, edited: it replaces the exchange (the one taken back was once drawn again beside
+    # it when sent within 5 s of the reply before)
     edited, before = follow + " Really.", len(service.runs)
     d.find_element("css selector", "#spec-input textarea").send_keys(" Really.", Keys.ENTER)
-    _wait_for(lambda: _ended(service, edited, before), 120, "the edited message's reply")
+    run = _wait_for(lambda: _ended(service, edited, before), 120, "the edited message's reply")
+    assert follow not in [m["content"] for m in run["history"]]  # the model no longer sees the message edited
     drive_app.wait_done(d, 30)
     time.sleep(1)
     users = d.execute_script(USER_TEXTS)

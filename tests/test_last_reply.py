@@ -5,6 +5,7 @@ and on the real model, greedy text against greedy text."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 
 import pytest
@@ -104,6 +105,52 @@ def test_edit_takes_the_last_exchange_back_and_refuses_while_a_reply_streams():
     assert refused.transcript is None and "Stop" in refused.toasts[0][1]
     assert session.last.regenerate().message is None and session.last.continue_().message is None
     stream.close()
+
+
+def test_an_edited_message_sent_replaces_the_exchange_it_was_put_back_from():
+    """↑ or Edit leave the exchange until the edited message is sent (keys.js); the send names the
+    exchange it edits: taken back only while it is still the last one."""
+    from specchat.ui.page import app
+
+    demo = app.build_ui(FakeService(delay_s=0.01))
+    take = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "take_message")
+    handlers = take.__self__
+    request = type("R", (), {"session_hash": "edit-test"})()
+    session = handlers.session_of(request)
+    _drain(session, "first")
+    _drain(session, "second")
+    second = session.views.exchanges[-1]
+    # the page sends "second, edited" naming the exchange of "second": it leaves the page and the model's history
+    out = handlers.take_message("second, edited", str(second.id), request=request)
+    assert out[handlers.page.editing] == "" and out[handlers.page.pending] == "second, edited"
+    assert [e.message for e in session.views.exchanges] == ["first", "second, edited"]  # shown at once
+    assert [m["content"] for m in session.history] == ["first", REPLY_TEXT]
+    assert f'"id": {second.id}, "removed": true' in json.dumps(out[handlers.page.transcript])
+    _drain(session, "second, edited", out[handlers.page.ticket])
+    assert [e.message for e in session.views.exchanges] == ["first", "second, edited"]
+    # an id that is no longer the last exchange's: nothing is taken back, the message is a new one
+    view = session.last.edit(session.views.exchanges[0].id)
+    assert view.transcript is None and "no longer the last one" in view.toasts[0][1]
+    assert len(session.views.exchanges) == 2 and len(session.history) == 4
+    out = handlers.take_message("third", "", request=request)  # not editing: nothing taken back
+    assert handlers.page.transcript not in out and [e.message for e in session.views.exchanges][1:] == [
+        "second, edited", "third"]
+
+
+def test_editing_a_message_stop_cancelled_replaces_it():
+    session = ChatSession(FakeService(delay_s=0.02), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    stream = session.respond("first", settings())
+    next(stream)
+    waiting = session.note_sent("second")  # behind the streaming reply
+    assert waiting.waits
+    session.stop()  # the waiting message is cancelled: shown, never answered
+    list(stream)
+    list(session.respond("second", settings(), waiting.ticket))  # the page's reply step for it: nothing to do
+    tail, history = session.views.exchanges[-1], session.history
+    assert tail.message == "second" and tail.reply is None
+    view = session.last.edit(tail.id)
+    assert view.textbox == "second" and view.transcript["items"] == [{"id": tail.id, "removed": True}]
+    assert [e.message for e in session.views.exchanges] == ["first"] and session.history == history
 
 
 def test_continue_writes_on_from_the_reply_and_the_model_sees_one_reply():

@@ -68,19 +68,29 @@ class Handlers:
         return {k: v for k, v in self.updates(view).items() if k is not self.page.stats}
 
     # -- sending a message --------------------------------------------------------------------
-    def take_message(self, message, request: gr.Request = None):
+    def take_message(self, message, editing="", request: gr.Request = None):
         """Sending, step 1 (instant: no concurrency limit): empty the box at once, so the user
         can type the next message while this one waits or streams; the message goes on in
         ``pending``, its id in ``ticket``; the panel tick starts if a live panel is on screen. If a reply is streaming,
         the message is shown in the chat, marked queued with its own cancel button (the streaming
         reply's next update carries it: ChatSession.note_sent). No toast: one covered Stop or the
-        drafter menu on a scrolled narrow page, and the chat already says it."""
+        drafter menu on a scrolled narrow page, and the chat already says it. ``editing``: the id
+        of the exchange whose message ↑ or Edit put into the box (keys.js); it is taken back
+        first and this message sent in its place (:meth:`LastReply.edit`)."""
         session = self.session_of(request)
+        out = {self.page.editing: ""}
+        if str(editing or "").isdigit() and str(message or "").strip():
+            view = session.last.edit(int(editing))
+            for level, text in view.toasts:
+                _toast(level, text)
+            if view.transcript is not None:
+                out[self.page.transcript] = wire(view.transcript)
+                out |= {getattr(self.page, f): getattr(view, f) for f in ("table", "stats") if getattr(view, f) is not None}
         sent = session.note_sent(message)
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
         saved = session.saved()
         session.shelf.note_active(saved)  # a new chat is named after its first message at once
-        return {self.page.textbox: "", self.page.pending: message, self.page.ticket: sent.ticket,
+        return {**out, self.page.textbox: "", self.page.pending: message, self.page.ticket: sent.ticket,
                 self.page.panel_tick: gr.Timer(active=bool(session.views.panels_visible)), self.page.saved: saved,
                 self.page.save_tick: gr.Timer(active=True),
                 self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None), **self._chat_list(session)}
@@ -107,21 +117,6 @@ class Handlers:
         return {page.transcript: wire(resend.view.transcript), page.pending: resend.message, page.ticket: resend.ticket,
                 page.panel_tick: gr.Timer(active=bool(session.views.panels_visible)), page.saved: session.saved(),
                 page.save_tick: gr.Timer(active=True)}
-
-    def edit_last(self, typed="", request: gr.Request = None):
-        """Edit: the last exchange taken back, its message into the box (refused while the box
-        holds text: nothing typed is lost)."""
-        session = self.session_of(request)
-        if str(typed or "").strip():
-            gr.Info("The message box has text in it: send it or empty it first, then Edit puts the last message there.")
-            return {self.page.textbox: gr.skip()}
-        view = session.last.edit()
-        for level, text in view.toasts:
-            _toast(level, text)
-        if view.transcript is None:
-            return {self.page.textbox: gr.skip()}
-        return {self.page.transcript: wire(view.transcript), self.page.textbox: view.textbox, self.page.table: view.table,
-                self.page.stats: view.stats, self.page.saved: session.saved()}
 
     def export_chat(self, request: gr.Request = None):
         """Export: the conversation as a Markdown and a JSON file, offered for download."""

@@ -142,7 +142,7 @@ def strict(checkbox: gr.Checkbox) -> gr.Checkbox:
 # exchange id into #spec-unqueue, and the live panels on screen go into #spec-panels. The script
 # is static/click.js; the page gets it in its <head> (``launch(head=CLICK_JS)``), after the light /
 # dark switch (static/theme.js, first: it applies a kept choice before the page is drawn) and
-# before the keyboard's keys (static/keys.js: Esc stops, ↑ recalls the last message); last,
+# before the keyboard's keys (static/keys.js: Esc stops, ↑ edits the last message); last,
 # static/frames.js stops the frame loops Gradio's status trackers leave running.
 HEAD_SCRIPTS = ("theme.js", "click.js", "keys.js", "frames.js")
 CLICK_JS = "".join("\n<script>\n" + static_text(name) + "</script>\n" for name in HEAD_SCRIPTS)
@@ -200,6 +200,7 @@ class Page:
     timeline: gr.HTML
     race: gr.HTML
     pick: gr.Textbox
+    editing: gr.Textbox
     panels: gr.Textbox
     scope: gr.Radio
     plots: tuple[gr.Plot, gr.Plot, gr.Plot, gr.Plot]
@@ -457,6 +458,8 @@ def _hidden() -> dict[str, Any]:
     the conversation kept in the browser, the panel tick, the API's /chat."""
     pick = gr.Textbox(visible="hidden", elem_id="spec-pick", label="pick")
     unqueue = gr.Textbox(visible="hidden", elem_id="spec-unqueue", label="cancel a queued message")
+    # the exchange whose message ↑ or Edit put into the box to edit (keys.js): replaced when sent
+    editing = gr.Textbox(visible="hidden", elem_id="spec-editing", label="editing")
     # the conversation, kept in this browser's localStorage (encrypted) so that a reload restores it
     saved = gr.BrowserState(None, storage_key="specchat-conversation", secret=browser_secret())
     # the settings (drafter, γ, sampling, max new tokens, colours / plain), written on each change
@@ -469,7 +472,7 @@ def _hidden() -> dict[str, Any]:
     save_tick = gr.Timer(SAVE_INTERVAL_S, active=False)
     api_chat = gr.Button(visible=False)  # the API's /chat: a reply with every output (the page streams two)
     panels = gr.Textbox(visible="hidden", elem_id="spec-panels", label="panels on screen")
-    return dict(pick=pick, unqueue=unqueue, saved=saved, settings_saved=settings_saved, chats_saved=chats_saved,
+    return dict(pick=pick, unqueue=unqueue, editing=editing, saved=saved, settings_saved=settings_saved, chats_saved=chats_saved,
                 panel_tick=panel_tick, save_tick=save_tick,
                 api_chat=api_chat, panels=panels)
 

@@ -120,8 +120,9 @@ def events(trace_files: bool) -> list[Event]:
     respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), STREAMED, **PRIVATE, **reply, then=(settle,))
     # sending: the box emptied at once (no concurrency limit), then the reply on the model queue, then
     # what its stream left aside
-    send = [on(trigger, "take_message", ("textbox",), ("textbox", "pending", "ticket", "panel_tick", "saved", "save_tick",
-                                                       "undo_btn", "chat_list", "chats_saved"), **FREE, **QUIET,
+    send = [on(trigger, "take_message", ("textbox", "editing"), ("textbox", "pending", "ticket", "panel_tick", "saved",
+                                                                  "save_tick", "undo_btn", "chat_list", "chats_saved",
+                                                                  "editing", "transcript", "table", "stats"), **FREE, **QUIET,
                **PRIVATE, then=(respond,)) for trigger in ("send.click", "textbox.submit")]
     # Regenerate and Continue send like a typed message (their handler gives the message and its ticket)
     resend = [on(trigger, fn, None, ("transcript", "pending", "ticket", "panel_tick", "saved", "save_tick"), **FREE, **QUIET,
@@ -131,7 +132,6 @@ def events(trace_files: bool) -> list[Event]:
     return [
         *send,
         *resend,
-        on("edit_btn.click", "edit_last", ("textbox",), ("transcript", "textbox", "table", "stats", "saved"), **FREE, **QUIET, **PRIVATE),
         on("export_btn.click", "export_chat", None, ("export_file",), **FREE, **QUIET, **PRIVATE),
         on("panel_tick.tick", "tick", None, TICKED_OUTPUTS, **QUIET, **FREE, **PRIVATE),
         # while a reply streams: the browser's copy of the chat, every SAVE_INTERVAL_S (a reload keeps what streamed)

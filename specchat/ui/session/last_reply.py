@@ -6,7 +6,9 @@ otherwise:
 - **Regenerate**: the reply stays on the page (marked: no longer part of the conversation) and
   its message is sent again, with the settings on the page now: the same message with another
   drafter is a like-for-like comparison, one row each in the table.
-- **Edit**: the exchange leaves the page and the conversation; its message goes back into the box.
+- **Edit** (↑ in the empty box, or the Edit button): the last message goes back into the box and
+  the exchange stays until the edited message is sent; then it leaves the page and the
+  conversation, and the edited message is sent in its place (Esc, or emptying the box, cancels).
 - **Continue**: a reply cut at its token limit (or stopped) is written on from its last token: a
   new exchange whose reply continues the one above; the model sees them as one reply
   (:meth:`Conversation.begin_continuation`).
@@ -69,16 +71,22 @@ class LastReply:
         started, or a cancelled Continue, is passed over."""
         return [e for e in self.views.exchanges if e.reply is not None or e.restored is not None]
 
-    def _take_back(self, last: Exchange) -> list[Exchange]:
-        """``last`` and, when it is a Continue's, the exchanges it continues back to the one that
-        answered the message (the model sees them as one reply, so they are regenerated or edited as
-        one), that reply taken out of the conversation if it was in it."""
+    def _chain(self, last: Exchange) -> list[Exchange]:
+        """``last`` and, when it is a Continue's, the exchanges it continues, back to the one that
+        answered the message."""
         answered = self._answered()
         chain = [last]
         i = answered.index(last)
         while chain[0].continues and i > 0:
             i -= 1
             chain.insert(0, answered[i])
+        return chain
+
+    def _take_back(self, last: Exchange) -> list[Exchange]:
+        """``last`` and, when it is a Continue's, the exchanges it continues back to the one that
+        answered the message (the model sees them as one reply, so they are regenerated or edited as
+        one), that reply taken out of the conversation if it was in it."""
+        chain = self._chain(last)
         if any(e.kept for e in chain):
             self.conversation.take_back()
         return chain
@@ -106,11 +114,23 @@ class LastReply:
             ticket, _ = self.queue.note(first.message)
             return Resend(first.message, ticket, View(transcript=self.views.feed(*chain, *self._queued(ticket))))
 
-    def edit(self) -> View:
+    def edit(self, editing: int | None = None) -> View:
         """Take the last exchange back (after a Continue, the reply and its continuations): off the
-        page and out of the conversation, its message into the box."""
+        page and out of the conversation, its message into the box.
+
+        The page calls it when an edited message is sent (↑ or Edit put the last message into the
+        box, and the exchange stayed until then): ``editing`` is the id of the exchange whose
+        message was put there; when it is no longer the last one (Regenerate or another tab
+        answered since), nothing is taken back and the toast says the message goes as a new one."""
         with self._lock:
+            tail = self.views.exchanges[-1] if self.views.exchanges else None
+            if (editing is not None and tail is not None and tail.id == editing and not self.queue.busy
+                    and tail.reply is None and tail.restored is None):  # never answered (Stop cancelled it)
+                self.views.exchanges.remove(tail)
+                return View(transcript=self.views.feed(removed=(tail.id,)), textbox=tail.message)
             last, why = self._last("Edit")
+            if last is not None and editing is not None and self._chain(last)[0].id != editing:
+                last, why = None, "The message you were editing is no longer the last one: yours is sent as a new message."
             if last is None:
                 return View(toasts=(("info", why),))
             chain = self._take_back(last)

@@ -1,15 +1,17 @@
 // The keyboard. Enter sends and Shift+Enter starts a new line (Gradio's textbox does both); Esc
 // stops the streaming reply (what the Stop button does, and only while a reply streams or a
-// message waits); ↑ in the empty message box puts the last message sent back into it, the caret
-// at its end. lastSent and putBack are kept apart for an edit-and-resend to reuse. Text typed and
-// not sent survives a reload (below).
+// message waits); ↑ in the empty message box edits the last message, as the Edit button does: its
+// text goes into the box (the caret at its end), the exchange stays, marked, until the edited
+// message is sent, which replaces it and its reply (the hidden #spec-editing box tells the server
+// which one: Handlers.take_message); Esc, emptying the box or the note's cancel button cancels.
+// Text typed and not sent survives a reload (below).
 (function keys() {
   const box = () => document.querySelector('#spec-input textarea');
   // the text of the last message in the transcript, as typed (its bubble carries it in data-text;
   // a Continue's bubble has none)
   function lastSent() {
     const sent = [...document.querySelectorAll('#spec-chat [data-testid=user][data-text]')];
-    return sent.length ? sent[sent.length - 1].dataset.text : null;
+    return sent.length ? sent[sent.length - 1] : null;
   }
   function putBack(text) {
     const b = box();
@@ -22,17 +24,84 @@
   }
   const busy = () => document.querySelector('#spec-chat .spec-running, #spec-chat .spec-unqueue');
   const stopButton = () => document.getElementById('spec-stop');
+  // -- editing the last message ------------------------------------------------------------------
+  const editingBox = () => document.querySelector('#spec-editing textarea, #spec-editing input');
+  let editing = null;  // the exchange element being edited
+  let noteTimer = null;
+  function note(text, cancel) {  // the line above the message box (none: text null)
+    let n = document.getElementById('spec-edit-note');
+    const row = document.querySelector('#spec-input')?.closest('.row, .form') || document.querySelector('#spec-input');
+    if (!n && text !== null && row) {
+      n = document.createElement('div');
+      n.id = 'spec-edit-note';
+      n.setAttribute('role', 'status');
+      row.parentNode.insertBefore(n, row);
+    }
+    if (!n) return;
+    clearTimeout(noteTimer);
+    n.hidden = text === null;
+    n.textContent = text || '';
+    if (cancel) {
+      const b = document.createElement('button');
+      b.type = 'button'; b.className = 'spec-edit-cancel'; b.textContent = 'cancel';
+      b.addEventListener('click', () => cancelEdit(true));
+      n.append(' ', b);
+    } else if (text !== null) {
+      noteTimer = setTimeout(() => { if (!editing) note(null); }, 6000);
+    }
+  }
+  function setEditing(ex) {  // the hidden box the server reads with the message (Gradio reads its input event)
+    const e = editingBox();
+    if (e) { e.value = ex ? ex.dataset.ex : ''; e.dispatchEvent(new Event('input', {bubbles: true})); }
+    editing?.classList.remove('spec-editing');
+    editing = ex;
+    ex?.classList.add('spec-editing');
+  }
+  function startEdit() {
+    const b = box();
+    if (!b) return false;
+    if (b.value.trim()) { note('The message box has text in it: send it or empty it first, then Edit puts your last message there.'); return false; }
+    if (busy()) { note('Edit: a reply is still being written or a message waits. Stop them first.'); return false; }
+    const bubble = lastSent();
+    if (!bubble) { note('There is no message to edit yet.'); return false; }
+    putBack(bubble.dataset.text);
+    setEditing(bubble.closest('.spec-ex'));
+    note('✎ Editing your last message: Send replaces it and its reply (Esc cancels).', true);
+    return true;
+  }
+  function cancelEdit(empty) {  // the box emptied too when the cancel is asked for (Esc, the note's button)
+    if (!editing) return;
+    setEditing(null);
+    note(null);
+    if (empty) putBack('');
+  }
+  function sent() {  // Enter or Send: the server takes the edit with the message and empties #spec-editing
+    if (!editing || !box()?.value.trim()) return;
+    editing.classList.remove('spec-editing');
+    editing = null;
+    note(null);
+  }
   document.addEventListener('keydown', (ev) => {
     if (ev.defaultPrevented || ev.isComposing || ev.altKey || ev.ctrlKey || ev.metaKey) return;
     if (ev.key === 'Escape') {
       // a menu or dialog takes its own Esc
-      if (!busy() || ev.target.closest?.('[role=listbox], [role=combobox], [role=dialog]')) return;
+      if (ev.target.closest?.('[role=listbox], [role=combobox], [role=dialog]')) return;
+      if (editing && !busy()) { ev.preventDefault(); cancelEdit(true); return; }
+      if (!busy()) return;
       const stop = stopButton();
       if (stop) { ev.preventDefault(); stop.click(); }
     } else if (ev.key === 'ArrowUp' && !ev.shiftKey && ev.target === box() && ev.target.value === '') {
-      if (putBack(lastSent())) ev.preventDefault();
+      if (startEdit()) ev.preventDefault();
     }
   });
+  document.addEventListener('click', (ev) => {
+    if (ev.target.closest?.('#spec-edit')) startEdit();
+    else if (ev.target.closest?.('#spec-send')) sent();
+  }, true);
+  document.addEventListener('input', (ev) => { if (ev.target === box() && !ev.target.value) cancelEdit(false); }, true);
+  document.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target === box()) sent();
+  }, true);
   // What is typed in the message box and not sent yet is kept in this browser (localStorage) and
   // put back after a reload. A Send (Enter, the button) forgets it: the box is emptied by the
   // server then, which fires no input event.
@@ -44,16 +113,6 @@
   }, true);
   document.addEventListener('click', (ev) => {
     if (ev.target.closest?.('#spec-send')) keep('');
-  }, true);
-  // Edit puts the last message into the box (from the server): the caret goes there, at its end
-  document.addEventListener('click', (ev) => {
-    if (!ev.target.closest?.('#spec-edit')) return;
-    let waited = 0;
-    const focus = setInterval(() => {
-      const b = box();
-      if (b && b.value) { clearInterval(focus); b.focus(); b.setSelectionRange(b.value.length, b.value.length); }
-      else if ((waited += 100) > 5000) clearInterval(focus);
-    }, 100);
   }, true);
   let tries = 0;
   const restore = setInterval(() => {
