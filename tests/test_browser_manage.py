@@ -32,6 +32,7 @@ SLIDER_VALUE = """const lab = [...document.querySelectorAll('label, span')].find
 return lab.closest('.block').querySelector('input[type=number]').value;"""
 DRAFTER = "return document.querySelector('#spec-drafter input').value"
 FILES = "return [...document.querySelectorAll('#spec-export-file a')].map(a => a.href);"
+EXPORT_SHOWN = "const f = document.getElementById('spec-export-file'); return !!(f && f.offsetParent);"
 
 
 def _ready(d):
@@ -84,6 +85,7 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
     # Export: a Markdown and a JSON file with every exchange
     _click(d, "spec-export")
     links = _wait_for(lambda: d.execute_script(FILES), 20, "the exported files")
+    assert d.execute_script(EXPORT_SHOWN)
     data = json.loads(urllib.request.urlopen(next(h for h in links if h.endswith(".json")), timeout=10).read())
     assert [e["message"] for e in data["exchanges"]] == [message, message, message, follow]
     assert [e["kept"] for e in data["exchanges"]] == [False, False, True, True]
@@ -111,6 +113,8 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
     time.sleep(1)
     users = d.execute_script(USER_TEXTS)
     assert len(users) == 4 and users[-1] == edited and follow not in users, users
+    # the exported files were of the chat before: no longer offered once a message is sent
+    _wait_for(lambda: not d.execute_script(EXPORT_SHOWN), 10, "the stale export hidden")
 
     # a reload keeps the settings (drafter none, 24 tokens) and the chat with its marks
     time.sleep(2)  # the browser's copies are written as each event ends

@@ -30,6 +30,7 @@ from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
 NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
 RESTORED = ("transcript", "stats", "table", "figures")  # what a reopened page shows of the conversation its browser kept
+EXPORT_GONE = gr.File(visible=False)  # the export files offered, hidden once the chat changes (sent, cleared, switched)
 
 
 def _toast(level: str, text: str) -> None:
@@ -78,7 +79,7 @@ class Handlers:
         of the exchange whose message ↑ or Edit put into the box (keys.js); it is taken back
         first and this message sent in its place (:meth:`LastReply.edit`)."""
         session = self.session_of(request)
-        out = {self.page.editing: ""}
+        out = {self.page.editing: "", self.page.export_file: EXPORT_GONE}  # an export of the chat before is stale
         if str(editing or "").isdigit() and str(message or "").strip():
             view = session.last.edit(int(editing))
             for level, text in view.toasts:
@@ -210,7 +211,7 @@ class Handlers:
     def clear(self, request: gr.Request = None):
         session = self.session_of(request)
         return {**self.updates(session.clear()), self.page.saved: session.saved(),  # {}: the browser's copy emptied
-                self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None)}
+                self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None), self.page.export_file: EXPORT_GONE}
 
     # -- several chats --------------------------------------------------------------------------
     def restore_chats(self, chats, saved, request: gr.Request = None):
@@ -239,7 +240,7 @@ class Handlers:
         trace = {self.page.download: gr.DownloadButton("Download trace", value=None)} if view.trace_file is None else {}
         return {**self.updates(view), **trace, self.page.saved: session.saved(), **self._chat_list(session),
                 self.page.undo_btn: gr.Button(visible=session.shelf.undo is not None),
-                self.page.system_prompt: session.conversation.system_prompt}
+                self.page.system_prompt: session.conversation.system_prompt, self.page.export_file: EXPORT_GONE}
 
     def new_chat(self, request: gr.Request = None):
         session = self.session_of(request)

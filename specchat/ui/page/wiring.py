@@ -83,7 +83,8 @@ ASIDE = _fields(lambda f: f not in STREAMED_FIELDS)  # what that stream leaves t
 TICKED_OUTPUTS = _fields(lambda f: f in TICKED_FIELDS)  # what the panel tick draws
 LIVE = _fields(lambda f: f in PANEL_FIELDS)  # the live panels, drawn when they come on screen
 CLEARED = _fields(lambda f: f not in ("textbox", "race", "trace_file"))  # what Clear starts over
-CHAT_SWITCHED = (*CLEARED, "trace_file", "saved", "chats_saved", "chat_list", "undo_btn", "system_prompt")  # another chat shown
+# another chat shown
+CHAT_SWITCHED = (*CLEARED, "trace_file", "saved", "chats_saved", "chat_list", "undo_btn", "system_prompt", "export_file")
 SELECTED = ("inspector", "timeline", "trace_file", "ledger", "worth", "figures")  # what a click on a token or round changes
 # kept across a reload; the system prompt's box too, as typed (sent or not), restored with the conversation
 KEPT_SETTINGS = ("drafter", "gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours", "system_prompt")
@@ -120,10 +121,10 @@ def events(trace_files: bool) -> list[Event]:
     respond = on(None, "respond_on_page", ("pending", *SETTINGS, "ticket"), STREAMED, **PRIVATE, **reply, then=(settle,))
     # sending: the box emptied at once (no concurrency limit), then the reply on the model queue, then
     # what its stream left aside
-    send = [on(trigger, "take_message", ("textbox", "editing"), ("textbox", "pending", "ticket", "panel_tick", "saved",
-                                                                  "save_tick", "undo_btn", "chat_list", "chats_saved",
-                                                                  "editing", "transcript", "table", "stats"), **FREE, **QUIET,
-               **PRIVATE, then=(respond,)) for trigger in ("send.click", "textbox.submit")]
+    taken = ("textbox", "pending", "ticket", "panel_tick", "saved", "save_tick", "undo_btn", "chat_list", "chats_saved",
+             "editing", "transcript", "table", "stats", "export_file")  # what take_message changes
+    send = [on(trigger, "take_message", ("textbox", "editing"), taken, **FREE, **QUIET, **PRIVATE, then=(respond,))
+            for trigger in ("send.click", "textbox.submit")]
     # Regenerate and Continue send like a typed message (their handler gives the message and its ticket)
     resend = [on(trigger, fn, None, ("transcript", "pending", "ticket", "panel_tick", "saved", "save_tick"), **FREE, **QUIET,
                  **PRIVATE,
@@ -168,7 +169,7 @@ def events(trace_files: bool) -> list[Event]:
           for name in KEPT_SETTINGS[:-1]],
         on("system_prompt.change", "keep_prompt", ("settings_saved", "system_prompt"), ("settings_saved",), **QUIET,
            **PRIVATE, **FREE),
-        on("clear_btn.click", "clear", None, (*CLEARED, "saved", "undo_btn"), **FREE, **PRIVATE),
+        on("clear_btn.click", "clear", None, (*CLEARED, "saved", "undo_btn", "export_file"), **FREE, **PRIVATE),
         # several chats: the list restored on open; New, a switch, Delete, Undo show another chat
         on("load", "restore_chats", ("chats_saved", "saved"), ("chat_list", "chats_saved"), **QUIET, **PRIVATE, **FREE),
         *[on(trigger, fn, inputs, CHAT_SWITCHED, **QUIET, **PRIVATE, **FREE) for trigger, fn, inputs in (
