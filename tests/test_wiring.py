@@ -76,7 +76,8 @@ def test_each_event_updates_what_the_policy_says(demo):
     assert _outputs(demo, "respond") == _outputs(demo, "open_trace") == everything
     assert _outputs(demo, "set_panels") == [*plots, "spec-timeline", "spec-ledger", "plot-worth", "Timer"]
     assert _outputs(demo, "clear") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-inspector",
-                                       "spec-timeline", "spec-ledger", "plot-worth", "BrowserState", "spec-undo"]
+                                       "spec-timeline", "spec-ledger", "plot-worth", "BrowserState", "spec-undo",
+                                       "spec-export-file"]  # an export of the chat cleared is hidden
     assert _outputs(demo, "restore") == ["spec-chat", "spec-stats", "spec-table", *plots, "spec-system", "BrowserState"]
 
 
