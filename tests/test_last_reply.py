@@ -242,6 +242,30 @@ def test_a_slider_box_typed_into_keeps_the_nearest_value_in_range_without_an_err
     assert settings_state({"top_p": float("nan"), "gamma": True}) == {"version": 1}
 
 
+def test_restoring_the_settings_keeps_the_sliders_range_checks():
+    """Restoring a page's settings gives every control a value: an output left out is a props
+    update, and Gradio then rebuilds the slider in the session without layout.bounded's check
+    (a typed 2.5 for γ went through, and an out-of-range value got Gradio's unnamed message)."""
+    import asyncio
+
+    import gradio as gr
+    from gradio.state_holder import SessionState
+
+    from specchat.ui.page import app
+
+    demo = app.build_ui(FakeService())
+    restore = next(f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "restore_settings")
+    page = restore.fn.__self__.page
+    for saved in (None, settings_state({"gamma": 5})):
+        state = SessionState(demo)
+        out = asyncio.run(demo.process_api(block_fn=restore, inputs=[saved], state=state, request=None))
+        assert out["data"][:4] == [12 if saved is None else 5, 0.0, 1.0, 1024]  # the defaults, or what was kept
+        with pytest.raises(gr.Error, match=r"max new tokens: 4 is out of range; allowed 16 to 4096"):
+            state[page.max_new_tokens._id].preprocess(4)
+        with pytest.raises(gr.Error, match="not a whole number"):
+            state[page.gamma._id].preprocess(2.5)
+
+
 def test_the_system_prompt_box_is_kept_as_typed_into_the_kept_settings():
     kinds = ["none", "ngram"]
     saved = settings_state({"gamma": 5, "colours": "plain"})

@@ -398,9 +398,10 @@ class Handlers:
         (:func:`~specchat.ui.session.saved.parse_settings`); the drafter is restored once the models
         are ready (:meth:`apply_startup_pick`)."""
         kept = parse_settings(saved, self._menu_values())
-        page = self.page
-        out = {getattr(page, name): value for name, value in kept.items() if name not in ("drafter", "system_prompt")}
-        return out or {page.gamma: gr.skip()}
+        # every control gets a value (its default when none was kept): an output left out is a
+        # props update, which makes Gradio rebuild the slider and drop its range check (layout.bounded)
+        names = ("gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours")  # the listener's outputs
+        return {getattr(self.page, n): kept.get(n, getattr(self.page, n).value) for n in names}
 
     def _menu_values(self) -> list[str]:
         """The drafter menu's values: the kinds, and "auto" when the app picks by measurement."""
