@@ -51,6 +51,10 @@ PLOT_INTERVAL_S = 3.0
 KEPT_LIVE_CHATS = 8  # chats set aside in this tab whose replies keep their events (colours, charts) when shown again
 
 
+def _announces_timing(item: Any) -> bool:  # a round after which the engine times a target-only step: draw nothing
+    return isinstance(item, RoundEvent) and item.timing_next
+
+
 def _drawn(item: Any) -> bool:  # an item a reply's update may be drawn at
     return isinstance(item, PrefillEvent) or (isinstance(item, RoundEvent) and not item.timing_next)
 
@@ -449,8 +453,7 @@ class ChatSession:
             more = {} if turn.continue_from is None else {"continue_from": turn.continue_from}
             return self.stream(turn.history, turn.message, turn.settings.drafter, turn.config, run.cancel, **more)
 
-        stream = Prefetched(start, run.cancel, pause_after=lambda item: isinstance(item, RoundEvent) and item.timing_next,
-                            wakes=lambda item: not isinstance(item, TokenEvent))
+        stream = Prefetched(start, run.cancel, pause_after=_announces_timing, wakes=lambda item: not isinstance(item, TokenEvent))
         quiet_until = None  # time.monotonic() of the next draw due (None: the first is drawn at once)
         try:
             holding = False  # the last item announced a timing round: draw nothing until the next item
@@ -463,7 +466,7 @@ class ChatSession:
                     if self.queue.dirty and not holding and not run.discard:
                         yield View(transcript=self.views.feed(*self._carry()), streaming=True)
                     continue
-                holding = isinstance(item, RoundEvent) and item.timing_next
+                holding = _announces_timing(item)
                 toast = reply.add(item)
                 turn.add(item)
                 if reply.sizes is None and isinstance(item, RoundEvent):  # the drafter is loaded by now
