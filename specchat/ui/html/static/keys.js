@@ -53,9 +53,10 @@
   function setEditing(ex) {  // the hidden box the server reads with the message (Gradio reads its input event)
     const e = editingBox();
     if (e) { e.value = ex ? ex.dataset.ex : ''; e.dispatchEvent(new Event('input', {bubbles: true})); }
-    editing?.classList.remove('spec-editing');
+    document.querySelectorAll('#spec-chat .spec-editing').forEach((e) => e.classList.remove('spec-editing'));
     editing = ex;
-    ex?.classList.add('spec-editing');
+    // the exchange and the Continues after it (their bubbles carry no text): replaced together
+    for (let e = ex; e; e = e.nextElementSibling) if (e.classList.contains('spec-ex')) e.classList.add('spec-editing');
   }
   function startEdit() {
     const b = box();
@@ -77,7 +78,7 @@
   }
   function sent() {  // Enter or Send: the server takes the edit with the message and empties #spec-editing
     if (!editing || !box()?.value.trim()) return;
-    editing.classList.remove('spec-editing');
+    document.querySelectorAll('#spec-chat .spec-editing').forEach((e) => e.classList.remove('spec-editing'));
     editing = null;
     note(null);
   }
