@@ -153,6 +153,29 @@ def test_editing_a_message_stop_cancelled_replaces_it():
     assert [e.message for e in session.views.exchanges] == ["first"] and session.history == history
 
 
+def test_editing_a_cancelled_message_with_a_continue_below_it_replaces_it():
+    """A tester: Stop cancelled a waiting message, Continue wrote on the reply before (its bubble
+    below the cancelled one), ↑ put the cancelled message in the box: sent, it was added as a new
+    one beside the old, with a toast saying so, though the note had promised to replace it."""
+    session = ChatSession(FakeService(delay_s=0.02), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    stream = session.respond("first", settings())
+    next(stream)
+    while not session.views.exchanges[0].reply.renderer.text:
+        next(stream)
+    waiting = session.note_sent("second")
+    session.stop()
+    list(stream)
+    list(session.respond("second", settings(), waiting.ticket))
+    resend = session.last.continue_()
+    _drain(session, resend.message, resend.ticket)
+    first, cancelled, continued = session.views.exchanges
+    assert cancelled.reply is None and continued.continues and continued.kept
+    history = session.history
+    view = session.last.edit(cancelled.id)
+    assert view.textbox == "second" and not view.toasts and view.transcript["items"] == [{"id": cancelled.id, "removed": True}]
+    assert session.views.exchanges == [first, continued] and session.history == history
+
+
 def test_continue_writes_on_from_the_reply_and_the_model_sees_one_reply():
     service = FakeService()
     session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)

@@ -220,8 +220,9 @@ class ReplyRenderer:
             self.status = "stopped: the model's context window is full"
         elif done.stop_reason is StopReason.MAX_NEW_TOKENS:
             self.status = "stopped: max new tokens reached"
-        elif done.stop_reason is StopReason.EOS and not done.token_ids and not self.text:
-            # (a Continue of a reply that had ended by itself, mostly: the bubble said only "…")
+        elif done.stop_reason is StopReason.EOS and not self.text.strip():
+            # (a Continue of a reply that had ended by itself, mostly: the bubble said only "…"; its
+            # one token, when there is one, is the end of turn's or white space)
             self.status = "nothing written: the model ended its turn at once"
 
     def set_error(self, message: str) -> None:

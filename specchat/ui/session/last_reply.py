@@ -123,11 +123,13 @@ class LastReply:
         message was put there; when it is no longer the last one (Regenerate or another tab
         answered since), nothing is taken back and the toast says the message goes as a new one."""
         with self._lock:
-            tail = self.views.exchanges[-1] if self.views.exchanges else None
-            if (editing is not None and tail is not None and tail.id == editing and not self.queue.busy
-                    and tail.reply is None and tail.restored is None):  # never answered (Stop cancelled it)
-                self.views.exchanges.remove(tail)
-                return View(transcript=self.views.feed(removed=(tail.id,)), textbox=tail.message)
+            # a message never answered (Stop cancelled it while it waited; a Continue of the reply
+            # before may be below it): not in what the model sees, it just leaves the page
+            unanswered = next((e for e in self.views.exchanges if e.id == editing and e.reply is None
+                               and e.restored is None and not e.queued), None)
+            if unanswered is not None and not self.queue.busy:
+                self.views.exchanges.remove(unanswered)
+                return View(transcript=self.views.feed(removed=(unanswered.id,)), textbox=unanswered.message)
             last, why = self._last("Edit")
             if last is not None and editing is not None and self._chain(last)[0].id != editing:
                 last, why = None, "The message you were editing is no longer the last one: yours is sent as a new message."
