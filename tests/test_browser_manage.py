@@ -83,9 +83,13 @@ def test_regenerate_continue_edit_and_export_as_a_user(served, browser):  # noqa
                                  {"role": "assistant", "content": second["text"] + third["text"]}]
 
     # Export: a Markdown and a JSON file with every exchange
-    _click(d, "spec-export")
+    # Export pressed with its button at the window's bottom edge (the files appear below it)
+    d.execute_script("const b = document.getElementById('spec-export'); b.scrollIntoView({block: 'end'}); b.click();")
     links = _wait_for(lambda: d.execute_script(FILES), 20, "the exported files")
     assert d.execute_script(EXPORT_SHOWN)
+    # scrolled into view: the files are below the chat's buttons, often under the window's edge
+    in_view = "const r = document.getElementById('spec-export-file').getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight;"
+    _wait_for(lambda: d.execute_script(in_view), 5, "the exported files in view")
     data = json.loads(urllib.request.urlopen(next(h for h in links if h.endswith(".json")), timeout=10).read())
     assert [e["message"] for e in data["exchanges"]] == [message, message, message, follow]
     assert [e["kept"] for e in data["exchanges"]] == [False, False, True, True]

@@ -98,7 +98,18 @@
   document.addEventListener('click', (ev) => {
     if (ev.target.closest?.('#spec-edit')) startEdit();
     else if (ev.target.closest?.('#spec-send')) sent();
+    else if (ev.target.closest?.('#spec-export')) showExport();
   }, true);
+  // Export: its files are offered below the chat's buttons, often under the window's edge: once
+  // they are there, they are scrolled into view (as little as it takes)
+  function showExport() {
+    let waited = 0;
+    const look = setInterval(() => {
+      const link = document.querySelector('#spec-export-file a');
+      if (link) { clearInterval(look); document.getElementById('spec-export-file').scrollIntoView({block: 'nearest'}); }
+      else if ((waited += 200) > 10000) clearInterval(look);
+    }, 200);
+  }
   document.addEventListener('input', (ev) => { if (ev.target === box() && !ev.target.value) cancelEdit(false); }, true);
   document.addEventListener('keydown', (ev) => {
     if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && ev.target === box()) sent();
