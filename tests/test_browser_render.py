@@ -190,6 +190,31 @@ def test_a_pasted_code_block_in_the_users_message_is_highlighted(served, page):
     user.screenshot(str(OUT / "render_user_code.png"))
 
 
+SUMMARY_BOX = """const s = [...document.querySelectorAll('#spec-chat .spec-summary')].pop();
+return [s.clientHeight, s.scrollHeight, parseFloat(getComputedStyle(s).lineHeight), s.textContent];"""
+
+
+@pytest.mark.real_model
+def test_a_replys_summary_shows_its_first_line_and_the_rest_on_a_click(served, page):
+    """Testers found the footers long and technical for a daily chat: a reply's summary shows one
+    line until clicked, and the whole of it stays in the page (find, copy, screen readers)."""
+    d = page(served, width=820)
+    drive.send(d, "Name three colours.")
+    drive.wait_done(d, 300)
+    closed, whole, line, text = d.execute_script(SUMMARY_BOX)
+    assert "tokens" in text and "×" in text  # the text is all there
+    assert whole > 1.5 * line and closed < 1.5 * line, (closed, whole, line)  # it wraps, and shows one line
+    summary = d.find_elements(By.CSS_SELECTOR, "#spec-chat .spec-summary")[-1]
+    bot = d.find_elements(By.CSS_SELECTOR, "#spec-chat [data-testid=bot]")[-1]
+    d.execute_script("arguments[0].scrollIntoView({block: 'center'});", bot)
+    bot.screenshot(str(OUT / "render_summary.png"))
+    d.execute_script("arguments[0].click();", summary)
+    opened = d.execute_script(SUMMARY_BOX)
+    assert opened[0] >= whole - 1 and opened[3] == text  # all of it shown
+    d.execute_script("arguments[0].click();", summary)
+    assert d.execute_script(SUMMARY_BOX)[0] < 1.5 * line  # and its first line again
+
+
 @pytest.mark.real_model
 def test_use_via_api_opens_the_api_page_with_the_chat_endpoint(served, page):
     """Gradio's footer link: the page has an API (/chat streams a reply with every output), so

@@ -1,4 +1,9 @@
 document.addEventListener('click', (ev) => {
+  const summary = ev.target.closest('.spec-summary');
+  if (summary) {  // a reply's summary: its whole text, or its first line again (page.css)
+    if (!getSelection().toString()) summary.classList.toggle('spec-open');
+    return;
+  }
   const cancel = ev.target.closest('.spec-unqueue');
   if (cancel) {  // a queued message's own cancel button: its exchange id into the hidden #spec-unqueue box
     const m = cancel.className.match(/\bqref-(\d+)\b/);

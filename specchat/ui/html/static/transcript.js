@@ -69,7 +69,10 @@ function upsert(item) {
   if (p.label !== r.label) s.label.textContent = p.label = r.label;
   if (p.notices !== r.notices) s.notices.innerHTML = p.notices = r.notices;
   if (p.status !== r.status) s.status.innerHTML = p.status = r.status;
-  if (p.summary !== r.summary) s.summary.textContent = p.summary = r.summary;
+  if (p.summary !== r.summary) {
+    s.summary.textContent = p.summary = r.summary;
+    s.summary.title = r.summary ? 'click: the whole line, or its first line again' : '';
+  }
   s.bot.classList.toggle('spec-running', !!r.running);
   s.copy.hidden = typeof r.text !== 'string' || !r.text;  // nothing to copy before the first token
   if (typeof r.text === 'string') s.bot.dataset.text = r.text;
