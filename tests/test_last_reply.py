@@ -132,9 +132,15 @@ def test_an_edited_message_sent_replaces_the_exchange_it_was_put_back_from():
     view = session.last.edit(session.views.exchanges[0].id)
     assert view.transcript is None and "no longer the last one" in view.toasts[0][1]
     assert len(session.views.exchanges) == 2 and len(session.history) == 4
+    # an edited message sent while a reply streams (Regenerate was pressed meanwhile): sent after it, as a new one
+    stream = session.respond("busy", settings())
+    next(stream)
+    refused = session.last.edit(session.views.exchanges[-1].id)
+    assert refused.transcript is None and refused.toasts[0][1].startswith("A reply is being written")
+    stream.close()
     out = handlers.take_message("third", "", request=request)  # not editing: nothing taken back
     assert handlers.page.transcript not in out and [e.message for e in session.views.exchanges][1:] == [
-        "second, edited", "third"]
+        "second, edited", "busy", "third"]
 
 
 def test_editing_a_message_stop_cancelled_replaces_it():

@@ -131,7 +131,9 @@ class LastReply:
                 self.views.exchanges.remove(unanswered)
                 return View(transcript=self.views.feed(removed=(unanswered.id,)), textbox=unanswered.message)
             last, why = self._last("Edit")
-            if last is not None and editing is not None and self._chain(last)[0].id != editing:
+            if editing is not None and self.queue.busy:  # (Regenerate pressed while editing, say)
+                why = "A reply is being written or a message waits: your edited message is sent as a new one, after them."
+            elif last is not None and editing is not None and self._chain(last)[0].id != editing:
                 last, why = None, "The message you were editing is no longer the last one: yours is sent as a new message."
             if last is None:
                 return View(toasts=(("info", why),))
