@@ -25,7 +25,7 @@ from specchat.ui.session.chats import ChatShelf
 from specchat.ui.session.export import export_json, export_markdown
 from specchat.ui.session.last_reply import Resend
 from specchat.ui.session.live import LIVE
-from specchat.ui.session.saved import kept_prompt, parse_saved, parse_settings, settings_state
+from specchat.ui.session.saved import SETTING_RANGES, kept_prompt, parse_saved, parse_settings, settings_state
 from specchat.ui.session.view import STREAMED_FIELDS, TICKED_FIELDS, View
 
 NOTHING_SENT = -1  # the ticket of a refused Regenerate or Continue: the reply that follows does nothing
@@ -81,12 +81,7 @@ class Handlers:
         session = self.session_of(request)
         out = {self.page.editing: "", self.page.export_file: EXPORT_GONE}  # an export of the chat before is stale
         if str(editing or "").isdigit() and str(message or "").strip():
-            view = session.last.edit(int(editing))
-            for level, text in view.toasts:
-                _toast(level, text)
-            if view.transcript is not None:
-                out[self.page.transcript] = wire(view.transcript)
-                out |= {getattr(self.page, f): getattr(view, f) for f in ("table", "stats") if getattr(view, f) is not None}
+            out |= self.updates(session.last.edit(int(editing)))  # (its textbox, the old text, is emptied below)
         sent = session.note_sent(message)
         # the message is in the browser's copy at once: a reload before its reply keeps what was typed
         saved = session.saved()
@@ -400,7 +395,7 @@ class Handlers:
         kept = parse_settings(saved, self._menu_values())
         # every control gets a value (its default when none was kept): an output left out is a
         # props update, which makes Gradio rebuild the slider and drop its range check (layout.bounded)
-        names = ("gamma", "temperature", "top_p", "max_new_tokens", "adaptive", "colours")  # the listener's outputs
+        names = [n for n in SETTING_RANGES if n not in ("drafter", "system_prompt")]  # the listener's outputs
         return {getattr(self.page, n): kept.get(n, getattr(self.page, n).value) for n in names}
 
     def _menu_values(self) -> list[str]:

@@ -50,10 +50,11 @@
       noteTimer = setTimeout(() => { if (!editing) note(null); }, 6000);
     }
   }
+  const unmark = () => document.querySelectorAll('#spec-chat .spec-editing').forEach((e) => e.classList.remove('spec-editing'));
   function setEditing(ex) {  // the hidden box the server reads with the message (Gradio reads its input event)
     const e = editingBox();
     if (e) { e.value = ex ? ex.dataset.ex : ''; e.dispatchEvent(new Event('input', {bubbles: true})); }
-    document.querySelectorAll('#spec-chat .spec-editing').forEach((e) => e.classList.remove('spec-editing'));
+    unmark();
     editing = ex;
     // the exchange and the Continues after it (their bubbles carry no text): replaced together
     for (let e = ex; e; e = e.nextElementSibling) if (e.classList.contains('spec-ex')) e.classList.add('spec-editing');
@@ -78,7 +79,7 @@
   }
   function sent() {  // Enter or Send: the server takes the edit with the message and empties #spec-editing
     if (!editing || !box()?.value.trim()) return;
-    document.querySelectorAll('#spec-chat .spec-editing').forEach((e) => e.classList.remove('spec-editing'));
+    unmark();
     editing = null;
     note(null);
   }
