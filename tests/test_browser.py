@@ -57,7 +57,7 @@ class RecordingService(ChatService):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.runs: list[dict] = []
-        self.round_delay_s = 0.0  # slows each round: a test that watches a reply stream for a while
+        self.token_delay_s = 0.0  # paces each token: a test that watches a reply stream for a while
 
     def stream_chat(self, history, message, **kwargs):
         run = {"message": message, "start": time.monotonic(), "end": None, "tokens": 0, "shown": 0, "rounds": 0,
@@ -68,10 +68,10 @@ class RecordingService(ChatService):
             for item in super().stream_chat(history, message, **kwargs):
                 if isinstance(item, TokenEvent):
                     run["tokens"] += 1
+                    time.sleep(self.token_delay_s)
                     run["shown"] += bool(item.text)  # a span only for tokens that add text (not EOS)
                 elif isinstance(item, RoundEvent):
                     run["rounds"] += 1
-                    time.sleep(self.round_delay_s)
                 elif isinstance(item, DoneEvent):
                     run["stop"], run["text"] = item.stop_reason, item.text
                     run["decode_ms"] = item.decode_ms
