@@ -174,12 +174,38 @@ def test_editing_a_cancelled_message_with_a_continue_below_it_replaces_it():
     list(session.respond("second", settings(), waiting.ticket))
     resend = session.last.continue_()
     _drain(session, resend.message, resend.ticket)
-    first, cancelled, continued = session.views.exchanges
+    first, continued, cancelled = session.views.exchanges  # (the cancelled message moved below the Continue)
     assert cancelled.reply is None and continued.continues and continued.kept
     history = session.history
     view = session.last.edit(cancelled.id)
     assert view.textbox == "second" and not view.toasts and view.transcript["items"] == [{"id": cancelled.id, "removed": True}]
     assert session.views.exchanges == [first, continued] and session.history == history
+
+
+def test_a_continue_is_shown_right_below_its_reply_and_a_cancelled_message_moves_below_it():
+    """A tester: Stop cancelled a waiting message; Continue on the reply above it put the
+    continuation below the cancelled message, as if it answered it."""
+    session = ChatSession(FakeService(delay_s=0.02), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    stream = session.respond("first", settings())
+    next(stream)
+    while not session.views.exchanges[0].reply.renderer.text:
+        next(stream)
+    waiting = session.note_sent("second")
+    session.stop()
+    list(stream)
+    list(session.respond("second", settings(), waiting.ticket))
+    first, cancelled = session.views.exchanges
+    old_id = cancelled.id
+    resend = session.last.continue_()
+    items = resend.view.transcript["items"]
+    continuing = session.views.exchanges[1]
+    assert session.views.exchanges == [first, continuing, cancelled] and continuing.continues
+    assert first.id < continuing.id < cancelled.id and cancelled.id != old_id  # the page orders by id
+    assert [i["id"] for i in items] == [continuing.id, cancelled.id, old_id] and items[-1] == {"id": old_id, "removed": True}
+    assert items[1]["message"] == "second"  # still on the page, as typed
+    _drain(session, resend.message, resend.ticket)
+    assert [e.message for e in session.views.exchanges] == ["first", "first", "second"]
+    assert session.history[-1]["role"] == "assistant"  # the cancelled message is not in what the model sees
 
 
 def test_continue_writes_on_from_the_reply_and_the_model_sees_one_reply():

@@ -10,8 +10,8 @@ otherwise:
   the exchange stays until the edited message is sent; then it leaves the page and the
   conversation, and the edited message is sent in its place (Esc, or emptying the box, cancels).
 - **Continue**: a reply cut at its token limit (or stopped) is written on from its last token: a
-  new exchange whose reply continues the one above; the model sees them as one reply
-  (:meth:`Conversation.begin_continuation`).
+  new exchange whose reply continues the one above (messages Stop cancelled below the reply move
+  below it); the model sees them as one reply (:meth:`Conversation.begin_continuation`).
 
 Regenerate and Continue send through the session's queue like a typed message (a ticket each);
 the session asks :meth:`LastReply.continuation` which ticket is a Continue.
@@ -160,12 +160,16 @@ class LastReply:
                 last, why = None, "Only a reply that is part of the conversation can be continued (not a failed or replaced one)."
             if last is None:
                 return Resend(None, None, View(toasts=(("info", why),)))
+            # messages never answered below the reply (Stop cancelled them while they waited) go
+            # below its Continue: the continuation is shown right after what it continues
+            unanswered = self._after(last)
             ticket, _ = self.queue.note(last.message)
             self._continuing[ticket] = last
             shown = self._queued(ticket)
             for exchange in shown:
                 exchange.continues = True
-            return Resend(last.message, ticket, View(transcript=self.views.feed(*shown)))
+            moved = tuple(self.views.move_to_end(e) for e in unanswered)
+            return Resend(last.message, ticket, View(transcript=self.views.feed(*shown, *unanswered, removed=moved)))
 
     def continuation(self, ticket: int | None) -> Exchange | None:
         """The exchange a reply for ``ticket`` continues (taken: asked once), or None."""

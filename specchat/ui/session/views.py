@@ -87,6 +87,14 @@ class SessionViews:
         self.exchanges.append(exchange)
         return exchange
 
+    def move_to_end(self, exchange: Exchange) -> int:
+        """Show ``exchange`` last, with a new transcript id (the page orders exchanges by id);
+        returns its old id, for the page to remove."""
+        old = exchange.id
+        self.exchanges.remove(exchange)
+        self.add_exchange(exchange)
+        return old
+
     def feed(self, *exchanges: Exchange, reset: bool = False, removed: tuple[int, ...] = ()) -> dict:
         """A value for the page's transcript: these exchanges as they are now, the ids ``removed``
         taken out, and with ``reset`` everything else dropped first (see :mod:`specchat.ui.html.transcript`)."""
