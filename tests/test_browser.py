@@ -940,6 +940,10 @@ def test_the_page_reads_well_at_820_px_and_toasts_do_not_cover_the_drafter_menu(
               "the second reply")
     drive_app.wait_done(d, 60)
     assert d.execute_script("return document.documentElement.scrollWidth") <= 820
+    # each action button's label fits it (a tester: "✎ Edit last message" ran over its edges here)
+    spills = d.execute_script("return [...document.querySelectorAll('#spec-actions button')]"
+                              ".filter(b => b.scrollWidth > b.clientWidth + 1).map(b => b.innerText);")
+    assert not spills, spills
     drive_app.screenshot(d, str(OUT / "narrow_820.png"), width=820)
 
 

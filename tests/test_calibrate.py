@@ -111,6 +111,11 @@ def test_the_menu_says_what_each_calibrated_drafter_costs_here():
     assert menu_label("sibling", record) == "sibling · costs 0.44 target steps a token here"
     assert menu_label("int4", record) == "int4 · costs 1.54 target steps a token here: cannot pay"
     assert menu_label("ngram", record) == "ngram" and menu_label("sibling", None) == "sibling"
+    # with the tokens drafted a round kept (c is dearer when fewer are drafted a round)
+    record.drafters[0] = DrafterTiming("sibling", 9.0, 0.8, 0.6, 40.0, 6.6)
+    assert menu_label("sibling", record) == "sibling · costs 0.44 target steps a token here (7 drafted a round)"
+    assert Calibration.from_json(record.to_json()).drafters[0].drafted_per_round == 6.6
+    record.drafters[0] = DrafterTiming("sibling", 9.0, 0.8, 0.6, 40.0)
 
     class Service:
         calibration = record
@@ -158,8 +163,9 @@ def test_a_calibration_on_a_busy_machine_is_measured_again_then_flagged(monkeypa
 
         def reply(service, prompt_ids, kind, num_tokens):
             if num_tokens == 4:  # the untimed warm-up
-                return 1.0, None, None
-            return next(it), (0.5 if kind != "none" else None), (30.0 if kind != "none" else None)
+                return 1.0, None, None, None
+            drafted = kind != "none"
+            return next(it), (0.5 if drafted else None), (30.0 if drafted else None), (4.0 if drafted else None)
         return reply
 
     monkeypatch.setattr(cal, "calibration_key", lambda service: {"machine": "m"})

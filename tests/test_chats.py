@@ -27,6 +27,12 @@ def test_titles_are_the_first_message_on_one_line():
     assert title_of({"exchanges": [{"message": "  How do\nlighthouses   work? "}]}) == "How do lighthouses work?"
     long = "x" * 60
     assert title_of({"exchanges": [{"message": long}]}) == "x" * 47 + "…"
+    # a tester: "Why does this code print the wrong total? ```py…" as a title
+    pasted = "Why does this code print the wrong total?\n```py\ntotal = 0\n```"
+    assert title_of({"exchanges": [{"message": pasted}]}) == "Why does this code print the wrong total?"
+    assert title_of({"exchanges": [{"message": "```py\nx = 1\n```"}]}) == "py x = 1"
+    assert title_of({"exchanges": [{"message": "## What does `is_palindrome` do, **exactly**?"}]}) == (
+        "What does is_palindrome do, exactly?")
 
 
 def test_new_switch_and_back_keep_each_conversation_and_what_the_model_sees():
@@ -52,6 +58,16 @@ def test_a_new_chat_on_an_empty_one_does_not_pile_up_empty_chats():
     s.new_chat()
     s.new_chat()
     assert len(s.shelf.chats) == 1
+    # a tester's list had two "New chat" entries: New, then another chat shown, then New again
+    _say(s, "about cats")
+    cats = s.shelf.active
+    s.new_chat()
+    assert s.switch_chat(cats) is not None  # the empty new chat is left: it leaves the list
+    s.new_chat()
+    assert [t for t, _ in s.shelf.choices()] == [NEW_TITLE, "about cats"]
+    s.shelf.rename("kept for later")  # a named one stays, empty or not
+    assert s.switch_chat(cats) is not None
+    assert [t for t, _ in s.shelf.choices()] == ["kept for later", "about cats"]
 
 
 def test_delete_then_undo_brings_the_chat_back_and_clear_can_be_undone():
@@ -215,21 +231,46 @@ def test_showing_a_chat_does_not_move_it_in_the_list_a_new_message_does(monkeypa
     shelf.new(copy("c"))
     titles = lambda: [t for t, _ in shelf.choices()]  # noqa: E731
     assert titles() == [NEW_TITLE, "c", "b", "a"]
-    shelf.switch(a, {})  # the empty new chat is left: it stays on top
-    assert titles() == [NEW_TITLE, "c", "b", "a"]
+    shelf.switch(a, {})  # the empty new chat is left: it leaves the list, the others stay where they are
+    assert titles() == ["c", "b", "a"]
     shelf.switch(b, copy("a"))  # a shown, left as it was
-    assert titles() == [NEW_TITLE, "c", "b", "a"]
+    assert titles() == ["c", "b", "a"]
     shelf.switch(a, copy("b", "b2"))  # a message sent in b: b goes to the top
-    assert titles() == ["b", NEW_TITLE, "c", "a"]
+    assert titles() == ["b", "c", "a"]
     # a reload: the list as the browser kept it, the active chat's copy noted again; nothing moves,
     # not even when the chat is left afterwards unchanged
     shelf = ChatShelf.parse(shelf.state())
     shelf.note_active(copy("a"))
-    assert titles() == ["b", NEW_TITLE, "c", "a"]
+    assert titles() == ["b", "c", "a"]
     shelf.switch(b, copy("a"))
-    assert titles() == ["b", NEW_TITLE, "c", "a"]
+    assert titles() == ["b", "c", "a"]
     # a message in the active chat moves it up at once (the page notes the copy on Send)
     shelf.note_active(copy("b", "b2", "b3"))
     shelf.switch(a, copy("b", "b2", "b3"))
     shelf.note_active(copy("a", "a2"))
-    assert titles() == ["a", "b", NEW_TITLE, "c"]
+    assert titles() == ["a", "b", "c"]
+
+
+def test_a_new_chat_keeps_the_system_prompt_box_and_a_switch_shows_each_chats_own():
+    """A tester set "Always answer in German.", sent, emptied the box and pressed New chat: the box
+    came back with the German prompt and the next reply was in German."""
+    import dataclasses
+
+    import gradio as gr
+
+    from specchat.ui.page import app
+
+    demo = app.build_ui(FakeService(delay_s=0.0))
+    fn = next(f.fn for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "new_chat")
+    handlers, request = fn.__self__, type("R", (), {"session_hash": "prompt-test"})()
+    session = handlers.session_of(request)
+    list(session.respond("What is a mutex?", dataclasses.replace(settings(), system_prompt="Always answer in German.")))
+    german = session.shelf.active
+    out = handlers.new_chat(request=request)
+    assert out[handlers.page.system_prompt] == gr.skip()  # the box as the person left it
+    assert session.conversation.system_prompt == "" and session.saved().get("system_prompt", "") == ""
+    list(session.respond("What is a semaphore?", settings()))
+    assert session.conversation.system_prompt == ""
+    out = handlers.switch_chat(german, request=request)
+    assert out[handlers.page.system_prompt] == "Always answer in German."  # the chat's own
+    assert session.conversation.system_prompt == "Always answer in German."

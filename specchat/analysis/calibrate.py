@@ -67,6 +67,11 @@ class DrafterTiming:
         speedup: ``tokens_per_s`` ÷ the target-only rate of the same calibration.
         alpha: acceptance rate α of the reply (accepted ÷ drafted), None if nothing was drafted.
         draft_ms_per_token: drafter time per drafted token, milliseconds.
+        drafted_per_round: tokens drafted per drafting round (γ as adaptive γ chose it; None in
+            records made before it was kept). A drafter's time per token depends on it: each
+            round's first pass also reads the tokens the last round committed (measured on a
+            2-core CPU, the 0.5B sibling against its 1.5B target, fixed γ, a short prompt:
+            c = 1.07 at γ = 1, 0.77 at 2, 0.67 at 4, 0.60 at 8).
     """
 
     kind: str
@@ -74,6 +79,7 @@ class DrafterTiming:
     speedup: float
     alpha: float | None
     draft_ms_per_token: float | None
+    drafted_per_round: float | None = None
 
 
 @dataclass
@@ -245,17 +251,20 @@ def save(calibration: Calibration, path: Path | None = None) -> Path:
     return select.keep_record(path or default_path(), calibration.to_json())
 
 
-def _reply(service: CalibratedService, prompt_ids: list[int], kind: str, num_tokens: int) -> tuple[float, float | None, float | None]:
-    """(decode tokens/s, α, draft ms per drafted token) of one greedy reply with adaptive γ, as
-    the app runs it (timing rounds off: the rate is compared with separate target-only replies)."""
+def _reply(service: CalibratedService, prompt_ids: list[int], kind: str,
+           num_tokens: int) -> tuple[float, float | None, float | None, float | None]:
+    """(decode tokens/s, α, draft ms per drafted token, tokens drafted per drafting round) of one
+    greedy reply with adaptive γ, as the app runs it (timing rounds off: the rate is compared with
+    separate target-only replies)."""
     config = GenerationConfig(max_new_tokens=num_tokens, num_speculative_tokens=8, adaptive_gamma=True,
                               measure_speedup=False)
-    drafted = accepted = 0
+    drafted = accepted = drafting_rounds = 0
     draft_ms = 0.0
     done = None
     for event in service.generate(prompt_ids, drafter=kind, config=config):
         if isinstance(event, RoundEvent):
             drafted += event.num_drafted
+            drafting_rounds += bool(event.num_drafted)
             accepted += event.num_accepted
             draft_ms += event.draft_ms
         elif isinstance(event, DoneEvent):
@@ -263,7 +272,8 @@ def _reply(service: CalibratedService, prompt_ids: list[int], kind: str, num_tok
     if done is None or not done.token_ids or done.decode_ms <= 0:
         raise RuntimeError(f"the calibration reply with drafter {kind!r} produced no tokens")
     rate = len(done.token_ids) / (done.decode_ms / 1000)
-    return rate, (accepted / drafted if drafted else None), (draft_ms / drafted if drafted else None)
+    return (rate, (accepted / drafted if drafted else None), (draft_ms / drafted if drafted else None),
+            (drafted / drafting_rounds if drafting_rounds else None))
 
 
 def calibrate(service: CalibratedService, kinds: list[str] | None = None, *, num_tokens: int = NUM_TOKENS,
@@ -323,10 +333,10 @@ def _measure(service: CalibratedService, prompt_ids: list[int], kinds: list[str]
     timings = []
     for kind in kinds:
         say(f"Calibrating: drafter '{kind}' ({num_tokens} tokens)")
-        rate, alpha, ms = _reply(service, prompt_ids, kind, num_tokens)
+        rate, alpha, ms, per_round = _reply(service, prompt_ids, kind, num_tokens)
         say("Calibrating: target only")
         base_rates.append(_reply(service, prompt_ids, "none", num_tokens)[0])
-        timings.append(DrafterTiming(kind, rate, rate / statistics.mean(base_rates[-2:]), alpha, ms))
+        timings.append(DrafterTiming(kind, rate, rate / statistics.mean(base_rates[-2:]), alpha, ms, per_round))
     return base_rates, timings
 
 
@@ -335,13 +345,19 @@ def menu_label(kind: str, calibration: Calibration | None) -> str:
     ``sibling · costs 0.41 target steps a token here`` (c, the cost ratio), or for a drafter whose
     step costs more than a target step ``int4 · costs 1.54 target steps a token here: cannot pay``
     (S(γ) > 1 needs α > c, and α <= 1);
-    the hybrid's is its model part's (``hybrid_part``), its lookup rounds cost nothing."""
+    the hybrid's is its model part's (``hybrid_part``), its lookup rounds cost nothing. With the
+    tokens drafted a round known: ``sibling · costs 0.60 target steps a token here (7 drafted a
+    round)``, since c is dearer when fewer are drafted a round (:class:`DrafterTiming`) and a
+    reply's own c, at its own γ, may read higher."""
     c = calibration.cost_ratio(kind) if calibration is not None else None
     if c is None:
         return kind
+    timing = next((d for d in calibration.drafters if d.kind == kind), None) if calibration is not None else None
+    per_round = getattr(timing, "drafted_per_round", None)
+    at = f" ({per_round:.0f} drafted a round)" if per_round else ""
     if c >= 1.0:
-        return f"{kind} · costs {c:.2f} target steps a token here: cannot pay"
-    return f"{kind} · costs {c:.2f} target steps a token here"
+        return f"{kind} · costs {c:.2f} target steps a token here{at}: cannot pay"
+    return f"{kind} · costs {c:.2f} target steps a token here{at}"
 
 
 def pick(calibration: Calibration | None, available: list[str], runtime: str = "transformers") -> str:

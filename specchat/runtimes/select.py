@@ -195,7 +195,8 @@ def describe(runtime) -> str:
     bits = 8 * size.weight_bytes / max(1, size.matmul_params)
     if getattr(runtime, "name", "") == "llamacpp":
         kind = runtime.weights.file_type() or "GGUF"
-        return f"llama.cpp ({kind}, {bits:.1f} bits/weight, {runtime.threads} threads, {llamacpp.library_name()})"
+        threads = f"{runtime.threads} thread{'s' if runtime.threads != 1 else ''}"
+        return f"llama.cpp ({kind}, {bits:.1f} bits/weight, {threads}, {llamacpp.library_name()})"
     dtype = str(next(runtime.model.parameters()).dtype).removeprefix("torch.")
     return f"transformers ({dtype}, {bits:.1f} bits/weight)"
 

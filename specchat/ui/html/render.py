@@ -328,6 +328,17 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _cost_tip(drafted_per_round: float | None) -> str:
+    """The c chip's tooltip: c depends on how many tokens a round drafts (the drafter menu's figure
+    is at the calibration's)."""
+    tip = "one drafted token's time / one target-only step, both timed in this reply"
+    if drafted_per_round is None:
+        return tip
+    return (f"{tip}, at its {drafted_per_round:.1f} drafted a round: each round's first drafter pass also reads "
+            "the tokens the last round committed, so a round that drafts few pays more a token (the drafter "
+            "menu's figure is at the calibration's own γ)")
+
+
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
     return "–" if value is None else f"{value:{spec}}{suffix}"
 
@@ -355,7 +366,7 @@ def stats_html(metrics: SpeculationMetrics | None, *, label: str | None = None, 
         ("speedup", measured.short(), f"measured {basis}"),
         ("predicted", _fmt(evidence.predicted_speedup(metrics), ".2f", "×"),
          "from this reply's α and costs: Σ E[N](α, γ) · t₁ / Σ (γ·d + v(γ+1)) over its rounds"),
-        ("c", _fmt(metrics.cost_ratio, ".3f"), "one drafted token's time / one target-only step, both timed in this reply"),
+        ("c", _fmt(metrics.cost_ratio, ".3f"), _cost_tip(metrics.mean_num_speculative_tokens)),
     ]
     chips = "".join(
         f'<span class="stat" title="{html.escape(tip)}"><b>{html.escape(k)}</b> {html.escape(v)}</span>'

@@ -238,8 +238,11 @@ class Handlers:
                 self.page.system_prompt: session.conversation.system_prompt, self.page.export_file: EXPORT_GONE}
 
     def new_chat(self, request: gr.Request = None):
+        """New chat: the system prompt's box stays as it is (what the next reply sends), not the
+        last chat's prompt; a switch shows the chat's own."""
         session = self.session_of(request)
-        return self._chat_switched(session, session.new_chat())
+        out = self._chat_switched(session, session.new_chat())
+        return {**out, self.page.system_prompt: gr.skip()} if self.page.system_prompt in out else out
 
     def switch_chat(self, chat_id, request: gr.Request = None):
         session = self.session_of(request)

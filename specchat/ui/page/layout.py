@@ -37,7 +37,9 @@ min(1, p(x)/q(x))). At the first rejection it draws a replacement from the resid
 norm(max(0, p − q)) (**resampled**); if all γ were accepted it adds one **bonus** token of its
 own. A round that drafted nothing commits one **target** token ({TARGET_ONLY_LOOK}): one step of
 the target alone. So every round commits 1 … γ+1 tokens and the output has exactly the target's
-distribution (at temperature 0: exactly the target's greedy text).
+distribution (at temperature 0: the target's greedy text, token for token, but where two tokens
+were within rounding of each other: a verify pass over several tokens rounds a little differently
+from single steps, so at such a near-tie two replies can part; **Race** shows where and by how much).
 
 | symbol | meaning |
 |---|---|
@@ -357,9 +359,9 @@ def _chat(service: ChatServiceProtocol) -> dict[str, Any]:
     # what the person can do to the last reply (specchat.ui.session.last_reply), and the export
     with gr.Row(equal_height=True, elem_id="spec-actions"):
         regenerate_btn = gr.Button("↻ Regenerate", size="sm", min_width=60, elem_id="spec-regenerate")
-        edit_btn = gr.Button("✎ Edit last message", size="sm", min_width=60, elem_id="spec-edit")
-        continue_btn = gr.Button("→ Continue the reply", size="sm", min_width=60, elem_id="spec-continue")
-        export_btn = gr.Button("⤓ Export chat", size="sm", min_width=60, elem_id="spec-export")
+        edit_btn = gr.Button("✎ Edit", size="sm", min_width=60, elem_id="spec-edit")
+        continue_btn = gr.Button("→ Continue", size="sm", min_width=60, elem_id="spec-continue")
+        export_btn = gr.Button("⤓ Export", size="sm", min_width=60, elem_id="spec-export")
     export_file = gr.File(label="this chat, as Markdown and as JSON (with each reply's figures)", visible=False,
                           file_count="multiple", interactive=False, elem_id="spec-export-file")
     return dict(load_banner=load_banner, transcript=transcript, textbox=textbox, send=send, pending=pending, ticket=ticket, stop=stop,

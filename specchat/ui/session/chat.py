@@ -296,6 +296,7 @@ class ChatSession:
         reload, or, when this tab set it aside (:meth:`_aside`), with its replies as they were."""
         with self._lock:
             self.conversation.clear()
+            self.conversation.system_prompt = ""  # the chat's own (its copy's), not the last chat's
             self.views.reset()
             self._settled = None
             restore_state(self.views, self.conversation, copy)

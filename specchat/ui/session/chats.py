@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +36,15 @@ def _content(saved: dict | None) -> tuple:
 
 
 def title_of(saved: dict | None) -> str:
-    """A chat's title from its copy: its first message, cut to :data:`TITLE_CHARS` on one line."""
+    """A chat's title from its copy: its first message, cut to :data:`TITLE_CHARS` on one line,
+    without its Markdown marks (a code block pasted after a question: the question alone)."""
     exchanges = (saved or {}).get("exchanges") or []
     if not exchanges:
         return NEW_TITLE
-    text = " ".join(str(exchanges[0].get("message", "")).split())
+    message = str(exchanges[0].get("message", ""))
+    prose = message.split("```")[0]
+    text = " ".join((prose if prose.strip() else message.replace("```", " ")).split())
+    text = re.sub(r"^(?:[#>]+\s*)+", "", text.replace("`", "").replace("**", ""))
     return (text[: TITLE_CHARS - 1] + "…") if len(text) > TITLE_CHARS else (text or NEW_TITLE)
 
 
@@ -122,7 +127,11 @@ class ChatShelf:
         target = self.get(chat_id)
         if target is None or chat_id == self.active:
             return None
-        self.stash(saved)
+        if not (saved or {}).get("exchanges") and not self.current.renamed:
+            self.chats.remove(self.current)  # an empty chat left behind is not kept: New makes one when wanted
+            self._seen = None
+        else:
+            self.stash(saved)
         self.active, copy, target.saved = chat_id, target.saved or {}, None
         self._seen = _content(copy)
         return copy
