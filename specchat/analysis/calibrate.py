@@ -122,7 +122,8 @@ class Calibration:
                 f"({self.num_tokens} tokens each)")
         if self.unsteady is not None:
             base += (f"; target-only speed varied by {self.unsteady:.0%} while it was measured (a busy machine): "
-                     "`specchat calibrate --again` measures it again")
+                     "`specchat calibrate --again` measures it again, and while other work keeps a core busy "
+                     "`--threads` below the number of cores can be much faster")
         if picked == "hybrid":
             return f"hybrid = lookup first, then {best.kind}, the fastest model drafter: {base}"
         if picked == best.kind:
@@ -309,7 +310,8 @@ def calibrate(service: CalibratedService, kinds: list[str] | None = None, *, num
     base_rates, timings = _measure(service, prompt_ids, ready, num_tokens, say)
     spread = rate_spread(base_rates)
     if spread > UNSTEADY_SPREAD:  # a busy moment: once more, and the steadier of the two is kept
-        say(f"Calibrating: target-only speed varied by {spread:.0%} (a busy machine?): measuring again")
+        say(f"Calibrating: target-only speed varied by {spread:.0%} (a busy machine? if other work keeps a core busy, "
+            "--threads below the number of cores can be much faster): measuring again")
         again = _measure(service, prompt_ids, ready, num_tokens, say)
         if rate_spread(again[0]) < spread:
             base_rates, timings = again

@@ -269,7 +269,7 @@ class Restored:
         source = self.lead + self.text
         blocks = render_blocks(source, [LEAD] * len(self.lead) + [-1] * len(self.text), [], {}, {}) if self.text else []
         note = ('<div class="spec-notice">restored (after a reload, or from another chat of the list): the text only; '
-                'token colours, charts and the inspector cover the replies made since</div>')
+                'its token colours, charts and inspector are not kept (new replies have them)</div>')
         return {"label": self.label, "notices": note, "blocks": blocks,
                 "status": status_html(self.status) if self.status else "", "summary": self.summary,
                 "running": False, "text": self.text}

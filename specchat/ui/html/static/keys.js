@@ -68,6 +68,9 @@
     if (!bubble) { note('There is no message to edit yet.'); return false; }
     putBack(bubble.dataset.text);
     setEditing(bubble.closest('.spec-ex'));
+    // the message being edited in view (the transcript alone scrolls: the box stays where it is)
+    const r = bubble.closest('.spec-transcript'), bb = bubble.getBoundingClientRect(), rb = r && r.getBoundingClientRect();
+    if (rb && (bb.top < rb.top || bb.bottom > rb.bottom)) r.scrollTo({top: r.scrollTop + bb.top - rb.top - 8, behavior: 'smooth'});
     note('✎ Editing your last message: Send replaces it and its reply (Esc cancels).', true);
     return true;
   }
