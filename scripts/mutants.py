@@ -1453,6 +1453,22 @@ MUTANTS = [
         "Undo after Delete brings nothing back",
     ),
     Mutant(
+        "new-chat-keeps-the-last-chats-prompt",
+        20,
+        "specchat/ui/session/chat.py",
+        "            self.conversation.system_prompt = \"\"  # the chat's own (its copy's), not the last chat's\n",
+        "",
+        "a new chat answers with the system prompt the last chat sent, whatever its box says",
+    ),
+    Mutant(
+        "continue-below-a-cancelled-message",
+        20,
+        "specchat/ui/session/last_reply.py",
+        "            moved = tuple(self.views.move_to_end(e) for e in unanswered)\n",
+        "            moved = ()\n",
+        "a Continue is shown below a message Stop cancelled, as if it answered it",
+    ),
+    Mutant(
         "kept-gamma-may-be-fractional",
         20,
         "specchat/ui/session/saved.py",
