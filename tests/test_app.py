@@ -192,7 +192,9 @@ class FakeService:
                 round_index += 1
                 if "boom" in message:
                     raise ValueError("the engine failed on purpose")
-        yield DoneEvent(StopReason.EOS, tuple(ids), tuple(kinds), REPLY_TEXT * self.repeat, 5.0, elapsed, 7)
+        # (the script is written whole; at max_new_tokens or more it reads as cut there, as a real reply)
+        stop = StopReason.MAX_NEW_TOKENS if len(ids) >= config.max_new_tokens else StopReason.EOS
+        yield DoneEvent(stop, tuple(ids), tuple(kinds), REPLY_TEXT * self.repeat, 5.0, elapsed, 7)
 
 
 # ---- fixtures ----------------------------------------------------------------------------

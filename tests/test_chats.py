@@ -251,12 +251,11 @@ def test_showing_a_chat_does_not_move_it_in_the_list_a_new_message_does(monkeypa
     assert titles() == ["a", "b", "c"]
 
 
-def test_a_new_chat_keeps_the_system_prompt_box_and_a_switch_shows_each_chats_own():
-    """A tester set "Always answer in German.", sent, emptied the box and pressed New chat: the box
-    came back with the German prompt and the next reply was in German."""
+def test_a_new_chat_starts_without_a_system_prompt_and_a_switch_shows_each_chats_own():
+    """Two testers: one set "Always answer in German.", sent, emptied the box and pressed New chat:
+    the box came back with the German prompt and the next reply was in German; the other expected a
+    new chat without the last one's prompt. A new chat starts empty, its system prompt too."""
     import dataclasses
-
-    import gradio as gr
 
     from specchat.ui.page import app
 
@@ -267,7 +266,7 @@ def test_a_new_chat_keeps_the_system_prompt_box_and_a_switch_shows_each_chats_ow
     list(session.respond("What is a mutex?", dataclasses.replace(settings(), system_prompt="Always answer in German.")))
     german = session.shelf.active
     out = handlers.new_chat(request=request)
-    assert out[handlers.page.system_prompt] == gr.skip()  # the box as the person left it
+    assert out[handlers.page.system_prompt] == ""  # the new chat's own: none
     assert session.conversation.system_prompt == "" and session.saved().get("system_prompt", "") == ""
     list(session.respond("What is a semaphore?", settings()))
     assert session.conversation.system_prompt == ""

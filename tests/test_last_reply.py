@@ -244,6 +244,18 @@ def test_edit_after_a_continue_takes_back_the_reply_and_its_continuation():
     assert sorted(item["id"] for item in view.transcript["items"]) == [2, 3]  # both taken off the page
 
 
+def test_continue_refuses_a_reply_that_ended_by_itself():
+    """A tester pressed Continue on a reply the model had ended: each press added a Continue and an
+    empty "nothing written" reply. Cut (max new tokens), stopped or cut short by a reload, it goes on."""
+    session = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
+    _drain(session, "hello")  # 19 tokens of 256: the model's end of turn
+    refused = session.last.continue_()
+    assert refused.message is None and "ended by itself" in refused.view.toasts[0][1]
+    assert len(session.views.exchanges) == 1 and not session.queue.busy
+    _drain(session, "more", max_new_tokens=16)  # cut at max new tokens
+    assert session.last.continue_().message == "more"
+
+
 def test_continue_refuses_a_failed_reply():
     service = FakeService()
     session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
@@ -365,11 +377,11 @@ def test_a_reply_after_a_reload_is_numbered_after_the_highest_restored_number():
 def test_a_regenerated_and_a_continued_reply_survive_a_reload_with_their_marks():
     service = FakeService()
     session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
-    _drain(session, "q")
+    _drain(session, "q", max_new_tokens=16)  # (cut at max new tokens: a reply Continue writes on)
     resend = session.last.regenerate()
-    _drain(session, resend.message, resend.ticket)
+    _drain(session, resend.message, resend.ticket, max_new_tokens=16)
     resend = session.last.continue_()
-    _drain(session, resend.message, resend.ticket)
+    _drain(session, resend.message, resend.ticket, max_new_tokens=16)
     saved = session.saved()
     fresh = ChatSession(FakeService())
     assert restore_state(fresh.views, fresh.conversation, saved)
@@ -456,7 +468,7 @@ def test_a_reload_mid_reply_keeps_what_streamed_and_continue_writes_it_on():
 def test_a_reload_while_a_continue_streams_keeps_one_reply_for_the_model():
     service = FakeService(delay_s=0.01)
     session = ChatSession(service, text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
-    _drain(session, "Tell a story.")
+    _drain(session, "Tell a story.", max_new_tokens=16)
     resend = session.last.continue_()
     stream = session.respond(resend.message, settings(), resend.ticket)
     while not session.views.exchanges[-1].reply or not session.views.exchanges[-1].reply.renderer.text:
@@ -541,7 +553,8 @@ def test_a_continue_cut_inside_code_exports_as_one_reply_and_restores_as_code():
     assert "lead" not in fresh.saved()["exchanges"][1]
     # live: Continue of a restored reply cut inside the code block streams its reply as code
     cut = {"version": 1, "system_prompt": "", "history": saved["history"][:1] + [{"role": "assistant", "content": first}],
-           "exchanges": [{"message": "code?", "label": "#1", "text": first, "kept": True}]}
+           "exchanges": [{"message": "code?", "label": "#1", "text": first, "kept": True,
+                          "status": "stopped: max new tokens reached"}]}
     live = ChatSession(FakeService(), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
     assert restore_state(live.views, live.conversation, cut)
     resend = live.last.continue_()

@@ -238,11 +238,9 @@ class Handlers:
                 self.page.system_prompt: session.conversation.system_prompt, self.page.export_file: EXPORT_GONE}
 
     def new_chat(self, request: gr.Request = None):
-        """New chat: the system prompt's box stays as it is (what the next reply sends), not the
-        last chat's prompt; a switch shows the chat's own."""
+        """New chat: an empty one, its system prompt too (the box shows each chat's own)."""
         session = self.session_of(request)
-        out = self._chat_switched(session, session.new_chat())
-        return {**out, self.page.system_prompt: gr.skip()} if self.page.system_prompt in out else out
+        return self._chat_switched(session, session.new_chat())
 
     def switch_chat(self, chat_id, request: gr.Request = None):
         session = self.session_of(request)

@@ -198,7 +198,8 @@ class ChatSession:
         what to tell the user (also when it has started already: then Stop stops it)."""
         if not self.queue.cancel_by_exchange(exchange_id):
             return "That message is no longer waiting (it has started, or was cancelled): Stop stops a reply."
-        return "Cancelled: that message will not be sent."
+        return ("Cancelled: that message will not be sent. Its text stays in the chat: once nothing streams, ↑ in the "
+                "empty box puts your last message back to edit and send.")
 
     def _carry(self, *shown: Exchange) -> tuple[Exchange, ...]:
         return self.queue.carry(self.views.exchanges, *shown)

@@ -158,6 +158,9 @@ class LastReply:
             last, why = self._last("Continue")
             if last is not None and not last.kept:
                 last, why = None, "Only a reply that is part of the conversation can be continued (not a failed or replaced one)."
+            elif last is not None and _ended_by_itself(last):
+                last, why = None, ("The reply ended by itself (the model closed its turn): there is nothing to continue. "
+                                   "Ask for more in a message (\"go on\", \"more detail\").")
             if last is None:
                 return Resend(None, None, View(toasts=(("info", why),)))
             # messages never answered below the reply (Stop cancelled them while they waited) go
@@ -184,3 +187,12 @@ class LastReply:
     def _queued(self, ticket: int) -> tuple[Exchange, ...]:
         """The bubble the queue made for ``ticket`` (shown at once, marked queued)."""
         return tuple(t.exchange for t in self.queue.tickets if t.id == ticket and t.exchange is not None)
+
+
+def _ended_by_itself(exchange: Exchange) -> bool:
+    """Whether the exchange's reply ended at the model's end of turn: no status line (only unusual
+    endings get one: stopped, cut at max new tokens, a full context, cut short by a reload, an error),
+    or "nothing written" (a Continue of such a reply). Continue writes nothing more on it."""
+    status = exchange.reply.renderer.status if exchange.reply is not None else (
+        exchange.restored.status if exchange.restored is not None else "stopped")
+    return not status or status.startswith("nothing written")
