@@ -505,6 +505,20 @@ def test_the_markdown_export_closes_a_code_block_a_cut_reply_left_open():
     assert "```python\nx = 1\n```\n" in md and md.rindex("## You") > md.index("x = 1\n```")
 
 
+def test_the_markdown_export_says_where_a_reply_was_cut_and_keeps_a_messages_line_breaks():
+    """A tester: a reply cut at max tokens ended mid-word with no note; a restored reply lost its
+    figures line; a Shift+Enter line break in a message read as one line in Markdown."""
+    data = {"target": "t", "exported_at": "now", "system_prompt": "", "exchanges": [
+        {"message": "Two lines:\nfirst\nsecond\n\n```py\na = 1\nb = 2\n```", "continues": False, "note": "",
+         "reply": {"label": "#1", "text": "It was cut mid-wo", "status": "stopped: max new tokens reached"}},
+        {"message": "again", "continues": False, "note": "",
+         "reply": {"label": "#2", "text": "Done.", "status": "", "summary": "5 tokens · α 0.80", "restored": True}}]}
+    md = export_markdown(data)
+    assert "## You\n\nTwo lines:  \nfirst  \nsecond\n\n```py\na = 1\nb = 2\n```\n" in md  # code lines untouched
+    assert "It was cut mid-wo\n\n_stopped: max new tokens reached_\n" in md
+    assert "### #2\n\n_5 tokens · α 0.80_\n\nDone.\n" in md and md.count("_stopped") == 1
+
+
 def test_the_model_sizes_are_read_when_a_drafter_is_prepared_not_during_a_reply(smollm2_service):
     """Reading a GGUF header takes ~1 s of CPU: done while the drafter loads, it is not taken from
     the first reply's decoding (2 cores: llama.cpp's two threads would wait on it)."""

@@ -323,7 +323,9 @@ def build_page(service: ChatServiceProtocol, *, kinds: list[str], drafter0: str,
         gr.Markdown(EXPLAIN_MD)
     parts: dict[str, Any] = {"active_drafter": gr.State(drafter0), "subtitle": subtitle}
     with gr.Row(equal_height=False):
-        with gr.Column(scale=3, min_width=320):
+        # under ~840 px the side panel goes below the chat, which keeps the whole width (a tester at
+        # 820 px: a 400-px chat column, code blocks scrolling sideways)
+        with gr.Column(scale=3, min_width=560):
             parts |= _chat(service)
         with gr.Column(scale=1, min_width=250):
             parts |= _controls(service, kinds=kinds, drafter0=drafter0, auto=auto, picked=picked)

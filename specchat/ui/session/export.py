@@ -61,17 +61,22 @@ def export_markdown(data: dict) -> str:
     if data["system_prompt"].strip():
         lines += ["**System prompt:**", "", data["system_prompt"], ""]
     text: str | None = None  # the reply being written out, with its continuations
+    status = ""  # how its last part ended, when unusual ("stopped: max new tokens reached")
+
+    def flush() -> list[str]:
+        return [_closed(text or ""), ""] + ([f"_{status}_", ""] if status else [])
+
     for e in data["exchanges"]:
         reply = e["reply"]
         if e["continues"] and reply is not None and text is not None:
             lines += [f"_continued: {reply['label']}" + (f" · {_figures_line(reply['figures'])}"
                                                          if reply.get("figures") is not None else "") + "_", ""]
-            text += reply["text"]
+            text, status = text + reply["text"], reply.get("status") or ""
             continue
         if text is not None:
-            lines += [_closed(text), ""]
+            lines += flush()
             text = None
-        lines += ["## Continue", ""] if e["continues"] else ["## You", "", _closed(e["message"]), ""]
+        lines += ["## Continue", ""] if e["continues"] else ["## You", "", _closed(_hard_breaks(e["message"])), ""]
         if e["note"]:
             lines += [f"_{e['note']}_", ""]
         if reply is None:
@@ -81,10 +86,27 @@ def export_markdown(data: dict) -> str:
         lines += [f"### {reply['label']}" + (f" · target {reply['target']}" if other else ""), ""]
         if figures is not None:
             lines += [f"_{_figures_line(figures)}_", ""]
-        text = reply["text"]
+        elif reply.get("summary"):  # a reply restored after a reload: the summary line the page kept
+            lines += [f"_{reply['summary']}_", ""]
+        text, status = reply["text"], reply.get("status") or ""
     if text is not None:
-        lines += [_closed(text), ""]
+        lines += flush()
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _hard_breaks(message: str) -> str:
+    """A typed message's line breaks (Shift+Enter) kept in Markdown, as the page shows them: a line
+    followed by another ends with two spaces (a hard break; dropped where a paragraph ends), outside
+    code blocks."""
+    lines, out, fenced = message.split("\n"), [], False
+    for i, line in enumerate(lines):
+        fence = line.lstrip().startswith(("```", "~~~"))
+        fenced ^= fence
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if not fenced and not fence and line.strip() and nxt.strip() and not nxt.lstrip().startswith(("```", "~~~")):
+            line += "  "
+        out.append(line)
+    return "\n".join(out)
 
 
 def _closed(text: str) -> str:
