@@ -159,10 +159,9 @@ def test_editing_a_message_stop_cancelled_replaces_it():
     assert [e.message for e in session.views.exchanges] == ["first"] and session.history == history
 
 
-def test_editing_a_cancelled_message_with_a_continue_below_it_replaces_it():
-    """A tester: Stop cancelled a waiting message, Continue wrote on the reply before (its bubble
-    below the cancelled one), ↑ put the cancelled message in the box: sent, it was added as a new
-    one beside the old, with a toast saying so, though the note had promised to replace it."""
+def _stopped_with_a_cancelled_message_below() -> ChatSession:
+    """A session whose reply to "first" was stopped after some text, with "second", sent while it
+    streamed, cancelled by that Stop (shown, never answered)."""
     session = ChatSession(FakeService(delay_s=0.02), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
     stream = session.respond("first", settings())
     next(stream)
@@ -172,6 +171,14 @@ def test_editing_a_cancelled_message_with_a_continue_below_it_replaces_it():
     session.stop()
     list(stream)
     list(session.respond("second", settings(), waiting.ticket))
+    return session
+
+
+def test_editing_a_cancelled_message_with_a_continue_below_it_replaces_it():
+    """A tester: Stop cancelled a waiting message, Continue wrote on the reply before (its bubble
+    below the cancelled one), ↑ put the cancelled message in the box: sent, it was added as a new
+    one beside the old, with a toast saying so, though the note had promised to replace it."""
+    session = _stopped_with_a_cancelled_message_below()
     resend = session.last.continue_()
     _drain(session, resend.message, resend.ticket)
     first, continued, cancelled = session.views.exchanges  # (the cancelled message moved below the Continue)
@@ -185,15 +192,7 @@ def test_editing_a_cancelled_message_with_a_continue_below_it_replaces_it():
 def test_a_continue_is_shown_right_below_its_reply_and_a_cancelled_message_moves_below_it():
     """A tester: Stop cancelled a waiting message; Continue on the reply above it put the
     continuation below the cancelled message, as if it answered it."""
-    session = ChatSession(FakeService(delay_s=0.02), text_interval_s=0, stats_interval_s=0, plot_interval_s=0)
-    stream = session.respond("first", settings())
-    next(stream)
-    while not session.views.exchanges[0].reply.renderer.text:
-        next(stream)
-    waiting = session.note_sent("second")
-    session.stop()
-    list(stream)
-    list(session.respond("second", settings(), waiting.ticket))
+    session = _stopped_with_a_cancelled_message_below()
     first, cancelled = session.views.exchanges
     old_id = cancelled.id
     resend = session.last.continue_()
