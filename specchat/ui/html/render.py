@@ -144,6 +144,9 @@ def render_user(text: str) -> str:
     return f'<div class="spec-md spec-user-md">{body}</div>'
 
 
+NOTHING_WRITTEN = "nothing written: the model ended its turn at once"  # a reply's status (LastReply reads it)
+
+
 @dataclass
 class ReplyRenderer:
     """Accumulates one streamed reply: its text (what goes into the plain-text history) and each
@@ -223,7 +226,7 @@ class ReplyRenderer:
         elif done.stop_reason is StopReason.EOS and not self.text.strip():
             # (a Continue of a reply that had ended by itself, mostly: the bubble said only "…"; its
             # one token, when there is one, is the end of turn's or white space)
-            self.status = "nothing written: the model ended its turn at once"
+            self.status = NOTHING_WRITTEN
 
     def set_error(self, message: str) -> None:
         self.status = f"error: {message}"

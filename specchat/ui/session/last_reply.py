@@ -23,6 +23,7 @@ import threading
 from typing import NamedTuple
 
 from specchat.conversation import Conversation
+from specchat.ui.html.render import NOTHING_WRITTEN
 from specchat.ui.session.queue import MessageQueue
 from specchat.ui.session.reply import Exchange
 from specchat.ui.session.saved import UNANSWERED
@@ -195,4 +196,4 @@ def _ended_by_itself(exchange: Exchange) -> bool:
     or "nothing written" (a Continue of such a reply). Continue writes nothing more on it."""
     status = exchange.reply.renderer.status if exchange.reply is not None else (
         exchange.restored.status if exchange.restored is not None else "stopped")
-    return not status or status.startswith("nothing written")
+    return not status or status == NOTHING_WRITTEN
